@@ -1,0 +1,80 @@
+package idem
+
+import (
+	"fmt"
+	"time"
+)
+
+// Token is proof that one caller, and only that caller, owns a key right now.
+// It is the fencing token of a claim: stores refuse to complete, renew or
+// release with a token whose generation is no longer current.
+type Token struct {
+	Scope string
+	Key   Key
+	// Generation is issued with the claim and never reused for the same
+	// (scope, key). It is positive for every token a store issued.
+	Generation int64
+}
+
+func (t Token) String() string {
+	return fmt.Sprintf("%q %q gen %d", t.Scope, t.Key, t.Generation)
+}
+
+// ClaimRequest asks a store to claim a key.
+type ClaimRequest struct {
+	// Scope is who is asking: a tenant, a principal, a session. Keys in
+	// different scopes never match. The empty scope is a scope like any other.
+	Scope string
+	// Key is what is being asked. The zero Key is rejected.
+	Key Key
+	// Fingerprint identifies the request (for example a hash of method, path
+	// and body). A claim with a fingerprint other than the one stored fails
+	// with a [*MismatchError]. Empty means "do not compare": an empty
+	// fingerprint on either side matches anything.
+	Fingerprint string
+	// Lease is how long the claim is trusted without renewal. Zero means the
+	// store's default lease.
+	Lease time.Duration
+	// Owner names the claimant (host, process) for operators. Optional.
+	Owner string
+}
+
+// ClaimStatus is what a claim found.
+type ClaimStatus int
+
+const (
+	// Acquired: the key is yours; execute, then complete or release.
+	Acquired ClaimStatus = iota + 1
+	// InFlight: another caller holds a live claim; wait or answer 409.
+	InFlight
+	// Completed: the key holds a result; replay it.
+	Completed
+)
+
+func (s ClaimStatus) String() string {
+	switch s {
+	case Acquired:
+		return "acquired"
+	case InFlight:
+		return "in flight"
+	case Completed:
+		return "completed"
+	}
+	return fmt.Sprintf("ClaimStatus(%d)", int(s))
+}
+
+// Claim is the outcome of a claim: the three things a claim can find, and what
+// the caller does about each.
+type Claim struct {
+	Status ClaimStatus
+	// Token is the caller's proof of ownership, when Status is Acquired.
+	Token Token
+	// LeaseEnd is when the lease runs out: the caller's own when Acquired,
+	// the holder's when InFlight. Zero when the store does not know it.
+	LeaseEnd time.Time
+	// Takeover reports, when Acquired, that the key was taken over from a
+	// claim whose lease had run out.
+	Takeover bool
+	// Result is the recorded result, when Status is Completed.
+	Result Result
+}

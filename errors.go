@@ -1,0 +1,100 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Callers branch on them with [errors.Is]; the typed errors
+// below carry details and match their sentinel.
+var (
+	// ErrStaleClaim: a token whose generation is no longer the key's current
+	// claim was used to complete, renew or release. Nothing was changed.
+	ErrStaleClaim = errors.New("idem: stale claim")
+
+	// ErrFingerprintMismatch: the key is claimed or completed for a different
+	// request (a different fingerprint). Nothing was changed.
+	ErrFingerprintMismatch = errors.New("idem: key reused for a different request")
+
+	// ErrCapacity: a bounded store is full of live claims and cannot take
+	// another. Nothing was changed; retry later.
+	ErrCapacity = errors.New("idem: store capacity exhausted")
+
+	// ErrUnavailable: the store could not be reached or did not answer. The
+	// operation may or may not have taken effect; a claim that was not
+	// confirmed must be treated as not held.
+	ErrUnavailable = errors.New("idem: store unavailable")
+
+	// ErrInvalidKey: a key or scope is malformed or too long.
+	ErrInvalidKey = errors.New("idem: invalid key")
+)
+
+// StaleClaimError reports a token that no longer holds its key: the claim was
+// released, swept, taken over after its lease ran out, or already completed.
+// It matches [ErrStaleClaim].
+type StaleClaimError struct {
+	Token Token
+	// Current is the key's current generation, or zero when the key is
+	// absent or the store does not know it.
+	Current int64
+}
+
+func (e *StaleClaimError) Error() string {
+	if e.Current == 0 {
+		return fmt.Sprintf("idem: stale claim: generation %d of %q no longer holds the key", e.Token.Generation, e.Token.Key)
+	}
+	return fmt.Sprintf("idem: stale claim: generation %d of %q, current generation %d", e.Token.Generation, e.Token.Key, e.Current)
+}
+
+// Is reports whether target is [ErrStaleClaim].
+func (e *StaleClaimError) Is(target error) bool { return target == ErrStaleClaim }
+
+// MismatchError reports a key reused for a request with another fingerprint.
+// It matches [ErrFingerprintMismatch].
+type MismatchError struct {
+	Scope string
+	Key   Key
+	// Completed reports whether the key holds a result (true) or a live
+	// claim (false).
+	Completed bool
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("idem: key %q reused for a different request", e.Key)
+}
+
+// Is reports whether target is [ErrFingerprintMismatch].
+func (e *MismatchError) Is(target error) bool { return target == ErrFingerprintMismatch }
+
+// InvalidKeyError reports a malformed key or scope. It matches
+// [ErrInvalidKey].
+type InvalidKeyError struct {
+	Reason string
+}
+
+func (e *InvalidKeyError) Error() string { return "idem: invalid key: " + e.Reason }
+
+// Is reports whether target is [ErrInvalidKey].
+func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// UnavailableError wraps the cause of a store failure. It matches
+// [ErrUnavailable] and unwraps to the cause.
+type UnavailableError struct {
+	// Op is the store operation that failed: "claim", "complete", ...
+	Op  string
+	Err error
+	// RetryAfter is a hint for how long to wait before retrying; zero when
+	// the store has none.
+	RetryAfter time.Duration
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("idem: store unavailable during %s: %v", e.Op, e.Err)
+}
+
+// Is reports whether target is [ErrUnavailable].
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Err }
