@@ -1,0 +1,47 @@
+# Every routine task. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+FUZZTIME ?= 20s
+BENCHTIME ?= 2s
+TOOLS := $(CURDIR)/.tools
+export PATH := $(TOOLS)/bin:$(TOOLS)/node/bin:$(PATH)
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## Run every test with -race (needs TEST_DATABASE_URL; see `make db`).
+	$(GO) test -race -count=1 ./...
+	@if [ -f integration/go.mod ]; then cd integration && $(GO) test -race -count=1 ./...; fi
+
+.PHONY: lint
+lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet and staticcheck.
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	staticcheck ./...
+	@if [ -f integration/go.mod ]; then cd integration && $(GO) vet ./... && staticcheck ./...; fi
+
+$(TOOLS)/bin/staticcheck:
+	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+		for target in $$(grep -hoE '^func (Fuzz[A-Za-z0-9_]+)' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+.PHONY: bench
+bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+.PHONY: db
+db: ## Start PostgreSQL for local development (docker compose).
+	docker compose up -d --wait postgres
+	@echo 'export TEST_DATABASE_URL=postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'

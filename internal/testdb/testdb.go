@@ -1,0 +1,98 @@
+// Package testdb gives tests a real PostgreSQL: a fresh schema per test in
+// the database named by TEST_DATABASE_URL.
+//
+// Without TEST_DATABASE_URL a test is skipped on a developer's machine and
+// fails when CI is set: in CI a missing database must fail the run, never
+// skip it.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// URL returns TEST_DATABASE_URL, skipping or failing t when it is unset.
+func URL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("TEST_DATABASE_URL is not set: CI needs a PostgreSQL (see .ci/run)")
+		}
+		t.Skip("TEST_DATABASE_URL is not set; run `make db` or see README")
+	}
+	return url
+}
+
+// Schema creates a new, empty schema for t, dropped when t ends, and returns
+// its name.
+func Schema(t testing.TB) string {
+	t.Helper()
+	url := URL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "test_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("testdb: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("testdb: connect for cleanup: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("testdb: drop schema: %v", err)
+		}
+	})
+	return schema
+}
+
+// Config returns a pool configuration for TEST_DATABASE_URL whose
+// connections use schema as their search_path.
+func Config(t testing.TB, schema string) *pgxpool.Config {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("testdb: parse TEST_DATABASE_URL: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	return cfg
+}
+
+// Pool returns a pool on a fresh schema (see [Schema]), closed when t ends.
+func Pool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	schema := Schema(t)
+	return NewPool(t, Config(t, schema)), schema
+}
+
+// NewPool opens a pool with cfg, closed when t ends.
+func NewPool(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testdb: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
