@@ -1,0 +1,19 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestContract(t *testing.T) {
+	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
+		return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention})
+	})
+}
