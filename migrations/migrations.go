@@ -1,0 +1,261 @@
+// Package migrations creates and upgrades the PostgreSQL schema of pgstore
+// with goose (github.com/pressly/goose/v3).
+//
+// The SQL is embedded in the binary (//go:embed) and run through a goose
+// [goose.Provider], so applications migrate at start without shipping files:
+//
+//	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil { ... }
+//
+// # Several replicas starting at once
+//
+// Up takes a PostgreSQL session-level advisory lock (goose's session locker)
+// before it looks at the version table, so replicas that start together
+// apply each migration exactly once: the first one migrates, the others wait
+// for the lock and then find nothing to do. The lock id is derived from the
+// table name, so two idem tables in one database migrate independently.
+//
+// # Configurable table name
+//
+// goose SQL files cannot take parameters, so each embedded SQL file is a
+// template registered on the Provider as a Go migration that runs the SQL
+// with [Options.Table] filled in. The table name is validated as one or two
+// plain lower-case identifiers before any SQL is built, so it never needs
+// quoting and cannot inject SQL. The goose version table is named after the
+// idem table (Table + "_goose_version", in the same schema), so an
+// application's own goose migrations are not disturbed.
+//
+// The schema of a "schema.table" name must already exist.
+package migrations
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// DefaultTable is the table name used when [Options.Table] is empty.
+const DefaultTable = "idem_keys"
+
+// StaleClaimSQLState is the SQLSTATE the completion function raises when the
+// generation it is given no longer holds the key. pgstore maps it to
+// *idem.StaleClaimError.
+const StaleClaimSQLState = "IDM01"
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// Options configures the migrations. The zero value migrates the table
+// "idem_keys" in the connection's current schema, quietly.
+type Options struct {
+	// Table is the claim table, "table" or "schema.table". Zero means
+	// [DefaultTable]. It must match pgstore.Options.Table.
+	Table string
+	// Logger receives goose's progress messages. Nil means discard.
+	Logger *slog.Logger
+}
+
+// Objects names the database objects the migrations create for one table.
+// pgstore uses it to address them.
+type Objects struct {
+	// Table is the claim table as configured, possibly schema-qualified.
+	Table string
+	// Base is the unqualified table name, the prefix of index names.
+	Base string
+	// Sequence issues generations.
+	Sequence string
+	// CompleteFunc is the completion function (see the SQL).
+	CompleteFunc string
+	// Channel is the LISTEN/NOTIFY channel completions and releases are
+	// announced on. Its payload is md5(octet_length(scope) || ':' || scope
+	// || key).
+	Channel string
+	// VersionTable is goose's version table for this claim table.
+	VersionTable string
+	// StaleState is [StaleClaimSQLState].
+	StaleState string
+}
+
+// ErrInvalidTable is returned for a table name that is not one or two plain
+// lower-case identifiers.
+var ErrInvalidTable = errors.New("migrations: invalid table name")
+
+// The table part leaves room for the longest derived suffix
+// ("_goose_version", "_generation_seq", "_expires_at_idx": 15 bytes) within
+// PostgreSQL's 63-byte identifiers, so no name is silently truncated.
+var (
+	schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	tablePattern  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+)
+
+// ObjectsFor validates table (zero meaning [DefaultTable]) and names the
+// objects the migrations create for it.
+func ObjectsFor(table string) (Objects, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	schema, base, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema, base = "", table
+	}
+	if (qualified && !schemaPattern.MatchString(schema)) || !tablePattern.MatchString(base) {
+		return Objects{}, fmt.Errorf("%w %q: want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes", ErrInvalidTable, table)
+	}
+	sum := sha256.Sum256([]byte("idem:" + table))
+	return Objects{
+		Table:        table,
+		Base:         base,
+		Sequence:     table + "_generation_seq",
+		CompleteFunc: table + "_complete",
+		Channel:      "idem_" + hex.EncodeToString(sum[:12]),
+		VersionTable: table + "_goose_version",
+		StaleState:   StaleClaimSQLState,
+	}, nil
+}
+
+// lockID derives the advisory lock id from the table name.
+func (o Objects) lockID() int64 {
+	sum := sha256.Sum256([]byte("idem migrations:" + o.Table))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// migration is one embedded up/down pair.
+type migration struct {
+	version int64
+	name    string // file name prefix in sql/
+}
+
+var all = []migration{
+	{1, "00001_create_table"},
+}
+
+func render(name string, o Objects) (string, error) {
+	src, err := sqlFiles.ReadFile("sql/" + name)
+	if err != nil {
+		return "", err
+	}
+	tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, o); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func execFunc(sqlText string) *goose.GoFunc {
+	return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, sqlText)
+		return err
+	}}
+}
+
+// newProvider builds a goose provider on pool. The returned close function
+// releases the database/sql handle (not the pool).
+func newProvider(pool *pgxpool.Pool, opts Options) (*goose.Provider, func(), error) {
+	if pool == nil {
+		return nil, nil, errors.New("migrations: nil pool")
+	}
+	o, err := ObjectsFor(opts.Table)
+	if err != nil {
+		return nil, nil, err
+	}
+	var gms []*goose.Migration
+	for _, m := range all {
+		up, err := render(m.name+".up.sql", o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("migrations: %s: %w", m.name, err)
+		}
+		down, err := render(m.name+".down.sql", o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("migrations: %s: %w", m.name, err)
+		}
+		gms = append(gms, goose.NewGoMigration(m.version, execFunc(up), execFunc(down)))
+	}
+	// goose polls pg_try_advisory_lock; its minimum period is one second.
+	// Wait up to ten minutes for another replica's migration.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(o.lockID()), lock.WithLockTimeout(1, 600))
+	if err != nil {
+		return nil, nil, fmt.Errorf("migrations: %w", err)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, nil,
+		goose.WithTableName(o.VersionTable),
+		goose.WithSessionLocker(locker),
+		goose.WithGoMigrations(gms...),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(logger),
+	)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, func() { _ = db.Close() }, nil
+}
+
+// Up applies every migration not yet applied. It is safe to call from
+// several goroutines or processes at once.
+func Up(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
+	p, done, err := newProvider(pool, opts)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
+
+// Down rolls back the most recent migration. Rolling back the first one
+// drops the table and every recorded result.
+func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
+	p, done, err := newProvider(pool, opts)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := p.Down(ctx); err != nil {
+		return fmt.Errorf("migrations: down: %w", err)
+	}
+	return nil
+}
+
+// MigrationStatus is the state of one migration.
+type MigrationStatus = goose.MigrationStatus
+
+// Status reports every migration and whether it is applied, in version
+// order.
+func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]*MigrationStatus, error) {
+	p, done, err := newProvider(pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	return st, nil
+}
