@@ -132,11 +132,11 @@ var contractTests = []contractTest{
 	}},
 	{"CompletedReplaysByteForByte", func(t *testing.T, h *harness) {
 		results := map[string]idem.Result{
-			"json": {Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}}, Body: []byte(`{"b": 1,  "a":[2]}`)},
-			"binary": {Status: 200, Body: []byte{0, 1, 0xff, 0xfe, '"', '\\', 0}},
-			"empty":  {Status: 204},
+			"json":            {Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}}, Body: []byte(`{"b": 1,  "a":[2]}`)},
+			"binary":          {Status: 200, Body: []byte{0, 1, 0xff, 0xfe, '"', '\\', 0}},
+			"empty":           {Status: 204},
 			"unicode-escapes": {Status: 200, Body: []byte(`"\u0000" é 日本 \ud800`)},
-			"unreplayable": {Status: 200, Unreplayable: true},
+			"unreplayable":    {Status: 200, Unreplayable: true},
 		}
 		for name, res := range results {
 			c := h.claim("s", key(name), "fp")

@@ -1,0 +1,75 @@
+package idem
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		res      Result
+		contains string
+	}{
+		{"text body stays readable", Result{Status: 201, Body: []byte(`{"id":1}`)}, `"body":"{\"id\":1}"`},
+		{"binary body is base64", Result{Status: 200, Body: []byte{0xff, 0}}, `"body_base64":"/wA="`},
+		{"NUL forces base64 (jsonb rejects \\u0000)", Result{Body: []byte("a\x00b")}, `"body_base64"`},
+		{"unreplayable", Result{Status: 200, Unreplayable: true}, `"unreplayable":true`},
+		{"headers", Result{Header: map[string][]string{"Content-Type": {"text/plain"}}}, `"header":{"Content-Type":["text/plain"]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := json.Marshal(tc.res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), tc.contains) {
+				t.Errorf("JSON %s does not contain %s", b, tc.contains)
+			}
+			var back Result
+			if err := json.Unmarshal(b, &back); err != nil || !back.Equal(tc.res) {
+				t.Errorf("round trip: %+v, %v; want %+v", back, err, tc.res)
+			}
+		})
+	}
+	for _, bad := range []string{`{"body":"a","body_base64":"YQ=="}`, `{"body_base64":"!!"}`, `[]`} {
+		var r Result
+		if err := json.Unmarshal([]byte(bad), &r); err == nil {
+			t.Errorf("Unmarshal(%s) succeeded", bad)
+		}
+	}
+}
+
+// FuzzResultJSON checks that every result survives encoding byte for byte,
+// and that the encoding never holds a \u0000 escape, which PostgreSQL's jsonb
+// refuses.
+func FuzzResultJSON(f *testing.F) {
+	f.Add(200, "Content-Type", "application/json", []byte(`{"a":1}`), false)
+	f.Add(0, "", "", []byte{0, 0xff}, true)
+	f.Add(500, "X", "\x00", []byte("\xed\xa0\x80"), false)
+	f.Fuzz(func(t *testing.T, status int, hk, hv string, body []byte, unreplayable bool) {
+		res := Result{Status: status, Body: body, Unreplayable: unreplayable}
+		if hk != "" {
+			res.Header = map[string][]string{hk: {hv}}
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		if strings.Contains(string(b), `\u0000`) && !strings.ContainsRune(hk+hv, 0) {
+			t.Fatalf("encoding %s holds \\u0000 from the body", b)
+		}
+		var back Result
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("unmarshal %s: %v", b, err)
+		}
+		// Header strings go through encoding/json, which replaces invalid
+		// UTF-8; bodies must come back exactly.
+		if string(back.Body) != string(res.Body) || back.Status != res.Status || back.Unreplayable != res.Unreplayable {
+			t.Fatalf("round trip: %+v, want %+v", back, res)
+		}
+	})
+}
