@@ -1,0 +1,101 @@
+package middleware
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/idemkit/idem"
+)
+
+// recorder is the response writer the handler sees. Everything the handler
+// writes goes straight through to the client (nothing is held back), and is
+// captured on the way for the record: the status, the allow-listed headers as
+// they were when the header was sent, and the body up to the record limit.
+// The captured body is the only copy the middleware makes of it; it becomes
+// the recorded Result's body as is.
+type recorder struct {
+	w   http.ResponseWriter
+	cfg *config
+
+	status   int                 // 0 until the header is sent
+	header   map[string][]string // recorded headers, snapshotted when sent
+	body     []byte
+	overflow bool // the body outgrew the record limit; body is dropped
+}
+
+var (
+	_ http.Flusher = (*recorder)(nil)
+	_ interface{ FlushError() error } = (*recorder)(nil)
+	_ interface{ Unwrap() http.ResponseWriter } = (*recorder)(nil)
+)
+
+func (rw *recorder) Header() http.Header { return rw.w.Header() }
+
+func (rw *recorder) WriteHeader(code int) {
+	switch {
+	case rw.status != 0:
+		// Superfluous: let net/http say so.
+	case code >= 100 && code < 200 && code != http.StatusSwitchingProtocols:
+		// Informational (103 Early Hints): sent, not the final status,
+		// not recorded.
+	default:
+		rw.status = code
+		h := rw.w.Header()
+		rw.header = rw.cfg.snapshot(h)
+		// A declared length lets the capture buffer be allocated once.
+		if cl := h.Get("Content-Length"); cl != "" {
+			if n, err := strconv.Atoi(cl); err == nil && n > 0 && n <= rw.cfg.maxRecord {
+				rw.body = make([]byte, 0, n)
+			}
+		}
+	}
+	rw.w.WriteHeader(code)
+}
+
+// Write captures p, then sends it. p is captured whether or not the client
+// is still there to receive it: the side effect happened, and the retry of a
+// client whose connection dropped is exactly who needs the record.
+func (rw *recorder) Write(p []byte) (int, error) {
+	if rw.status == 0 {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if !rw.overflow {
+		if len(rw.body)+len(p) > rw.cfg.maxRecord {
+			rw.overflow, rw.body = true, nil
+		} else {
+			rw.body = append(rw.body, p...)
+		}
+	}
+	return rw.w.Write(p)
+}
+
+// FlushError sends what was written so far, and is what
+// [http.ResponseController.Flush] calls.
+func (rw *recorder) FlushError() error {
+	if rw.status == 0 {
+		rw.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(rw.w).Flush()
+}
+
+// Flush implements [http.Flusher].
+func (rw *recorder) Flush() { _ = rw.FlushError() }
+
+// Unwrap returns the underlying writer, for [http.ResponseController]
+// (deadlines, full duplex, hijacking). A hijacked connection bypasses the
+// capture: what is written to it is neither seen nor recorded.
+func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
+
+// result returns what was captured, as the store records it. A handler that
+// wrote nothing answered 200 with an empty body, which net/http sends when it
+// returns.
+func (rw *recorder) result() idem.Result {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+		rw.header = rw.cfg.snapshot(rw.w.Header())
+	}
+	if rw.overflow {
+		return idem.Result{Status: rw.status, Unreplayable: true}
+	}
+	return idem.Result{Status: rw.status, Header: rw.header, Body: rw.body}
+}

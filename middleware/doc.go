@@ -1,0 +1,83 @@
+// Package middleware implements the Idempotency-Key semantics of the IETF
+// httpapi draft for net/http, on any [idem.Store]: a retried POST or PATCH
+// runs its handler at most once, and every retry gets the original response.
+//
+//	mux := http.NewServeMux()
+//	protect := middleware.New(store, middleware.Options{})
+//	mux.Handle("POST /invoices", protect(http.HandlerFunc(createInvoice)))
+//
+// # What a request gets
+//
+// Defaults; each is configurable through [Options].
+//
+//	situation                                   answer
+//	POST/PATCH without a key                    400 problem+json (TypeMissingKey)
+//	malformed key (empty, >255, list, control,  400 problem+json (TypeInvalidKey)
+//	  non-ASCII)
+//	body larger than MaxBodyBytes               413 problem+json (TypeBodyTooLarge)
+//	first request                               handler runs; its response is
+//	                                            recorded (status, allow-listed
+//	                                            headers, body)
+//	handler panics, or answers 5xx/408/429      claim released: a retry runs again
+//	retry after completion, same request        the recorded response, plus
+//	                                            Idempotent-Replayed: true
+//	same key, different request                 422 problem+json (TypeMismatch);
+//	                                            handler not run
+//	same key while the original runs            waits up to Options.Wait for its
+//	                                            result, then 409 problem+json
+//	                                            (TypeInFlight) with Retry-After
+//	store unreachable or full                   503 problem+json
+//	                                            (TypeStoreUnavailable) with
+//	                                            Retry-After; handler not run
+//	response larger than MaxRecordBytes         sent in full; the key completes as
+//	                                            unreplayable: a retry is answered
+//	                                            410 problem+json (TypeUnreplayable)
+//	                                            and the handler does not run again
+//	GET/HEAD/OPTIONS/PUT/DELETE                 pass through
+//
+// Problem responses follow RFC 9457 (type, title, status, detail); the type
+// URIs are the Type constants, stable and documented here.
+//
+// # Keys, scopes and fingerprints
+//
+// The key is read from Idempotency-Key, a structured-field string
+// ("abc") or a bare value (abc), or from X-Idempotency-Key, the header MCP
+// servers forward _meta.idempotencyKey as; see [ParseKeyHeader]. A key is
+// looked up within a scope ([DefaultScope]: a hash of the credentials, the
+// X-Session-Id and the route), so two clients' keys never meet. With each key
+// the store keeps a fingerprint of the request ([DefaultFingerprint]: method,
+// path, query, content type and body hash): the same key for a different
+// request is a client bug, answered 422.
+//
+// # Capture and replay
+//
+// The handler's response goes to the client as it is written, flushes
+// included ([http.Flusher] and [http.ResponseController] work through the
+// wrapper); nothing is held back. It is captured on the way: the status, the
+// headers of Options.RecordHeaders as they were when the header was sent, and
+// the body up to Options.MaxRecordBytes. When the handler returns, the
+// capture is recorded with [idem.Store.Complete]. Set-Cookie, Authorization
+// and hop-by-hop headers are never recorded.
+//
+// Because the response is sent before it is recorded, a store failure at
+// that moment leaves the key claimed until its lease runs out, after which a
+// retry runs the handler again. A handler whose side effects live in the
+// store's database closes that window with [Commit]: it records the response
+// inside its own transaction before sending it (exactly-once).
+//
+// # Leases
+//
+// While the handler runs, its claim's lease is renewed about every third of
+// Options.Lease. If the claim is lost (the renewal finds it stale, or cannot
+// reach the store until the lease has run out), the handler's context is
+// cancelled with cause [ErrLeaseLost], and its response is not recorded: the
+// request that took the key over owns it now. No goroutine outlives the
+// request.
+//
+// # Observability
+//
+// Options.Logger receives logs (nil: none); keys appear only hashed unless
+// the logger is enabled for debug. Options.Observer receives an [Event] for
+// each claim, replay, 409, 422, completion, release, lost claim and store
+// error, for metrics.
+package middleware

@@ -1,0 +1,130 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/idemkit/idem"
+)
+
+// Header names.
+const (
+	// KeyHeader is the IETF Idempotency-Key request header.
+	KeyHeader = "Idempotency-Key"
+	// KeyHeaderAlias is accepted as well: MCP servers forward
+	// _meta.idempotencyKey as X-Idempotency-Key.
+	KeyHeaderAlias = "X-Idempotency-Key"
+	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// errNoKey reports a request without a key header.
+var errNoKey = errors.New("no Idempotency-Key header")
+
+// keyFromHeader returns the key of a request from Idempotency-Key or its
+// alias. Both may be present only with the same key. It returns errNoKey
+// when neither is present, and an error saying what is wrong otherwise.
+func keyFromHeader(h http.Header) (idem.Key, error) {
+	primary, hasPrimary := h[KeyHeader]
+	alias, hasAlias := h[KeyHeaderAlias]
+	switch {
+	case !hasPrimary && !hasAlias:
+		return idem.Key{}, errNoKey
+	case hasPrimary && !hasAlias:
+		return parseKeyLines(KeyHeader, primary)
+	case !hasPrimary:
+		return parseKeyLines(KeyHeaderAlias, alias)
+	}
+	k1, err := parseKeyLines(KeyHeader, primary)
+	if err != nil {
+		return idem.Key{}, err
+	}
+	k2, err := parseKeyLines(KeyHeaderAlias, alias)
+	if err != nil {
+		return idem.Key{}, err
+	}
+	if k1 != k2 {
+		return idem.Key{}, fmt.Errorf("%s and %s differ", KeyHeader, KeyHeaderAlias)
+	}
+	return k1, nil
+}
+
+func parseKeyLines(name string, lines []string) (idem.Key, error) {
+	if len(lines) != 1 {
+		return idem.Key{}, fmt.Errorf("%s appears %d times; it takes one key, not a list", name, len(lines))
+	}
+	s, err := ParseKeyHeader(lines[0])
+	if err != nil {
+		return idem.Key{}, fmt.Errorf("%s: %w", name, err)
+	}
+	k, err := idem.ParseKey(s)
+	if err != nil {
+		return idem.Key{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return k, nil
+}
+
+// ParseKeyHeader returns the key an Idempotency-Key header value carries.
+//
+// The value is a structured-field string (RFC 8941 §3.3.3), as the IETF
+// draft defines it: "key", with \" and \\ the only escapes and printable
+// ASCII inside. A bare value is accepted too, since many clients send one:
+// visible ASCII other than DQUOTE, backslash and comma (every sf-token
+// qualifies, and so do UUIDs and base64 keys that are not tokens). Spaces and
+// tabs around the value are ignored. Anything else is an error: a list (a
+// comma outside a string), parameters or other text after a string, control
+// characters, non-ASCII bytes, an unterminated string or a bad escape.
+//
+// It does not check the length or emptiness of the key; [idem.ParseKey]
+// does.
+func ParseKeyHeader(v string) (string, error) {
+	v = strings.Trim(v, " \t")
+	if v == "" || v[0] != '"' {
+		for i := 0; i < len(v); i++ {
+			switch c := v[i]; {
+			case c == ',':
+				return "", errors.New("a list of keys (comma); send exactly one key")
+			case c == '"' || c == '\\':
+				return "", fmt.Errorf("%q at offset %d of an unquoted key", c, i)
+			case c <= 0x20 || c >= 0x7f:
+				return "", fmt.Errorf("byte 0x%02x at offset %d is not visible ASCII", c, i)
+			}
+		}
+		return v, nil
+	}
+	// A quoted string. Unescaping needs a copy only when there are escapes.
+	var b []byte
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\':
+			if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+				return "", fmt.Errorf("bad escape at offset %d: only \\\" and \\\\ are allowed", i)
+			}
+			if b == nil {
+				b = append(make([]byte, 0, len(v)), v[1:i]...)
+			}
+			b = append(b, v[i+1])
+			i++
+		case c == '"':
+			if rest := v[i+1:]; rest != "" {
+				if strings.TrimLeft(rest, " \t")[0] == ',' {
+					return "", errors.New("a list of keys (comma); send exactly one key")
+				}
+				return "", fmt.Errorf("unexpected %q after the key string", rest)
+			}
+			if b == nil {
+				return v[1:i], nil
+			}
+			return string(b), nil
+		case c < 0x20 || c >= 0x7f:
+			return "", fmt.Errorf("byte 0x%02x at offset %d is not printable ASCII", c, i)
+		default:
+			if b != nil {
+				b = append(b, c)
+			}
+		}
+	}
+	return "", errors.New("unterminated string: missing closing quote")
+}

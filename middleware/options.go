@@ -1,0 +1,301 @@
+package middleware
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"time"
+)
+
+// Defaults applied by [New] to zero [Options] fields.
+const (
+	// DefaultMaxBodyBytes is the largest request body read when
+	// Options.MaxBodyBytes is zero: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxRecordBytes is the largest response body recorded for replay
+	// when Options.MaxRecordBytes is zero: 1 MiB.
+	DefaultMaxRecordBytes = 1 << 20
+	// DefaultWait is how long a duplicate of an in-flight request waits for
+	// the original's result when Options.Wait is zero.
+	DefaultWait = 5 * time.Second
+	// DefaultRetryAfter is the Retry-After of a 503 when Options.RetryAfter
+	// is zero and the store gave no hint.
+	DefaultRetryAfter = 1 * time.Second
+	// DefaultStoreTimeout bounds each store call made after the handler
+	// started (renew, complete, release) when Options.StoreTimeout is zero.
+	DefaultStoreTimeout = 10 * time.Second
+)
+
+// DefaultMethods are the methods protected when Options.Methods is nil: the
+// ones that are neither safe nor idempotent by definition (RFC 9110 §9.2).
+var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+
+// DefaultRecordHeaders are the response headers recorded and replayed when
+// Options.RecordHeaders is nil: the ones that describe the representation
+// or point at the created resource.
+var DefaultRecordHeaders = []string{
+	"Cache-Control",
+	"Content-Encoding",
+	"Content-Language",
+	"Content-Location",
+	"Content-Type",
+	"Etag",
+	"Expires",
+	"Last-Modified",
+	"Link",
+	"Location",
+	"Vary",
+}
+
+// neverRecorded are headers no configuration may record: credentials and
+// session state that belong to the original client's exchange, hop-by-hop
+// headers (RFC 9110 §7.6.1) that describe one connection, and headers net/http
+// or the middleware computes for each response.
+var neverRecorded = map[string]bool{
+	"Set-Cookie":          true,
+	"Set-Cookie2":         true,
+	"Authorization":       true,
+	"Proxy-Authorization": true,
+	"Proxy-Authenticate":  true,
+	"Connection":          true,
+	"Keep-Alive":          true,
+	"Proxy-Connection":    true,
+	"Te":                  true,
+	"Trailer":             true,
+	"Transfer-Encoding":   true,
+	"Upgrade":             true,
+	"Content-Length":      true,
+	"Date":                true,
+	ReplayedHeader:        true,
+}
+
+// ScopeFunc returns the scope of a request: who is asking. Keys never match
+// across scopes. It must be deterministic for a client's retries.
+type ScopeFunc func(r *http.Request) string
+
+// FingerprintFunc returns the fingerprint of a request: what is being asked.
+// body is the whole request body, already read; do not retain or modify it.
+// A key reused with another fingerprint is answered 422. The empty string
+// means "do not compare".
+type FingerprintFunc func(r *http.Request, body []byte) string
+
+// RecordPolicy reports whether a response with this status completes the key
+// (it is recorded and replayed) or releases it (a retry runs the handler
+// again).
+type RecordPolicy func(status int) bool
+
+// Options configures [New]. The zero value is usable: every field documents
+// what its zero value means. Invalid values make New panic.
+type Options struct {
+	// Methods lists the protected methods; requests with other methods pass
+	// through untouched. Nil means [DefaultMethods] (POST and PATCH). An
+	// empty, non-nil slice panics.
+	Methods []string
+
+	// KeyOptional lets a protected request without an Idempotency-Key (or
+	// X-Idempotency-Key) header through to the handler, unprotected. False
+	// means such a request is answered 400 ([TypeMissingKey]).
+	KeyOptional bool
+
+	// Scope returns a request's scope. Nil means [DefaultScope].
+	Scope ScopeFunc
+
+	// Fingerprint returns a request's fingerprint. Nil means
+	// [DefaultFingerprint].
+	Fingerprint FingerprintFunc
+
+	// MaxBodyBytes is the largest request body read; a larger one is
+	// answered 413 ([TypeBodyTooLarge]) and the handler does not run. Zero
+	// means [DefaultMaxBodyBytes]. Negative panics.
+	MaxBodyBytes int64
+
+	// MaxRecordBytes is the largest response body recorded. A response
+	// whose body is larger still reaches the client in full, but completes
+	// the key as unreplayable: a retry does not run the handler and is
+	// answered 410 ([TypeUnreplayable]). Zero means
+	// [DefaultMaxRecordBytes]. Negative panics.
+	MaxRecordBytes int
+
+	// RecordHeaders lists the response headers recorded and replayed
+	// (case-insensitive). Nil means [DefaultRecordHeaders]; an empty,
+	// non-nil slice records none. Set-Cookie, Authorization, hop-by-hop
+	// headers, Content-Length, Date and Idempotent-Replayed are never
+	// recorded: listing one panics.
+	RecordHeaders []string
+
+	// RecordPolicy decides which statuses complete the key. Nil means
+	// [DefaultRecordPolicy]: everything but 408, 429 and 5xx.
+	RecordPolicy RecordPolicy
+
+	// Lease is the lease of a claim, renewed about every third of it while
+	// the handler runs. Zero means [idem.DefaultLease]. Negative panics.
+	Lease time.Duration
+
+	// Wait bounds how long a duplicate of an in-flight request waits for
+	// the original's result before it is answered 409 ([TypeInFlight]).
+	// Zero means [DefaultWait]; negative means no wait.
+	Wait time.Duration
+
+	// StoreTimeout bounds each store call made once the handler runs
+	// (renew, complete, release), which must not hang on a store outage;
+	// a claim is bounded by Wait plus StoreTimeout. Zero means
+	// [DefaultStoreTimeout]. Negative panics.
+	StoreTimeout time.Duration
+
+	// RetryAfter is the Retry-After of a 503 when the store gave no hint.
+	// Zero means [DefaultRetryAfter]. Negative panics.
+	RetryAfter time.Duration
+
+	// FailOpen runs the handler, unprotected and unrecorded, when the
+	// store cannot be reached or is full. UNSAFE: during an outage every
+	// retry runs the side effect again, which is what this middleware
+	// exists to prevent. False means such requests are answered 503
+	// ([TypeStoreUnavailable]) and the handler never runs without a claim.
+	FailOpen bool
+
+	// Owner names this instance in claims, for operators. Empty means
+	// none.
+	Owner string
+
+	// Logger receives the middleware's logs. Keys appear only as hashes,
+	// unless the logger is enabled for debug level. Nil means no logging.
+	Logger *slog.Logger
+
+	// Observer is called on each [Event], for metrics. It runs on the
+	// request's goroutine (or the lease renewal's) and must be fast and
+	// safe for concurrent use. Nil means none.
+	Observer Observer
+}
+
+// config is Options with the defaults applied and lookups precomputed.
+type config struct {
+	methods        map[string]bool
+	keyOptional    bool
+	scope          ScopeFunc
+	fingerprint    FingerprintFunc
+	maxBody        int64
+	maxRecord      int
+	recordHeaders  []string // canonical names
+	recordPolicy   RecordPolicy
+	lease          time.Duration
+	renewEvery     time.Duration
+	wait           time.Duration
+	storeTimeout   time.Duration
+	retryAfter     time.Duration
+	failOpen       bool
+	owner          string
+	logger         *slog.Logger
+	observer       Observer
+	retryAfterSecs string
+}
+
+func newConfig(o Options) *config {
+	c := &config{
+		keyOptional: o.KeyOptional,
+		scope:       o.Scope,
+		fingerprint: o.Fingerprint,
+		failOpen:    o.FailOpen,
+		owner:       o.Owner,
+		logger:      o.Logger,
+		observer:    o.Observer,
+	}
+	methods := o.Methods
+	if methods == nil {
+		methods = DefaultMethods
+	}
+	if len(methods) == 0 {
+		panic("middleware: Options.Methods is empty; use nil for the default, or do not mount the middleware")
+	}
+	c.methods = make(map[string]bool, len(methods))
+	for _, m := range methods {
+		if m == "" {
+			panic("middleware: Options.Methods holds an empty method")
+		}
+		c.methods[m] = true
+	}
+	if c.scope == nil {
+		c.scope = DefaultScope
+	}
+	if c.fingerprint == nil {
+		c.fingerprint = DefaultFingerprint
+	}
+	c.maxBody = positive("MaxBodyBytes", o.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.maxRecord = int(positive("MaxRecordBytes", int64(o.MaxRecordBytes), DefaultMaxRecordBytes))
+
+	headers := o.RecordHeaders
+	if headers == nil {
+		headers = DefaultRecordHeaders
+	}
+	seen := make(map[string]bool, len(headers))
+	for _, h := range headers {
+		name := textproto.CanonicalMIMEHeaderKey(h)
+		if name == "" {
+			panic("middleware: Options.RecordHeaders holds an empty name")
+		}
+		if neverRecorded[name] {
+			panic(fmt.Sprintf("middleware: Options.RecordHeaders lists %s, which is never recorded", name))
+		}
+		if !seen[name] {
+			seen[name] = true
+			c.recordHeaders = append(c.recordHeaders, name)
+		}
+	}
+
+	c.recordPolicy = o.RecordPolicy
+	if c.recordPolicy == nil {
+		c.recordPolicy = DefaultRecordPolicy
+	}
+	c.lease = time.Duration(positive("Lease", int64(o.Lease), int64(defaultLease)))
+	c.renewEvery = c.lease / 3
+	switch {
+	case o.Wait == 0:
+		c.wait = DefaultWait
+	case o.Wait < 0:
+		c.wait = 0
+	default:
+		c.wait = o.Wait
+	}
+	c.storeTimeout = time.Duration(positive("StoreTimeout", int64(o.StoreTimeout), int64(DefaultStoreTimeout)))
+	c.retryAfter = time.Duration(positive("RetryAfter", int64(o.RetryAfter), int64(DefaultRetryAfter)))
+	c.retryAfterSecs = retryAfterSeconds(c.retryAfter)
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func positive(name string, v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		panic(fmt.Sprintf("middleware: Options.%s is negative (%d)", name, v))
+	}
+	return v
+}
+
+// DefaultRecordPolicy completes the key for every status except 408 Request
+// Timeout, 429 Too Many Requests and 5xx, which release it so that a retry
+// runs the handler again: those answers say the request was not (or not
+// fully) processed.
+func DefaultRecordPolicy(status int) bool {
+	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
+// snapshot copies the recorded headers out of h. The copy is needed because
+// a handler may change its header map after the response was sent.
+func (c *config) snapshot(h http.Header) map[string][]string {
+	var out map[string][]string
+	for _, name := range c.recordHeaders {
+		vs, ok := h[name]
+		if !ok || len(vs) == 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string, len(c.recordHeaders))
+		}
+		out[name] = append([]string(nil), vs...)
+	}
+	return out
+}

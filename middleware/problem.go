@@ -1,0 +1,95 @@
+package middleware
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Problem types: the "type" member of the application/problem+json (RFC
+// 9457) responses the middleware writes. Each URI is stable and resolves to
+// this documentation. Clients branch on the type, not on the title or detail.
+const (
+	// TypeMissingKey (400): a protected request carries no Idempotency-Key.
+	TypeMissingKey = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeMissingKey"
+	// TypeInvalidKey (400): the key is empty, longer than 255 characters, a
+	// list, not printable ASCII, or not a valid structured-field string;
+	// or Idempotency-Key and X-Idempotency-Key disagree.
+	TypeInvalidKey = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeInvalidKey"
+	// TypeBodyTooLarge (413): the request body is larger than
+	// Options.MaxBodyBytes. The handler did not run.
+	TypeBodyTooLarge = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeBodyTooLarge"
+	// TypeBodyUnreadable (400): the request body could not be read.
+	TypeBodyUnreadable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeBodyUnreadable"
+	// TypeMismatch (422): the key was used for a different request (another
+	// fingerprint). The handler did not run. Do not retry with this key.
+	TypeMismatch = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeMismatch"
+	// TypeInFlight (409): a request with this key is still running. Retry
+	// after Retry-After seconds to get its result.
+	TypeInFlight = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeInFlight"
+	// TypeUnreplayable (410): a request with this key already ran, but its
+	// response was larger than Options.MaxRecordBytes and was not recorded.
+	// The handler does not run again; retrying cannot help. The member
+	// "original_status" holds the original response's status.
+	TypeUnreplayable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeUnreplayable"
+	// TypeStoreUnavailable (503): the idempotency store could not be
+	// reached, or is full. The handler did not run. Retry after
+	// Retry-After seconds.
+	TypeStoreUnavailable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeStoreUnavailable"
+	// TypeCommitFailed (503): the handler's in-transaction completion
+	// ([Commit]) failed, so its transaction did not commit and nothing was
+	// recorded. Retry after Retry-After seconds: the retry runs the handler
+	// again, or replays the result if another attempt recorded one.
+	TypeCommitFailed = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeCommitFailed"
+)
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type           string `json:"type"`
+	Title          string `json:"title"`
+	Status         int    `json:"status"`
+	Detail         string `json:"detail,omitempty"`
+	OriginalStatus int    `json:"original_status,omitempty"`
+}
+
+var titles = map[string]string{
+	TypeMissingKey:       "Idempotency-Key required",
+	TypeInvalidKey:       "Invalid Idempotency-Key",
+	TypeBodyTooLarge:     "Request body too large",
+	TypeBodyUnreadable:   "Request body unreadable",
+	TypeMismatch:         "Idempotency-Key reused for a different request",
+	TypeInFlight:         "Request with this Idempotency-Key in progress",
+	TypeUnreplayable:     "Response not replayable",
+	TypeStoreUnavailable: "Idempotency store unavailable",
+	TypeCommitFailed:     "Commit failed",
+}
+
+// writeProblem writes a problem+json response. retryAfter, when not empty,
+// is the Retry-After value in seconds.
+func writeProblem(w http.ResponseWriter, p problem, retryAfter string) {
+	p.Title = titles[p.Type]
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen: strings and ints
+		body = []byte(`{"type":"about:blank","status":500}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	if retryAfter != "" {
+		h.Set("Retry-After", retryAfter)
+	}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// retryAfterSeconds renders d as a Retry-After delay: whole seconds, rounded
+// up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
+}
