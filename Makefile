@@ -45,3 +45,11 @@ bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
 db: ## Start PostgreSQL for local development (docker compose).
 	docker compose up -d --wait postgres
 	@echo 'export TEST_DATABASE_URL=postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
+
+.PHONY: demo
+demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).
+	$(GO) run ./cmd/idemdemo
+
+.PHONY: conformance
+conformance: ## Run the official MCP conformance suite against the wrapped server (installs Node 22 into .tools if needed).
+	bash scripts/conformance.sh
