@@ -82,8 +82,8 @@ type Objects struct {
 	// CompleteFunc is the completion function (see the SQL).
 	CompleteFunc string
 	// Channel is the LISTEN/NOTIFY channel completions and releases are
-	// announced on. Its payload is md5(octet_length(scope) || ':' || scope
-	// || key).
+	// announced on. Its payload is the hex MD5 of scope, a NUL byte, and
+	// key: it names the key without exceeding NOTIFY's payload limit.
 	Channel string
 	// VersionTable is goose's version table for this claim table.
 	VersionTable string

@@ -35,7 +35,6 @@ func TestObjectsForValidates(t *testing.T) {
 	}
 }
 
-
 func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

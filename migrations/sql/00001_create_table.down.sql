@@ -1,3 +1,3 @@
-DROP FUNCTION {{.CompleteFunc}}(text, text, bigint, jsonb, bigint, timestamptz);
+DROP FUNCTION {{.CompleteFunc}}(bytea, text, bigint, jsonb, bigint, timestamptz);
 DROP TABLE {{.Table}};
 DROP SEQUENCE {{.Sequence}};

@@ -11,7 +11,7 @@
 CREATE SEQUENCE {{.Sequence}} AS bigint;
 
 CREATE TABLE {{.Table}} (
-    scope        text        NOT NULL, -- who is asking (tenant, principal, session); keys never match across scopes
+    scope        bytea       NOT NULL, -- who is asking (tenant, principal, session), the exact bytes of the Go string; keys never match across scopes
     key          text        NOT NULL, -- what is asked: idem.Key's encoding, at most idem.MaxKeyLen bytes
     generation   bigint      NOT NULL, -- fencing token of the current claim, from {{.Sequence}}
     state        text        NOT NULL, -- 'claimed' or 'completed'; an absent key has no row
@@ -31,7 +31,7 @@ CREATE TABLE {{.Table}} (
 );
 
 COMMENT ON TABLE {{.Table}} IS 'idem: one row per claimed or completed (scope, key); absent keys have no row';
-COMMENT ON COLUMN {{.Table}}.scope IS 'who is asking (tenant, principal, session); keys never match across scopes';
+COMMENT ON COLUMN {{.Table}}.scope IS 'who is asking (tenant, principal, session), as the exact bytes of the Go string; keys never match across scopes';
 COMMENT ON COLUMN {{.Table}}.key IS 'what is asked: the encoding of idem.Key, at most idem.MaxKeyLen bytes';
 COMMENT ON COLUMN {{.Table}}.generation IS 'fencing token of the current claim, from {{.Sequence}}: never reused for a key';
 COMMENT ON COLUMN {{.Table}}.state IS 'claimed or completed';
@@ -60,7 +60,7 @@ CREATE INDEX {{.Base}}_expires_at_idx ON {{.Table}} (expires_at) WHERE state = '
 -- clock when not null (tests only). The NOTIFY is delivered at commit, so
 -- waiters wake only for results that really committed.
 CREATE FUNCTION {{.CompleteFunc}}(
-    p_scope text, p_key text, p_generation bigint, p_result jsonb,
+    p_scope bytea, p_key text, p_generation bigint, p_result jsonb,
     p_retention_us bigint, p_now timestamptz
 ) RETURNS void
 LANGUAGE plpgsql AS $fn$
@@ -78,7 +78,7 @@ BEGIN
      WHERE scope = p_scope AND key = p_key
        AND generation = p_generation AND state = 'claimed';
     IF FOUND THEN
-        PERFORM pg_notify('{{.Channel}}', md5(octet_length(p_scope)::text || ':' || p_scope || p_key));
+        PERFORM pg_notify('{{.Channel}}', md5(p_scope || '\x00'::bytea || convert_to(p_key, 'UTF8')));
         RETURN;
     END IF;
     SELECT generation INTO v_current FROM {{.Table}} WHERE scope = p_scope AND key = p_key;
@@ -88,5 +88,5 @@ BEGIN
 END
 $fn$;
 
-COMMENT ON FUNCTION {{.CompleteFunc}}(text, text, bigint, jsonb, bigint, timestamptz) IS
+COMMENT ON FUNCTION {{.CompleteFunc}}(bytea, text, bigint, jsonb, bigint, timestamptz) IS
     'idem: complete a claim, raising SQLSTATE {{.StaleState}} when its generation is stale';

@@ -1,0 +1,160 @@
+package pgstore
+
+import (
+	"strings"
+
+	"github.com/idemkit/idem/migrations"
+)
+
+// statements holds the SQL of every operation, with the table's object
+// names filled in (they are validated identifiers; see migrations.ObjectsFor).
+//
+// Parameters common to all: scope is bytea (the exact bytes of the Go
+// string), key is text, and $now is a nullable timestamptz: null means the
+// database clock, statement_timestamp().
+type statements struct {
+	claim, complete, renew, release, sweep, waitCheck, inspect, forget, stats string
+}
+
+// nowSQL is "now" in every statement.
+const nowSQL = `coalesce(%NOW%::timestamptz, statement_timestamp())`
+
+// payloadSQL is the NOTIFY payload for the row's (scope, key); it must match
+// notifyPayload and the completion function in the migration.
+const payloadSQL = `md5(scope || '\x00'::bytea || convert_to(key, 'UTF8'))`
+
+func buildStatements(o migrations.Objects) statements {
+	r := func(sql, now string) string {
+		return strings.NewReplacer(
+			"%NOW%", now,
+			"{T}", o.Table,
+			"{SEQ}", o.Sequence,
+			"{FN}", o.CompleteFunc,
+			"{CH}", o.Channel,
+			"{PAYLOAD}", payloadSQL,
+		).Replace(strings.ReplaceAll(sql, "{NOW}", nowSQL))
+	}
+	return statements{
+		// Claim: insert, or take over a row whose claim's lease ran out or
+		// whose result's retention ran out; otherwise read the row. The
+		// read (the second SELECT) sees the statement's snapshot, which is
+		// the row the INSERT conflicted with unless that row committed
+		// after the statement began: Claim detects that case (no row, or
+		// a row by which the claim should have succeeded) and runs the
+		// statement again. Every attempt draws a generation, used or not:
+		// gaps are harmless, reuse is impossible.
+		claim: r(`
+WITH ins AS (
+    INSERT INTO {T} AS t (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
+    VALUES ($1, $2, nextval('{SEQ}'), 'claimed', $3, $4, false,
+            {NOW} + $5::bigint * interval '1 microsecond', {NOW})
+    ON CONFLICT (scope, key) DO UPDATE
+       SET generation = excluded.generation,
+           state = 'claimed',
+           fingerprint = excluded.fingerprint,
+           owner = excluded.owner,
+           takeover = (t.state = 'claimed'),
+           lease_end = excluded.lease_end,
+           result = NULL,
+           created_at = excluded.created_at,
+           completed_at = NULL,
+           expires_at = NULL
+     WHERE (t.state = 'claimed' AND t.lease_end <= excluded.created_at)
+        OR (t.state = 'completed' AND t.expires_at <= excluded.created_at)
+    RETURNING t.generation, t.lease_end, t.takeover
+)
+SELECT true, generation, lease_end, takeover, '', '', NULL::timestamptz, NULL::jsonb, {NOW} FROM ins
+UNION ALL
+SELECT false, generation, lease_end, false, state, fingerprint, expires_at, result, {NOW}
+  FROM {T} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM ins)`, "$6"),
+
+		// Complete: the completion function of the migration, which raises
+		// SQLSTATE migrations.StaleClaimSQLState for a stale generation
+		// (aborting a caller's transaction) and notifies waiters.
+		complete: r(`SELECT {FN}($1, $2, $3, $4::jsonb, $5, $6::timestamptz)`, "$6"),
+
+		// Renew: the new lease end, or null and the current generation.
+		renew: r(`
+WITH upd AS (
+    UPDATE {T} SET lease_end = {NOW} + $4::bigint * interval '1 microsecond'
+     WHERE scope = $1 AND key = $2 AND generation = $3 AND state = 'claimed'
+    RETURNING lease_end
+)
+SELECT (SELECT lease_end FROM upd), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2)`, "$5"),
+
+		// Release: delete and notify, or report the current generation.
+		release: r(`
+WITH del AS (
+    DELETE FROM {T} WHERE scope = $1 AND key = $2 AND generation = $3 AND state = 'claimed'
+    RETURNING scope, key
+), n AS (
+    SELECT pg_notify('{CH}', {PAYLOAD}) FROM del
+)
+SELECT (SELECT count(*) FROM n), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2)`, "$3"),
+
+		// Sweep: abandoned claims first, then expired results, $1 rows at
+		// most, each scan on its partial index. FOR UPDATE re-checks the
+		// condition on the latest row version (a claim renewed or taken
+		// over meanwhile is left alone); SKIP LOCKED lets sweepers in
+		// several instances share the work without waiting or deleting a
+		// row twice. Waiters of abandoned claims are notified.
+		sweep: r(`
+WITH abandoned AS (
+    SELECT scope, key FROM {T}
+     WHERE state = 'claimed' AND lease_end <= {NOW}
+     ORDER BY lease_end LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT scope, key FROM {T}
+     WHERE state = 'completed' AND expires_at <= {NOW}
+     ORDER BY expires_at LIMIT greatest($1 - (SELECT count(*) FROM abandoned), 0)
+       FOR UPDATE SKIP LOCKED
+), doomed AS (
+    SELECT scope, key, true AS abandoned FROM abandoned
+    UNION ALL
+    SELECT scope, key, false FROM expired
+), del AS (
+    DELETE FROM {T} t USING doomed d
+     WHERE t.scope = d.scope AND t.key = d.key
+    RETURNING t.scope, t.key, d.abandoned
+), n AS (
+    SELECT pg_notify('{CH}', {PAYLOAD}) FROM del WHERE abandoned
+)
+SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM del WHERE NOT abandoned)`, "$2"),
+
+		// Wait's look at the key: microseconds left on a live claim's
+		// lease, null if the key is not held by a live claim, no row if
+		// absent.
+		waitCheck: r(`
+SELECT CASE WHEN state = 'claimed' AND lease_end > {NOW}
+            THEN (extract(epoch FROM lease_end - {NOW}) * 1000000)::bigint END
+  FROM {T} WHERE scope = $1 AND key = $2`, "$3"),
+
+		inspect: r(`
+SELECT state, generation, fingerprint, owner, created_at, lease_end, completed_at, expires_at, result
+  FROM {T} WHERE scope = $1 AND key = $2`, "NULL"),
+
+		// Forget: delete unless a live claim and not forced; tell apart
+		// "absent" from "refused".
+		forget: r(`
+WITH del AS (
+    DELETE FROM {T}
+     WHERE scope = $1 AND key = $2
+       AND ($3 OR state <> 'claimed' OR lease_end <= {NOW})
+    RETURNING scope, key
+), n AS (
+    SELECT pg_notify('{CH}', {PAYLOAD}) FROM del
+)
+SELECT (SELECT count(*) FROM n), EXISTS (SELECT FROM {T} WHERE scope = $1 AND key = $2)`, "$4"),
+
+		stats: r(`
+SELECT count(*) FILTER (WHERE state = 'claimed' AND lease_end > {NOW}),
+       count(*) FILTER (WHERE state = 'claimed' AND lease_end <= {NOW}),
+       count(*) FILTER (WHERE state = 'completed' AND (expires_at IS NULL OR expires_at > {NOW})),
+       count(*) FILTER (WHERE state = 'completed' AND expires_at <= {NOW}),
+       min(created_at) FILTER (WHERE state = 'claimed' AND lease_end > {NOW}),
+       min(lease_end) FILTER (WHERE state = 'claimed' AND lease_end <= {NOW}),
+       pg_total_relation_size('{T}')
+  FROM {T}`, "$1"),
+	}
+}

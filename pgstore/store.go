@@ -1,0 +1,583 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/migrations"
+)
+
+var _ idem.Store = (*Store)(nil)
+
+// MaxScopeLen is the longest scope, in bytes, the store accepts. With a key
+// of [idem.MaxKeyLen] bytes it keeps a primary-key entry well inside
+// PostgreSQL's B-tree limit. A longer scope is an [*idem.InvalidKeyError].
+const MaxScopeLen = 1024
+
+// DefaultRetention is the retention of a store whose Options.Retention is
+// zero.
+const DefaultRetention = 24 * time.Hour
+
+// DefaultPollInterval is the polling fallback of Wait when
+// Options.PollInterval is zero.
+const DefaultPollInterval = time.Second
+
+// DefaultSweepBatch is the batch a Sweep with limit <= 0 removes at most.
+const DefaultSweepBatch = 1000
+
+// maxClaimAttempts bounds the claim statement's retries in the race where
+// the conflicting row committed after the statement's snapshot. Each retry
+// sees a newer snapshot, so in practice the second attempt decides.
+const maxClaimAttempts = 100
+
+// ErrLiveClaim is returned by [Store.Forget] for a key held by a claim whose
+// lease has not run out, unless forced.
+var ErrLiveClaim = errors.New("pgstore: key holds a live claim")
+
+// Options configures a [Store]. The zero value is ready to use.
+type Options struct {
+	// Table is the claim table, "table" or "schema.table", as created by
+	// package migrations with the same name. Zero means "idem_keys" in the
+	// connection's search_path. It is validated at [New].
+	Table string
+	// Lease is the lease of a claim or renewal that asks for none. Zero
+	// means [idem.DefaultLease]; negative is an error.
+	Lease time.Duration
+	// Retention is how long a result is replayed after completion. Zero
+	// means [DefaultRetention]; negative means forever (until forgotten).
+	Retention time.Duration
+	// PollInterval bounds how long Wait blocks without a notification, so
+	// a waiter notices a lease running out or a lost notification. Zero
+	// means [DefaultPollInterval]; negative is an error.
+	PollInterval time.Duration
+	// Logger receives the store's rare warnings (listener reconnects,
+	// sweeper errors). Nil means discard.
+	Logger *slog.Logger
+	// Now is a test hook: when set, every statement uses its value as
+	// "now" instead of the database clock. Nil (production) means the
+	// database clock, statement_timestamp(); the application's clock is
+	// never used for leases.
+	Now func() time.Time
+}
+
+// Store is an [idem.Store] in PostgreSQL. It is safe for concurrent use, and
+// any number of Stores (in any number of processes) may share one table.
+type Store struct {
+	pool      *pgxpool.Pool
+	obj       migrations.Objects
+	lease     time.Duration
+	retention time.Duration // negative: forever
+	poll      time.Duration
+	log       *slog.Logger
+	now       func() time.Time
+
+	sql      statements
+	listener *listener
+}
+
+// New returns a store on pool. It validates opts but does not touch the
+// database: the table must have been created with package migrations.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: nil pool")
+	}
+	obj, err := migrations.ObjectsFor(opts.Table)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	switch {
+	case opts.Lease < 0:
+		return nil, fmt.Errorf("pgstore: negative lease %v", opts.Lease)
+	case opts.PollInterval < 0:
+		return nil, fmt.Errorf("pgstore: negative poll interval %v", opts.PollInterval)
+	}
+	s := &Store{
+		pool:      pool,
+		obj:       obj,
+		lease:     cmpOr(opts.Lease, idem.DefaultLease),
+		retention: cmpOr(opts.Retention, DefaultRetention),
+		poll:      cmpOr(opts.PollInterval, DefaultPollInterval),
+		log:       opts.Logger,
+		now:       opts.Now,
+		sql:       buildStatements(obj),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s.listener = newListener(s)
+	return s, nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Close stops the listener goroutine Wait started, if any. It does not close
+// the pool. Wait still works after Close, by polling only. Close is
+// idempotent.
+func (s *Store) Close() { s.listener.close() }
+
+// nowArg is the $now argument of every statement: nil means the database
+// clock.
+func (s *Store) nowArg() any {
+	if s.now == nil {
+		return nil
+	}
+	return s.now()
+}
+
+func (s *Store) leaseOf(d time.Duration) time.Duration {
+	if d <= 0 {
+		return s.lease
+	}
+	return d
+}
+
+func (s *Store) retentionMicros() int64 {
+	if s.retention < 0 {
+		return -1
+	}
+	return s.retention.Microseconds()
+}
+
+func validate(scope string, key idem.Key) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if len(scope) > MaxScopeLen {
+		return &idem.InvalidKeyError{Reason: fmt.Sprintf("scope is %d bytes, longer than %d", len(scope), MaxScopeLen)}
+	}
+	return nil
+}
+
+// unavailable wraps a database error for callers: they see an
+// *idem.UnavailableError naming the operation, which unwraps to the cause
+// (so errors.Is(err, context.Canceled) still works).
+func unavailable(op string, err error) error {
+	return &idem.UnavailableError{Op: op, Err: fmt.Errorf("pgstore: %w", err)}
+}
+
+// staleFrom maps the completion function's SQLSTATE to a stale-claim error.
+func (s *Store) staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleClaimSQLState {
+		return nil, false
+	}
+	se := &idem.StaleClaimError{Token: tok}
+	_, _ = fmt.Sscanf(pgErr.Detail, "current generation %d", &se.Current)
+	return se, true
+}
+
+// Claim implements [idem.Store]. It sends one statement in the common case;
+// see the package documentation for the SQL and the rare second round trip.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := validate(req.Scope, req.Key); err != nil {
+		return idem.Claim{}, err
+	}
+	lease := s.leaseOf(req.Lease).Microseconds()
+	for range maxClaimAttempts {
+		var (
+			inserted, takeover bool
+			gen                int64
+			leaseEnd, expires  *time.Time
+			now                time.Time
+			state, fp          string
+			result             []byte
+		)
+		err := s.pool.QueryRow(ctx, s.sql.claim,
+			[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, lease, s.nowArg(),
+		).Scan(&inserted, &gen, &leaseEnd, &takeover, &state, &fp, &expires, &result, &now)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// The conflicting row is not in our snapshot: it committed
+			// after the statement began. Look again.
+			continue
+		case err != nil:
+			return idem.Claim{}, unavailable("claim", err)
+		case inserted:
+			return idem.Claim{
+				Status:   idem.Acquired,
+				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: gen},
+				LeaseEnd: *leaseEnd,
+				Takeover: takeover,
+			}, nil
+		}
+		// Not inserted: the row we read is the statement's snapshot. If by
+		// that snapshot the claim should have succeeded, the row we
+		// conflicted with is a newer version: look again.
+		switch state {
+		case "claimed":
+			if !now.Before(*leaseEnd) {
+				continue
+			}
+			if mismatch(fp, req.Fingerprint) {
+				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
+			}
+			return idem.Claim{Status: idem.InFlight, LeaseEnd: *leaseEnd}, nil
+		case "completed":
+			if expires != nil && !now.Before(*expires) {
+				continue
+			}
+			if mismatch(fp, req.Fingerprint) {
+				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+			}
+			var res idem.Result
+			if err := json.Unmarshal(result, &res); err != nil {
+				return idem.Claim{}, unavailable("claim", err)
+			}
+			return idem.Claim{Status: idem.Completed, Result: res}, nil
+		default:
+			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", state))
+		}
+	}
+	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
+}
+
+func mismatch(stored, asked string) bool {
+	return stored != "" && asked != "" && stored != asked
+}
+
+// Complete implements [idem.Store] in one statement: the completion function,
+// which notifies waiters.
+func (s *Store) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	return s.complete(ctx, s.pool, "complete", tok, res)
+}
+
+// CompleteTx records res for tok's claim inside the caller's transaction tx,
+// so that the caller's business writes and the recorded result commit
+// together or not at all.
+//
+// If tok's generation no longer holds the key (its lease ran out and another
+// caller took the key over, or it was swept or forgotten), CompleteTx returns
+// a [*idem.StaleClaimError] and the statement's error aborts tx: PostgreSQL
+// refuses to commit it, so the business writes of an owner that lost its
+// claim are rolled back too. A caller must roll back after any error.
+//
+// The key stays claimed until tx commits; waiters are notified at commit.
+// If tx rolls back, the claim is still held (and its lease still runs), so
+// the caller may retry or Release. tx must be a transaction on the database
+// holding the store's table; see the package documentation for the limits.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, tok idem.Token, res idem.Result) error {
+	if tx == nil {
+		return errors.New("pgstore: CompleteTx: nil transaction")
+	}
+	return s.complete(ctx, tx, "complete", tok, res)
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Token, res idem.Result) error {
+	if err := validate(tok.Scope, tok.Key); err != nil {
+		return err
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("pgstore: encoding result: %w", err)
+	}
+	_, err = db.Exec(ctx, s.sql.complete,
+		[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(body), s.retentionMicros(), s.nowArg())
+	if err != nil {
+		if se, ok := s.staleFrom(err, tok); ok {
+			return se
+		}
+		return unavailable(op, err)
+	}
+	return nil
+}
+
+// Renew implements [idem.Store] in one statement. A claim whose lease ran
+// out may still be renewed while nobody took the key over or swept it.
+func (s *Store) Renew(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
+	if err := validate(tok.Scope, tok.Key); err != nil {
+		return time.Time{}, err
+	}
+	var (
+		leaseEnd *time.Time
+		current  *int64
+	)
+	err := s.pool.QueryRow(ctx, s.sql.renew,
+		[]byte(tok.Scope), tok.Key.String(), tok.Generation, s.leaseOf(lease).Microseconds(), s.nowArg(),
+	).Scan(&leaseEnd, &current)
+	if err != nil {
+		return time.Time{}, unavailable("renew", err)
+	}
+	if leaseEnd == nil {
+		return time.Time{}, staleErr(tok, current)
+	}
+	return *leaseEnd, nil
+}
+
+func staleErr(tok idem.Token, current *int64) error {
+	se := &idem.StaleClaimError{Token: tok}
+	if current != nil {
+		se.Current = *current
+	}
+	return se
+}
+
+// Release implements [idem.Store] in one statement, which notifies waiters.
+func (s *Store) Release(ctx context.Context, tok idem.Token) error {
+	if err := validate(tok.Scope, tok.Key); err != nil {
+		return err
+	}
+	var (
+		deleted int64
+		current *int64
+	)
+	err := s.pool.QueryRow(ctx, s.sql.release,
+		[]byte(tok.Scope), tok.Key.String(), tok.Generation,
+	).Scan(&deleted, &current)
+	if err != nil {
+		return unavailable("release", err)
+	}
+	if deleted == 0 {
+		return staleErr(tok, current)
+	}
+	return nil
+}
+
+// Sweep implements [idem.Store]: one statement deletes up to limit rows
+// (limit <= 0 means [DefaultSweepBatch]), abandoned claims first, locking
+// them with FOR UPDATE SKIP LOCKED so that sweepers running at once in
+// several instances never wait for each other nor delete a row twice.
+func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
+	if limit <= 0 {
+		limit = DefaultSweepBatch
+	}
+	var abandoned, expired int
+	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired)
+	if err != nil {
+		return idem.SweepStats{}, unavailable("sweep", err)
+	}
+	return idem.SweepStats{Abandoned: abandoned, Expired: expired}, nil
+}
+
+// Run sweeps every interval (zero means one minute), with up to ±50%
+// random jitter so that instances started together do not sweep in step,
+// until ctx is done; then it returns nil. Each round sweeps batches of
+// [DefaultSweepBatch] until a batch comes back short. Errors are logged and
+// retried next round. Run it in every instance: sweepers skip each other's
+// rows.
+func (s *Store) Run(ctx context.Context, interval time.Duration) error {
+	if interval < 0 {
+		return fmt.Errorf("pgstore: negative sweep interval %v", interval)
+	}
+	if interval == 0 {
+		interval = time.Minute
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		for ctx.Err() == nil {
+			st, err := s.Sweep(ctx, DefaultSweepBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("pgstore: sweep failed", "err", err)
+				}
+				break
+			}
+			if st.Abandoned+st.Expired > 0 {
+				s.log.Debug("pgstore: swept", "abandoned", st.Abandoned, "expired", st.Expired)
+			}
+			if st.Abandoned+st.Expired < DefaultSweepBatch {
+				break
+			}
+		}
+		timer.Reset(interval/2 + rand.N(interval))
+	}
+}
+
+// Wait implements [idem.Store]. It returns at once if the key is no longer
+// held by a live claim; otherwise it blocks until a completion or release of
+// the key is notified (from any instance), the holder's lease runs out, the
+// poll interval passes, or ctx is done.
+func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validate(scope, key); err != nil {
+		return err
+	}
+	ch, ready, unsubscribe := s.listener.subscribe(notifyPayload(scope, key))
+	defer unsubscribe()
+
+	timer := time.NewTimer(s.poll)
+	defer timer.Stop()
+	// Look at the key only once the listener is up, so that a completion
+	// between our look and the notification cannot be missed.
+	select {
+	case <-ready:
+	case <-ch:
+		return nil
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var remaining *int64 // microseconds left on a live claim's lease
+	err := s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&remaining)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return unavailable("wait", err)
+	case remaining == nil:
+		return nil
+	}
+	// Under the Now test hook the lease runs out on the test's clock, not
+	// the wall clock; the poll interval covers it.
+	if left := time.Duration(*remaining) * time.Microsecond; s.now == nil && left < s.poll {
+		timer.Reset(left)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// notifyPayload is the NOTIFY payload naming (scope, key), as the SQL
+// computes it: md5(scope || '\x00' || key). A key never holds a NUL byte,
+// so distinct pairs give distinct inputs; a hash collision would only cause
+// a spurious wake-up.
+func notifyPayload(scope string, key idem.Key) string {
+	h := md5.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(key.String()))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Inspect returns the entry of (scope, key) as stored, whatever its state:
+// a claim whose lease ran out and a result past retention are reported as
+// they are (see LeaseEnd and ExpiresAt), until swept. It is for operators.
+func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.Entry, bool, error) {
+	if err := validate(scope, key); err != nil {
+		return idem.Entry{}, false, err
+	}
+	var (
+		e                              idem.Entry
+		state                          string
+		leaseEnd, completed, expiresAt *time.Time
+		result                         []byte
+	)
+	err := s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
+		&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Entry{}, false, nil
+	}
+	if err != nil {
+		return idem.Entry{}, false, unavailable("inspect", err)
+	}
+	switch state {
+	case "claimed":
+		e.State = idem.StateClaimed
+	case "completed":
+		e.State = idem.StateCompleted
+		if err := json.Unmarshal(result, &e.Result); err != nil {
+			return idem.Entry{}, false, unavailable("inspect", err)
+		}
+	}
+	for dst, src := range map[*time.Time]*time.Time{&e.LeaseEnd: leaseEnd, &e.CompletedAt: completed, &e.ExpiresAt: expiresAt} {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	return e, true, nil
+}
+
+// Forget deletes (scope, key) whatever its state, as an operator's forget
+// does, and reports whether it was present. A live claim (lease not run
+// out) is refused with [ErrLiveClaim] unless force is set: its holder is
+// presumably still executing, and forgetting it would let a retry run the
+// side effect a second time. The holder's token becomes stale.
+func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bool) (bool, error) {
+	if err := validate(scope, key); err != nil {
+		return false, err
+	}
+	var (
+		deleted int64
+		present bool
+	)
+	err := s.pool.QueryRow(ctx, s.sql.forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	if err != nil {
+		return false, unavailable("forget", err)
+	}
+	switch {
+	case deleted > 0:
+		return true, nil
+	case present:
+		return false, ErrLiveClaim
+	}
+	return false, nil
+}
+
+// Stats describes the table, for operators.
+type Stats struct {
+	// Claimed counts live claims (lease not run out).
+	Claimed int64
+	// Abandoned counts claims whose lease ran out, awaiting takeover or
+	// sweep.
+	Abandoned int64
+	// Completed counts results within retention.
+	Completed int64
+	// Expired counts results past retention, awaiting sweep.
+	Expired int64
+	// OldestClaim is when the oldest live claim was claimed; zero if none.
+	OldestClaim time.Time
+	// OldestAbandoned is the lease end of the longest-abandoned claim; zero
+	// if none. A value far in the past means the sweeper is not running.
+	OldestAbandoned time.Time
+	// TableBytes is the table's size on disk, indexes and TOAST included.
+	TableBytes int64
+}
+
+// Stats counts the table's rows by state. It scans the whole table: it is
+// for an operator's CLI, not for a hot path.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	var (
+		st                  Stats
+		oldest, oldestAband *time.Time
+	)
+	err := s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
+		&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	if err != nil {
+		return Stats{}, unavailable("stats", err)
+	}
+	if oldest != nil {
+		st.OldestClaim = *oldest
+	}
+	if oldestAband != nil {
+		st.OldestAbandoned = *oldestAband
+	}
+	return st, nil
+}
