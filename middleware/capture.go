@@ -24,8 +24,8 @@ type recorder struct {
 }
 
 var (
-	_ http.Flusher = (*recorder)(nil)
-	_ interface{ FlushError() error } = (*recorder)(nil)
+	_ http.Flusher                              = (*recorder)(nil)
+	_ interface{ FlushError() error }           = (*recorder)(nil)
 	_ interface{ Unwrap() http.ResponseWriter } = (*recorder)(nil)
 )
 

@@ -1,0 +1,176 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestMemstore(t *testing.T) {
+	t.Parallel()
+	runSuite(t, func(t *testing.T) storeKit {
+		s := &breakable{Store: memstore.New(memstore.Options{})}
+		return storeKit{store: s, breakStore: func() { s.broken.Store(true) }}
+	})
+}
+
+// breakable fails every call, once broken, as an unreachable store does.
+type breakable struct {
+	idem.Store
+	broken atomic.Bool
+}
+
+func (s *breakable) err(op string) error {
+	if s.broken.Load() {
+		return &idem.UnavailableError{Op: op, Err: errors.New("connection refused")}
+	}
+	return nil
+}
+
+func (s *breakable) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := s.err("claim"); err != nil {
+		return idem.Claim{}, err
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+func (s *breakable) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	if err := s.err("complete"); err != nil {
+		return err
+	}
+	return s.Store.Complete(ctx, tok, res)
+}
+
+func (s *breakable) Renew(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
+	if err := s.err("renew"); err != nil {
+		return time.Time{}, err
+	}
+	return s.Store.Renew(ctx, tok, lease)
+}
+
+func (s *breakable) Release(ctx context.Context, tok idem.Token) error {
+	if err := s.err("release"); err != nil {
+		return err
+	}
+	return s.Store.Release(ctx, tok)
+}
+
+func (s *breakable) Wait(ctx context.Context, scope string, key idem.Key) error {
+	if err := s.err("wait"); err != nil {
+		return err
+	}
+	return s.Store.Wait(ctx, scope, key)
+}
+
+func TestStoreFull(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{Capacity: 1})
+	release := make(chan struct{})
+	running := make(chan struct{})
+	h := middleware.New(store, middleware.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(running)
+		<-release
+	}))
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, newReq("POST", "/a", `{}`, key("one"))) }()
+	<-running
+	rec := serve(h, newReq("POST", "/a", `{}`, key("two")))
+	close(release)
+	<-done
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeStoreUnavailable)
+	wantRetryAfter(t, rec, 1)
+}
+
+func TestStoreRetryAfterHint(t *testing.T) {
+	t.Parallel()
+	s := &hinting{Store: memstore.New(memstore.Options{})}
+	h := middleware.New(s, middleware.Options{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("handler ran without a claim")
+	}))
+	rec := serve(h, newReq("POST", "/a", `{}`, key("k")))
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeStoreUnavailable)
+	if got := rec.Header().Get("Retry-After"); got != "3" {
+		t.Fatalf("Retry-After = %q, want the store's hint 3", got)
+	}
+}
+
+type hinting struct{ idem.Store }
+
+func (hinting) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	return idem.Claim{}, &idem.UnavailableError{Op: "claim", Err: errors.New("pool exhausted"), RetryAfter: 2500 * time.Millisecond}
+}
+
+// A renewal that cannot reach the store until the lease has run out stops
+// the handler: without a confirmed claim it must not go on.
+func TestRenewalOutageCancelsHandler(t *testing.T) {
+	t.Parallel()
+	s := &breakable{Store: memstore.New(memstore.Options{})}
+	var events eventLog
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	h := middleware.New(s, middleware.Options{Lease: 150 * time.Millisecond, Observer: events.observe})(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			close(running)
+			<-r.Context().Done()
+			cause <- context.Cause(r.Context())
+		}))
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
+	<-running
+	s.broken.Store(true)
+	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", err)
+	}
+	<-done
+	if events.count(middleware.EventStale) != 1 || events.count(middleware.EventStoreError) < 1 {
+		t.Fatalf("events %v, want renew store errors then one stale", events.kinds())
+	}
+}
+
+func TestNewPanics(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{})
+	for name, opts := range map[string]middleware.Options{
+		"empty methods":         {Methods: []string{}},
+		"empty method":          {Methods: []string{""}},
+		"negative body limit":   {MaxBodyBytes: -1},
+		"negative record":       {MaxRecordBytes: -1},
+		"negative lease":        {Lease: -time.Second},
+		"negative timeout":      {StoreTimeout: -time.Second},
+		"negative retry after":  {RetryAfter: -time.Second},
+		"records Set-Cookie":    {RecordHeaders: []string{"set-cookie"}},
+		"records Authorization": {RecordHeaders: []string{"Authorization"}},
+		"records hop-by-hop":    {RecordHeaders: []string{"Transfer-Encoding"}},
+		"records empty name":    {RecordHeaders: []string{""}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: New did not panic", name)
+				}
+			}()
+			middleware.New(store, opts)
+		}()
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("New(nil store) did not panic")
+			}
+		}()
+		middleware.New(nil, middleware.Options{})
+	}()
+}
