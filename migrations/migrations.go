@@ -34,7 +34,6 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -81,10 +80,13 @@ type Objects struct {
 	Sequence string
 	// CompleteFunc is the completion function (see the SQL).
 	CompleteFunc string
-	// Channel is the LISTEN/NOTIFY channel completions and releases are
-	// announced on. Its payload is the hex MD5 of scope, a NUL byte, and
-	// key: it names the key without exceeding NOTIFY's payload limit.
-	Channel string
+	// ChannelSQL is an SQL expression for the LISTEN/NOTIFY channel
+	// completions and releases are announced on: "idem_" and the table's
+	// oid, so that tables of the same name in different schemas (or
+	// databases) never share a channel. The payload is the hex MD5 of
+	// scope, a NUL byte, and key: it names the key within NOTIFY's payload
+	// limit.
+	ChannelSQL string
 	// VersionTable is goose's version table for this claim table.
 	VersionTable string
 	// StaleState is [StaleClaimSQLState].
@@ -116,13 +118,12 @@ func ObjectsFor(table string) (Objects, error) {
 	if (qualified && !schemaPattern.MatchString(schema)) || !tablePattern.MatchString(base) {
 		return Objects{}, fmt.Errorf("%w %q: want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes", ErrInvalidTable, table)
 	}
-	sum := sha256.Sum256([]byte("idem:" + table))
 	return Objects{
 		Table:        table,
 		Base:         base,
 		Sequence:     table + "_generation_seq",
 		CompleteFunc: table + "_complete",
-		Channel:      "idem_" + hex.EncodeToString(sum[:12]),
+		ChannelSQL:   "'idem_' || '" + table + "'::regclass::oid",
 		VersionTable: table + "_goose_version",
 		StaleState:   StaleClaimSQLState,
 	}, nil

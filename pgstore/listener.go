@@ -160,7 +160,13 @@ func (l *listener) listen(ctx context.Context) (connected bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, `LISTEN `+l.s.obj.Channel); err != nil {
+	// The channel names the table's oid, looked up on each connect so a
+	// re-created table is followed.
+	var channel string
+	if err := conn.QueryRow(ctx, l.s.sql.channel).Scan(&channel); err != nil {
+		return false, err
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
 		return false, err
 	}
 	l.setReady(true)

@@ -13,7 +13,7 @@ import (
 // string), key is text, and $now is a nullable timestamptz: null means the
 // database clock, statement_timestamp().
 type statements struct {
-	claim, complete, renew, release, sweep, waitCheck, inspect, forget, stats string
+	claim, complete, renew, release, sweep, waitCheck, inspect, forget, stats, channel string
 }
 
 // nowSQL is "now" in every statement.
@@ -30,7 +30,7 @@ func buildStatements(o migrations.Objects) statements {
 			"{T}", o.Table,
 			"{SEQ}", o.Sequence,
 			"{FN}", o.CompleteFunc,
-			"{CH}", o.Channel,
+			"{CH}", o.ChannelSQL,
 			"{PAYLOAD}", payloadSQL,
 		).Replace(strings.ReplaceAll(sql, "{NOW}", nowSQL))
 	}
@@ -88,7 +88,7 @@ WITH del AS (
     DELETE FROM {T} WHERE scope = $1 AND key = $2 AND generation = $3 AND state = 'claimed'
     RETURNING scope, key
 ), n AS (
-    SELECT pg_notify('{CH}', {PAYLOAD}) FROM del
+    SELECT pg_notify({CH}, {PAYLOAD}) FROM del
 )
 SELECT (SELECT count(*) FROM n), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2)`, "$3"),
 
@@ -118,7 +118,7 @@ WITH abandoned AS (
      WHERE t.scope = d.scope AND t.key = d.key
     RETURNING t.scope, t.key, d.abandoned
 ), n AS (
-    SELECT pg_notify('{CH}', {PAYLOAD}) FROM del WHERE abandoned
+    SELECT pg_notify({CH}, {PAYLOAD}) FROM del WHERE abandoned
 )
 SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM del WHERE NOT abandoned)`, "$2"),
 
@@ -143,9 +143,11 @@ WITH del AS (
        AND ($3 OR state <> 'claimed' OR lease_end <= {NOW})
     RETURNING scope, key
 ), n AS (
-    SELECT pg_notify('{CH}', {PAYLOAD}) FROM del
+    SELECT pg_notify({CH}, {PAYLOAD}) FROM del
 )
 SELECT (SELECT count(*) FROM n), EXISTS (SELECT FROM {T} WHERE scope = $1 AND key = $2)`, "$4"),
+
+		channel: r(`SELECT {CH}`, ""),
 
 		stats: r(`
 SELECT count(*) FILTER (WHERE state = 'claimed' AND lease_end > {NOW}),

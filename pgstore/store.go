@@ -86,6 +86,10 @@ type Store struct {
 
 	sql      statements
 	listener *listener
+
+	// waitBlocked, when set (tests only), is called when Wait has seen a
+	// live claim and is about to block on a notification.
+	waitBlocked func()
 }
 
 // New returns a store on pool. It validates opts but does not touch the
@@ -454,6 +458,9 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	// the wall clock; the poll interval covers it.
 	if left := time.Duration(*remaining) * time.Microsecond; s.now == nil && left < s.poll {
 		timer.Reset(left)
+	}
+	if s.waitBlocked != nil {
+		s.waitBlocked()
 	}
 	select {
 	case <-ch:

@@ -46,3 +46,7 @@ func TestContract(t *testing.T) {
 		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
 	})
 }
+
+func migrationsUp(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	return migrations.Up(ctx, pool, migrations.Options{Table: table})
+}

@@ -78,7 +78,7 @@ BEGIN
      WHERE scope = p_scope AND key = p_key
        AND generation = p_generation AND state = 'claimed';
     IF FOUND THEN
-        PERFORM pg_notify('{{.Channel}}', md5(p_scope || '\x00'::bytea || convert_to(p_key, 'UTF8')));
+        PERFORM pg_notify({{.ChannelSQL}}, md5(p_scope || '\x00'::bytea || convert_to(p_key, 'UTF8')));
         RETURN;
     END IF;
     SELECT generation INTO v_current FROM {{.Table}} WHERE scope = p_scope AND key = p_key;
