@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/middleware"
+)
+
+// errHelp is returned by run when -help was asked for: the usage was
+// printed and the process exits 0.
+var errHelp = errors.New("help requested")
+
+// usageError is a bad command line: the process exits 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var u *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &u):
+		return 2
+	}
+	return 1
+}
+
+// config is the demo's command line, after the environment was applied.
+type config struct {
+	addr            string
+	databaseURL     string
+	table           string
+	lease           time.Duration
+	wait            time.Duration
+	retention       time.Duration
+	sweepEvery      time.Duration
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+}
+
+// envVar is the environment variable of each flag. DATABASE_URL is the
+// conventional name; the others are prefixed so they cannot collide.
+var envVar = map[string]string{
+	"addr":             "IDEMDEMO_ADDR",
+	"database-url":     "DATABASE_URL",
+	"table":            "IDEMDEMO_TABLE",
+	"lease":            "IDEMDEMO_LEASE",
+	"wait":             "IDEMDEMO_WAIT",
+	"retention":        "IDEMDEMO_RETENTION",
+	"sweep-interval":   "IDEMDEMO_SWEEP_INTERVAL",
+	"shutdown-timeout": "IDEMDEMO_SHUTDOWN_TIMEOUT",
+	"log-level":        "IDEMDEMO_LOG_LEVEL",
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("idemdemo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port; port 0 picks a free one)")
+	fs.StringVar(&cfg.databaseURL, "database-url", "", "PostgreSQL `URL`; empty means the in-memory store (nothing survives a restart)")
+	fs.StringVar(&cfg.table, "table", "", "idem claim `table`, \"table\" or \"schema.table\" (empty: idem_keys)")
+	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it")
+	fs.DurationVar(&cfg.wait, "wait", middleware.DefaultWait, "how long a duplicate waits for an in-flight original before 409 (negative: no wait)")
+	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long a completed result is replayed")
+	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often abandoned claims and expired results are swept")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled and their claims released")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error (debug logs idempotency keys in clear)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: idemdemo [flags]
+
+The idem demo: an invoice API (POST/GET /invoices) protected by the
+Idempotency-Key middleware, an MCP endpoint (/mcp) with a create_invoice tool,
+/healthz and /metrics. Without a database URL it runs on the in-memory store.
+
+Every flag can also be set by the environment variable named in brackets;
+a flag on the command line wins.
+
+Flags:
+`)
+		fs.VisitAll(func(f *flag.Flag) {
+			name, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(fs.Output(), "  -%s %s\n    \t%s (default %q) [%s]\n", f.Name, name, usage, f.DefValue, envVar[f.Name])
+		})
+	}
+
+	// The environment first, so that flags on the command line override it.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envVar[f.Name]); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", envVar[f.Name], v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, &usageError{envErr}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, errHelp
+		}
+		return cfg, &usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return cfg, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+	}
+	switch {
+	case cfg.lease <= 0:
+		return cfg, &usageError{errors.New("-lease must be positive")}
+	case cfg.retention <= 0:
+		return cfg, &usageError{errors.New("-retention must be positive")}
+	case cfg.sweepEvery <= 0:
+		return cfg, &usageError{errors.New("-sweep-interval must be positive")}
+	case cfg.shutdownTimeout <= 0:
+		return cfg, &usageError{errors.New("-shutdown-timeout must be positive")}
+	}
+	return cfg, nil
+}
+
+// backend is what the demo runs on: the in-memory store or PostgreSQL.
+type backend struct {
+	name     string // "memory" or "postgres", for logs and /healthz
+	store    idem.Store
+	invoices invoiceStore
+	// health reports whether the store can be reached.
+	health func(ctx context.Context) error
+	close  func()
+}
+
+// run is the whole demo: it returns when ctx is cancelled (SIGINT/SIGTERM)
+// and every request has finished or been cancelled, or when it cannot
+// start.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	var be *backend
+	if cfg.databaseURL == "" {
+		logger.Warn("NO DATABASE: -database-url and DATABASE_URL are empty, so claims, results and invoices live in this process's memory only. " +
+			"They are lost on restart and not shared between instances. Set DATABASE_URL for the durable PostgreSQL store.")
+		be = newMemoryBackend(cfg)
+	} else {
+		be, err = newPostgresBackend(ctx, cfg, logger)
+		if err != nil {
+			return err
+		}
+	}
+	defer be.close()
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	app := newApp(cfg, be, logger, selfURL(ln.Addr()))
+	return app.serve(ctx, ln, stdout)
+}
+
+// selfURL is the base URL the MCP tool calls the invoice API on: the
+// listener's own address, with an unspecified host (0.0.0.0, ::) replaced
+// by loopback.
+func selfURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		if ip.To4() == nil && ip != nil {
+			ip = net.IPv6loopback
+		} else {
+			ip = net.IPv4(127, 0, 0, 1)
+		}
+	}
+	return "http://" + net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Port))
+}
+
+type app struct {
+	cfg     config
+	be      *backend
+	logger  *slog.Logger
+	metrics *metrics
+	handler http.Handler
+
+	// Requests being served, so that shutdown can wait for the ones it
+	// cancelled to release their claims.
+	active atomic.Int64
+	// streams is cancelled when shutdown begins: long-lived MCP streams
+	// (GET /mcp) end at once instead of holding shutdown until its bound.
+	streams       context.Context
+	cancelStreams context.CancelFunc
+}
+
+func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
+	a := &app{cfg: cfg, be: be, logger: logger, metrics: newMetrics()}
+	a.streams, a.cancelStreams = context.WithCancel(context.Background())
+
+	protect := middleware.New(be.store, middleware.Options{
+		Lease:    cfg.lease,
+		Wait:     cfg.wait,
+		Logger:   logger,
+		Observer: a.metrics.observeHTTP,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /invoices", protect(http.HandlerFunc(a.createInvoice)))
+	mux.HandleFunc("GET /invoices", a.listInvoices)
+	mux.Handle("/mcp", a.streamsEndOnShutdown(newMCPHandler(a, self)))
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.Handle("GET /metrics", a.metrics.handler())
+	a.handler = a.track(mux)
+	return a
+}
+
+// track counts the requests being served.
+func (a *app) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.active.Add(1)
+		defer a.active.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// streamsEndOnShutdown cancels GET requests (MCP's standalone SSE stream,
+// which lasts as long as the client wants) when shutdown begins.
+func (a *app) streamsEndOnShutdown(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(a.streams, cancel)
+		defer stop()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) error {
+	// Request contexts derive from base, not from ctx: a signal must not
+	// cancel running requests at once, only after the shutdown bound.
+	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+	}
+
+	var wg sync.WaitGroup
+	sweepCtx, stopSweeper := context.WithCancel(ctx)
+	defer stopSweeper()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.sweep(sweepCtx)
+	}()
+	defer wg.Wait()
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	a.logger.Info("idemdemo started", "addr", ln.Addr().String(), "store", a.be.name,
+		"lease", a.cfg.lease, "wait", a.cfg.wait, "retention", a.cfg.retention)
+	fmt.Fprintf(stdout, "idemdemo listening on http://%s (store: %s)\n", ln.Addr(), a.be.name)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.logger.Info("shutting down: finishing in-flight requests", "bound", a.cfg.shutdownTimeout, "active", a.active.Load())
+	a.cancelStreams()
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.shutdownTimeout)
+	err := srv.Shutdown(sctx)
+	cancel()
+	if err != nil {
+		// The bound ran out. Cancel what still runs: the invoice handler
+		// stops and answers 503, which the middleware does not record, so
+		// it releases the claim and a retry runs again (not waiting for
+		// the lease to run out).
+		a.logger.Warn("shutdown bound reached: cancelling in-flight requests; their claims are released", "active", a.active.Load())
+		cancelRequests()
+		a.drain(middleware.DefaultStoreTimeout)
+		_ = srv.Close()
+	}
+	<-served
+	a.logger.Info("stopped")
+	return nil
+}
+
+// drain waits, at most bound, for the active requests to return.
+func (a *app) drain(bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for a.active.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := a.active.Load(); n > 0 {
+		a.logger.Warn("requests still running after cancellation; their claims are left to expire with the lease", "active", n)
+	}
+}
+
+// sweepBatch is how many entries one Sweep call removes; a full batch means
+// there may be more, so the sweeper goes on at once.
+const sweepBatch = 1000
+
+// sweep removes abandoned claims and expired results every sweepEvery until
+// ctx is done. Every instance runs it: pgstore's sweep is safe to run
+// concurrently.
+func (a *app) sweep(ctx context.Context) {
+	t := time.NewTicker(a.cfg.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			st, err := a.be.store.Sweep(ctx, sweepBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					a.logger.Warn("sweep failed; retrying at the next interval", "err", err)
+				}
+				break
+			}
+			a.metrics.swept(st)
+			if st.Abandoned+st.Expired > 0 {
+				a.logger.Info("swept", "abandoned", st.Abandoned, "expired", st.Expired)
+			}
+			if st.Abandoned+st.Expired < sweepBatch {
+				break
+			}
+		}
+	}
+}
+
+func (a *app) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	w.Header().Set("Cache-Control", "no-store")
+	if err := a.be.health(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "store": a.be.name, "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "store": a.be.name})
+}

@@ -1,0 +1,33 @@
+// Command idemdemo is the idem demo service: a small invoice API whose
+// POST /invoices is protected by the Idempotency-Key middleware, and an MCP
+// endpoint whose create_invoice tool calls that API the way a generated MCP
+// server would, forwarding _meta.sessionId and _meta.idempotencyKey as
+// X-Session-Id and X-Idempotency-Key.
+//
+// Without a database (no -database-url, no DATABASE_URL) it keeps claims and
+// invoices in memory. With one it migrates the idem table at start, stores
+// claims with pgstore, sweeps abandoned claims and expired results, and
+// inserts each invoice in the same transaction that records its response.
+//
+// Run it with -help for the flags; docs/demo.md walks through it with curl.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if err != errHelp {
+			fmt.Fprintln(os.Stderr, "idemdemo:", err)
+		}
+		stop()
+		os.Exit(exitCode(err))
+	}
+}

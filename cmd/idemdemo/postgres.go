@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// invoicesDDL is the demo's own table. It is not an idem migration: it stands
+// for the application's business tables, which the application migrates
+// however it likes.
+const invoicesDDL = `CREATE TABLE IF NOT EXISTS idemdemo_invoices (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    customer     text   NOT NULL,
+    amount_cents bigint NOT NULL CHECK (amount_cents > 0),
+    created_at   timestamptz NOT NULL DEFAULT now()
+)`
+
+func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*backend, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.databaseURL)
+	if err != nil {
+		// pgx's message quotes the URL, password included: say only
+		// what is wrong.
+		return nil, &usageError{errors.New("-database-url / DATABASE_URL is not a valid PostgreSQL URL or DSN (want postgres://user:password@host:port/db?sslmode=disable)")}
+	}
+	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(connectCtx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if err := pool.Ping(connectCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, err)
+	}
+	// Replicas starting together are safe: Up serialises on an advisory
+	// lock, and CREATE TABLE IF NOT EXISTS is idempotent.
+	if err := migrations.Up(ctx, pool, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("create the invoices table: %w", err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{
+		Table:     cfg.table,
+		Lease:     cfg.lease,
+		Retention: cfg.retention,
+		Logger:    logger,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	logger.Info("using PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
+	return &backend{
+		name:     "postgres",
+		store:    store,
+		invoices: &pgInvoices{pool: pool, store: store, logger: logger},
+		health:   pool.Ping,
+		close: func() {
+			store.Close()
+			pool.Close()
+		},
+	}, nil
+}
+
+// pgInvoices keeps invoices in PostgreSQL, in the database of the idem
+// table, so that an invoice and the response that reports it commit in one
+// transaction.
+type pgInvoices struct {
+	pool   *pgxpool.Pool
+	store  *pgstore.Store
+	logger *slog.Logger
+}
+
+// create inserts the invoice and records the 201 in the same transaction
+// (middleware.Commit with pgstore's CompleteTx): either both commit or
+// neither does, so a crash at any point leaves no invoice without its
+// recorded response, and a retry never creates a second invoice.
+func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceRequest) {
+	ctx := r.Context()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		p.unavailable(w, err)
+		return
+	}
+	// After a commit this is a no-op. It must run even if the request was
+	// cancelled, so it gets a context of its own.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	inv := Invoice{Customer: req.Customer, AmountCents: req.AmountCents}
+	err = tx.QueryRow(ctx, `INSERT INTO idemdemo_invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+		inv.Customer, inv.AmountCents).Scan(&inv.ID)
+	if err != nil {
+		p.unavailable(w, err)
+		return
+	}
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	err = middleware.Commit(w, r, http.StatusCreated, hdr, invoiceJSON(inv),
+		func(ctx context.Context, tok idem.Token, res idem.Result) error {
+			if err := p.store.CompleteTx(ctx, tx, tok, res); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		})
+	switch {
+	case err == nil:
+	case errors.Is(err, middleware.ErrNoClaim):
+		// Not reached in the demo (every POST needs a key), but a handler
+		// must still work unprotected: commit and answer.
+		if err := tx.Commit(ctx); err != nil {
+			p.unavailable(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, inv)
+	default:
+		// Commit answered 503 and the middleware releases the claim.
+		p.logger.Warn("invoice not created: the transaction did not commit", "err", err)
+	}
+}
+
+func (p *pgInvoices) unavailable(w http.ResponseWriter, err error) {
+	p.logger.Warn("invoice not created: database error", "err", err)
+	writeProblem(w, http.StatusServiceUnavailable, "Database unavailable",
+		"The invoice could not be created. Retry with the same Idempotency-Key.")
+}
+
+func (p *pgInvoices) list(ctx context.Context) ([]Invoice, error) {
+	rows, err := p.pool.Query(ctx, `SELECT id, customer, amount_cents FROM idemdemo_invoices ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Invoice, error) {
+		var inv Invoice
+		err := row.Scan(&inv.ID, &inv.Customer, &inv.AmountCents)
+		return inv, err
+	})
+}
