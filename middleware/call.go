@@ -32,6 +32,9 @@ type call struct {
 	ctx    context.Context // the handler's context
 	cancel context.CancelCauseFunc
 	rec    recorder
+	// detached is the request's context without its cancellation: store
+	// calls for a handler that ran must happen even if the client left.
+	detached context.Context
 
 	// Set on the handler's goroutine (by Commit), read after it returns.
 	commit          commitState
@@ -45,14 +48,13 @@ type call struct {
 	staleSeen   bool
 	timer       *time.Timer
 	renewing    sync.WaitGroup
-	renewCtx    context.Context
-	renewCancel context.CancelFunc
-	deadline    time.Time // local estimate of the lease end; renewal goroutine only
+	renewCtx    context.Context    // made by the first renewal: most requests need none
+	renewCancel context.CancelFunc // cancels a renewal in progress when the handler returns
+	deadline    time.Time          // local estimate of the lease end; renewal goroutine only
 }
 
 func (c *call) startRenewal(claimStart time.Time) {
 	c.deadline = claimStart.Add(c.h.cfg.lease)
-	c.renewCtx, c.renewCancel = context.WithCancel(context.WithoutCancel(c.r.Context()))
 	c.mu.Lock()
 	c.timer = time.AfterFunc(c.h.cfg.renewEvery, c.renew)
 	c.mu.Unlock()
@@ -62,8 +64,11 @@ func (c *call) stopRenewal() {
 	c.mu.Lock()
 	c.stopped = true
 	c.timer.Stop()
+	cancel := c.renewCancel
 	c.mu.Unlock()
-	c.renewCancel()
+	if cancel != nil {
+		cancel()
+	}
 	c.renewing.Wait()
 }
 
@@ -72,6 +77,9 @@ func (c *call) renew() {
 	if c.stopped {
 		c.mu.Unlock()
 		return
+	}
+	if c.renewCtx == nil {
+		c.renewCtx, c.renewCancel = context.WithCancel(c.detached)
 	}
 	c.renewing.Add(1)
 	c.mu.Unlock()

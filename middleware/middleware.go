@@ -142,8 +142,15 @@ func withBody(r *http.Request, body []byte) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	b := new(bodyReader)
+	b.Reset(body)
+	r.Body = b
 }
+
+// bodyReader is the re-readable body the handler gets.
+type bodyReader struct{ bytes.Reader }
+
+func (bodyReader) Close() error { return nil }
 
 func (h *handler) claimFailed(w http.ResponseWriter, r *http.Request, req idem.ClaimRequest, body []byte, err error, took time.Duration) {
 	switch {
@@ -210,8 +217,8 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, req idem.ClaimR
 // storeCtx is the context of a store call made on behalf of a handler that
 // ran: not cancelled when the client leaves (the side effect happened and
 // must be recorded), but bounded.
-func (h *handler) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.storeTimeout)
+func (c *call) storeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.detached, c.h.cfg.storeTimeout)
 }
 
 func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.ClaimRequest, body []byte, claim idem.Claim, claimStart time.Time, took time.Duration) {
@@ -224,7 +231,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.Claim
 
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	c := &call{h: h, r: r, req: req, tok: claim.Token, ctx: ctx, cancel: cancel}
+	c := &call{h: h, r: r, req: req, tok: claim.Token, ctx: ctx, cancel: cancel, detached: context.WithoutCancel(r.Context())}
 	c.rec = recorder{w: w, cfg: h.cfg}
 	inner := r.WithContext(context.WithValue(ctx, callKey{}, c))
 	withBody(inner, body)
@@ -261,7 +268,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.Claim
 		h.release(c, "status "+strconv.Itoa(res.Status)+" is not recorded", dur)
 		return
 	}
-	sctx, scancel := h.storeCtx(r)
+	sctx, scancel := c.storeCtx()
 	err := h.store.Complete(sctx, c.tok, res)
 	scancel()
 	switch {
@@ -282,7 +289,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.Claim
 
 // release returns c's key so that a retry runs the handler again.
 func (h *handler) release(c *call, why string, dur time.Duration) {
-	sctx, scancel := h.storeCtx(c.r)
+	sctx, scancel := c.storeCtx()
 	err := h.store.Release(sctx, c.tok)
 	scancel()
 	switch {

@@ -284,18 +284,26 @@ func DefaultRecordPolicy(status int) bool {
 }
 
 // snapshot copies the recorded headers out of h. The copy is needed because
-// a handler may change its header map after the response was sent.
+// a handler may change its header map after the response was sent. All
+// values share one backing array.
 func (c *config) snapshot(h http.Header) map[string][]string {
-	var out map[string][]string
+	names, values := 0, 0
 	for _, name := range c.recordHeaders {
-		vs, ok := h[name]
-		if !ok || len(vs) == 0 {
-			continue
+		if n := len(h[name]); n > 0 {
+			names++
+			values += n
 		}
-		if out == nil {
-			out = make(map[string][]string, len(c.recordHeaders))
+	}
+	if names == 0 {
+		return nil
+	}
+	out := make(map[string][]string, names)
+	all := make([]string, 0, values)
+	for _, name := range c.recordHeaders {
+		if vs := h[name]; len(vs) > 0 {
+			all = append(all, vs...)
+			out[name] = all[len(all)-len(vs) : len(all) : len(all)]
 		}
-		out[name] = append([]string(nil), vs...)
 	}
 	return out
 }
