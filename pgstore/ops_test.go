@@ -1,0 +1,90 @@
+package pgstore_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/pgstore"
+)
+
+func TestInspectForgetStats(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	clock := idemtest.NewClock()
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Hour})
+	t0 := clock.Now()
+
+	live := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("live"), Fingerprint: "fp", Owner: "host-1", Lease: time.Hour}, idem.Acquired)
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("abandoned"), Lease: time.Second}, idem.Acquired)
+	done := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("done")}, idem.Acquired)
+	res := idem.Result{Status: 201, Body: []byte("ok")}
+	if err := s.Complete(ctx, done.Token, res); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+
+	e, ok, err := s.Inspect(ctx, "s", key("live"))
+	if err != nil || !ok {
+		t.Fatalf("inspect live: %v, %v", ok, err)
+	}
+	want := idem.Entry{State: idem.StateClaimed, Generation: live.Token.Generation, Fingerprint: "fp", Owner: "host-1", CreatedAt: t0, LeaseEnd: t0.Add(time.Hour)}
+	if e.State != want.State || e.Generation != want.Generation || e.Fingerprint != want.Fingerprint || e.Owner != want.Owner ||
+		!e.CreatedAt.Equal(want.CreatedAt) || !e.LeaseEnd.Equal(want.LeaseEnd) || !e.ExpiresAt.IsZero() {
+		t.Errorf("inspect live = %+v, want %+v", e, want)
+	}
+	e, ok, err = s.Inspect(ctx, "s", key("done"))
+	if err != nil || !ok || e.State != idem.StateCompleted || !e.Result.Equal(res) ||
+		!e.CompletedAt.Equal(t0) || !e.ExpiresAt.Equal(t0.Add(time.Hour)) || !e.LeaseEnd.IsZero() {
+		t.Errorf("inspect done = %+v, %v, %v", e, ok, err)
+	}
+	if _, ok, err := s.Inspect(ctx, "s", key("absent")); ok || err != nil {
+		t.Errorf("inspect absent = %v, %v", ok, err)
+	}
+
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Claimed != 1 || st.Abandoned != 1 || st.Completed != 1 || st.Expired != 0 ||
+		!st.OldestClaim.Equal(t0) || !st.OldestAbandoned.Equal(t0.Add(time.Second)) || st.TableBytes <= 0 {
+		t.Errorf("stats = %+v", st)
+	}
+
+	if ok, err := s.Forget(ctx, "s", key("live"), false); ok || !errors.Is(err, pgstore.ErrLiveClaim) {
+		t.Errorf("forget live claim unforced = %v, %v; want ErrLiveClaim", ok, err)
+	}
+	for _, k := range []string{"abandoned", "done"} {
+		if ok, err := s.Forget(ctx, "s", key(k), false); !ok || err != nil {
+			t.Errorf("forget %s = %v, %v; want forgotten", k, ok, err)
+		}
+	}
+	if ok, err := s.Forget(ctx, "s", key("live"), true); !ok || err != nil {
+		t.Errorf("forget live claim forced = %v, %v", ok, err)
+	}
+	if ok, err := s.Forget(ctx, "s", key("live"), true); ok || err != nil {
+		t.Errorf("forget absent = %v, %v; want false, nil", ok, err)
+	}
+	var se *idem.StaleClaimError
+	if err := s.Complete(ctx, live.Token, res); !errors.As(err, &se) || se.Current != 0 {
+		t.Errorf("complete after forget = %v, want stale with no current generation", err)
+	}
+	if st, err := s.Stats(ctx); err != nil || st.Claimed+st.Abandoned+st.Completed+st.Expired != 0 || !st.OldestClaim.IsZero() {
+		t.Errorf("stats of an empty table = %+v, %v", st, err)
+	}
+}
+
+func TestInvalidScope(t *testing.T) {
+	t.Parallel()
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{})
+	long := string(make([]byte, pgstore.MaxScopeLen+1))
+	_, err := s.Claim(testCtx(t), idem.ClaimRequest{Scope: long, Key: key("a")})
+	var ik *idem.InvalidKeyError
+	if !errors.As(err, &ik) {
+		t.Errorf("claim with a %d-byte scope: %v, want *idem.InvalidKeyError", len(long), err)
+	}
+}

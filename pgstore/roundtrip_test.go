@@ -1,0 +1,177 @@
+package pgstore_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// counter is a pgx tracer counting what a connection sends: statements,
+// and the extra round trips of preparing one.
+type counter struct{ queries, prepares atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.queries.Add(1)
+	return ctx
+}
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *counter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.prepares.Add(1)
+	return ctx
+}
+func (c *counter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (c *counter) reset() { c.queries.Store(0); c.prepares.Store(0) }
+
+// TestRoundTrips counts the statements each operation sends, on a warm
+// connection (pgx prepares and caches a statement on its first use).
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, schema := migrated(t)
+	cfg := testdb.Config(t, schema)
+	cfg.MaxConns = 1 // one connection, so the warm-up prepares what the test uses
+	tr := &counter{}
+	cfg.ConnConfig.Tracer = tr
+	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+
+	lifecycle := func(k string) (idem.Token, idem.Result) {
+		c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, idem.Acquired)
+		if _, err := s.Renew(ctx, c.Token, 0); err != nil {
+			t.Fatal(err)
+		}
+		res := idem.Result{Status: 201, Body: []byte(k)}
+		if err := s.Complete(ctx, c.Token, res); err != nil {
+			t.Fatal(err)
+		}
+		mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, idem.Completed)
+		r := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key(k + "-r")}, idem.Acquired)
+		if err := s.Release(ctx, r.Token); err != nil {
+			t.Fatal(err)
+		}
+		return c.Token, res
+	}
+	lifecycle("warm-up")
+
+	for _, tc := range []struct {
+		name string
+		op   func()
+	}{
+		{"claim", func() {
+			mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.Acquired)
+		}},
+		{"in flight", func() {
+			mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.InFlight)
+		}},
+		{"renew", func() {
+			tok := idem.Token{Scope: "s", Key: key("a"), Generation: mustInspect(t, ctx, s, "a").Generation}
+			tr.reset()
+			if _, err := s.Renew(ctx, tok, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"complete", func() {
+			tok := idem.Token{Scope: "s", Key: key("a"), Generation: mustInspect(t, ctx, s, "a").Generation}
+			tr.reset()
+			if err := s.Complete(ctx, tok, idem.Result{Status: 200, Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"replay", func() {
+			mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.Completed)
+		}},
+		{"release", func() {
+			c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("b")}, idem.Acquired)
+			tr.reset()
+			if err := s.Release(ctx, c.Token); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		tr.reset()
+		tc.op()
+		if q, p := tr.queries.Load(), tr.prepares.Load(); q != 1 || p != 0 {
+			t.Errorf("%s: %d statements and %d prepares, want 1 statement", tc.name, q, p)
+		}
+	}
+}
+
+func mustInspect(t *testing.T, ctx context.Context, s *pgstore.Store, k string) idem.Entry {
+	t.Helper()
+	e, ok, err := s.Inspect(ctx, "s", key(k))
+	if err != nil || !ok {
+		t.Fatalf("inspect %q: %v, %v", k, ok, err)
+	}
+	return e
+}
+
+// TestClaimRaceTakesASecondRoundTrip forces the one case the claim statement
+// cannot decide: the conflicting row is inserted by a transaction that
+// commits after the statement's snapshot was taken. The claim must wait for
+// it, look again, and report it in flight.
+func TestClaimRaceTakesASecondRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, schema := migrated(t)
+	cfg := testdb.Config(t, schema)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "racer-" + schema
+	tr := &counter{}
+	cfg.ConnConfig.Tracer = tr
+	racer := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The holder's claim, inside a transaction not yet committed.
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO idem_keys (scope, key, generation, state, lease_end, created_at)
+		VALUES ('s'::bytea, $1, nextval('idem_keys_generation_seq'), 'claimed', now() + interval '1 hour', now())`,
+		key("a").String()); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		c   idem.Claim
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		c, err := racer.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a")})
+		done <- outcome{c, err}
+	}()
+	// Wait until the racer's statement blocks on the uncommitted row.
+	for {
+		var blocked bool
+		if err := pool.QueryRow(ctx, `
+			SELECT EXISTS (SELECT FROM pg_stat_activity
+			 WHERE application_name = 'racer-' || current_schema() AND wait_event_type = 'Lock')`).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked {
+			break
+		}
+		select {
+		case o := <-done:
+			t.Fatalf("claim returned %+v, %v without waiting for the uncommitted row", o.c, o.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || o.c.Status != idem.InFlight {
+		t.Fatalf("racing claim = %+v, %v; want InFlight", o.c, o.err)
+	}
+	if q := tr.queries.Load(); q != 2 {
+		t.Errorf("racing claim sent %d statements, want 2 (the snapshot missed the row)", q)
+	}
+}
