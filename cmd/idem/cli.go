@@ -1,0 +1,665 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// errHelp: --help was asked for and printed; exit 0.
+var errHelp = errors.New("help requested")
+
+// usageError is a bad command line: exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// errAbsent: inspect found no entry; exit 1.
+var errAbsent = errors.New("no such key")
+
+func exitCode(err error) int {
+	var u *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &u):
+		return 2
+	}
+	return 1
+}
+
+func errorMessage(err error) string {
+	var u *usageError
+	if errors.As(err, &u) {
+		return u.msg + " (see idem --help)"
+	}
+	return err.Error()
+}
+
+// cli is one invocation: where it reads its environment and writes.
+type cli struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+	now    func() time.Time
+
+	databaseURL string
+	table       string
+}
+
+// command is a subcommand.
+type command struct {
+	name    string
+	usage   string // arguments, for the usage line
+	summary string
+	run     func(c *cli, ctx context.Context, args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"migrate", "up|down|status", "create, upgrade, roll back or show the idem schema", (*cli).migrate},
+		{"sweep", "[--once] [--interval D]", "release abandoned claims and delete expired results", (*cli).sweep},
+		{"stats", "[--json]", "counts by state, oldest live and abandoned claims, table size", (*cli).stats},
+		{"inspect", "--scope S (--key K | --http-key K) [--json]", "show one key: its claim or recorded result", (*cli).inspect},
+		{"forget", "--scope S (--key K | --http-key K) [--force]", "delete one key so that its next request runs again", (*cli).forget},
+	}
+}
+
+const topUsage = `Usage: idem [--database-url URL] [--table T] <command> [flags]
+
+idem is the operator's CLI for an idem claim table in PostgreSQL.
+
+Commands:
+%s
+Global flags (also accepted after the command):
+  --database-url URL  PostgreSQL URL (default $DATABASE_URL),
+                      e.g. postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable
+  --table T           claim table, "table" or "schema.table" (default idem_keys)
+
+Run "idem <command> --help" for a command's flags.
+`
+
+// run is the whole CLI, testable in-process.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := &cli{getenv: getenv, stdout: stdout, stderr: stderr, now: time.Now}
+	fs := c.flagSet("idem", func(w io.Writer) {
+		var b strings.Builder
+		for _, cmd := range commands {
+			fmt.Fprintf(&b, "  %-8s %s\n           %s\n", cmd.name, cmd.usage, cmd.summary)
+		}
+		fmt.Fprintf(w, topUsage, b.String())
+	})
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return usagef("no command given")
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	if name == "help" {
+		fs.Usage()
+		return errHelp
+	}
+	for _, cmd := range commands {
+		if cmd.name == name {
+			return cmd.run(c, ctx, rest)
+		}
+	}
+	return usagef("unknown command %q", name)
+}
+
+// flagSet returns a FlagSet carrying the global flags.
+func (c *cli) flagSet(name string, usage func(io.Writer)) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.StringVar(&c.databaseURL, "database-url", c.databaseURL, "PostgreSQL `URL` (default $DATABASE_URL)")
+	fs.StringVar(&c.table, "table", c.table, "claim `table`, \"table\" or \"schema.table\" (default idem_keys)")
+	fs.Usage = func() { usage(fs.Output()) }
+	return fs
+}
+
+// subFlagSet returns the FlagSet of a subcommand, with the global flags and
+// a usage text listing every flag.
+func (c *cli) subFlagSet(name, args, about string) *flag.FlagSet {
+	var fs *flag.FlagSet
+	fs = c.flagSet("idem "+name, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: idem %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.PrintDefaults()
+	})
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return &usageError{err.Error()}
+	}
+	return nil
+}
+
+func noArgs(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
+// connect opens a pool on the configured database and checks that it
+// answers, turning pgx's errors into one clear line.
+func (c *cli) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	url := c.databaseURL
+	if url == "" {
+		url = c.getenv("DATABASE_URL")
+	}
+	if url == "" {
+		return nil, usagef("no database: set DATABASE_URL or pass --database-url " +
+			"(e.g. postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable)")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usagef("the database URL is not a valid PostgreSQL URL or key=value DSN: %s", parseProblem(err))
+	}
+	cfg.MaxConns = 4
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(pctx, cfg)
+	if err == nil {
+		err = pool.Ping(pctx)
+		if err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s (user %q, database %q): %s",
+			net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), cfg.ConnConfig.User, cfg.ConnConfig.Database, connProblem(err))
+	}
+	return pool, nil
+}
+
+// parseProblem is what is wrong with a connection string, without the
+// string itself (it may hold a password).
+func parseProblem(err error) string {
+	if u := errors.Unwrap(err); u != nil {
+		return u.Error()
+	}
+	msg := err.Error()
+	// pgx: "cannot parse `<redacted url>`: <problem>"
+	if i := strings.Index(msg, "`: "); i >= 0 {
+		return msg[i+3:]
+	}
+	return "malformed"
+}
+
+// connProblem is the most useful part of a connection error: the server's
+// message, or the network error, rather than pgx's whole chain.
+func connProblem(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pg.Message, pg.Code)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Err.Error()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "no answer within 10s"
+	}
+	return err.Error()
+}
+
+// tableError explains a missing table, the most common first mistake.
+func (c *cli) tableError(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42P01" { // undefined_table
+		return fmt.Errorf("table %s does not exist: run \"idem migrate up\" first (or pass the right --table): %s", c.tableName(), pg.Message)
+	}
+	return err
+}
+
+func (c *cli) tableName() string {
+	if c.table == "" {
+		return migrations.DefaultTable
+	}
+	return c.table
+}
+
+func (c *cli) store(ctx context.Context) (*pgstore.Store, *pgxpool.Pool, error) {
+	if _, err := migrations.ObjectsFor(c.table); err != nil {
+		return nil, nil, &usageError{err.Error()}
+	}
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := pgstore.New(pool, pgstore.Options{Table: c.table})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return s, pool, nil
+}
+
+func (c *cli) migrate(ctx context.Context, args []string) error {
+	var yes bool
+	fs := c.subFlagSet("migrate", "up|down|status",
+		"up applies every migration not yet applied (safe to run from several replicas at once).\n"+
+			"down rolls back the most recent one; rolling back the first DROPS the table and every\n"+
+			"recorded result, so it needs --yes.\nstatus lists the migrations and whether each is applied.")
+	fs.BoolVar(&yes, "yes", false, "confirm \"down\", which drops the table and every recorded result")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("migrate: want exactly one of up, down, status")
+	}
+	action := fs.Arg(0)
+	if action != "up" && action != "down" && action != "status" {
+		return usagef("migrate: unknown action %q: want up, down or status", action)
+	}
+	if action == "down" && !yes {
+		return usagef("migrate down drops the table %s and every recorded result: add --yes to confirm", c.tableName())
+	}
+	if _, err := migrations.ObjectsFor(c.table); err != nil {
+		return &usageError{err.Error()}
+	}
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	opts := migrations.Options{Table: c.table}
+	switch action {
+	case "up":
+		if err := migrations.Up(ctx, pool, opts); err != nil {
+			return err
+		}
+	case "down":
+		if err := migrations.Down(ctx, pool, opts); err != nil {
+			return err
+		}
+	}
+	st, err := migrations.Status(ctx, pool, opts)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "table %s\nVERSION\tSTATE\tAPPLIED AT\n", c.tableName())
+	for _, m := range st {
+		applied := "-"
+		if !m.AppliedAt.IsZero() {
+			applied = m.AppliedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", m.Source.Version, m.State, applied)
+	}
+	return tw.Flush()
+}
+
+func (c *cli) sweep(ctx context.Context, args []string) error {
+	var (
+		once     bool
+		interval time.Duration
+		batch    int
+	)
+	fs := c.subFlagSet("sweep", "[--once] [--interval D]",
+		"Releases claims whose lease ran out and deletes results past retention, in batches.\n"+
+			"With --once it sweeps until nothing is left and exits; otherwise it sweeps every\n"+
+			"--interval until SIGINT/SIGTERM. Safe to run next to the applications' own sweepers.")
+	fs.BoolVar(&once, "once", false, "sweep once and exit")
+	fs.DurationVar(&interval, "interval", time.Minute, "time between sweeps when not --once")
+	fs.IntVar(&batch, "batch", pgstore.DefaultSweepBatch, "rows deleted per statement")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if interval <= 0 || batch <= 0 {
+		return usagef("sweep: --interval and --batch must be positive")
+	}
+	s, pool, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer s.Close()
+	logger := slog.New(slog.NewTextHandler(c.stderr, nil))
+	for {
+		var total idem.SweepStats
+		for {
+			st, err := s.Sweep(ctx, batch)
+			if err != nil {
+				if ctx.Err() != nil && !once {
+					return nil
+				}
+				err = c.tableError(err)
+				if once {
+					return err
+				}
+				logger.Warn("sweep failed; retrying at the next interval", "err", err)
+				break
+			}
+			total.Abandoned += st.Abandoned
+			total.Expired += st.Expired
+			if st.Abandoned+st.Expired < batch {
+				break
+			}
+		}
+		if once {
+			fmt.Fprintf(c.stdout, "swept: %d abandoned claims released, %d expired results deleted\n", total.Abandoned, total.Expired)
+			return nil
+		}
+		if total.Abandoned+total.Expired > 0 {
+			logger.Info("swept", "abandoned", total.Abandoned, "expired", total.Expired)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (c *cli) stats(ctx context.Context, args []string) error {
+	var asJSON bool
+	fs := c.subFlagSet("stats", "[--json]",
+		"Counts the table's keys by state (live claims, abandoned claims, results, expired results),\n"+
+			"shows the oldest live claim and the longest-abandoned one, and the table's size on disk.\n"+
+			"An abandoned claim far in the past means no sweeper runs. It scans the whole table.")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	s, pool, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer s.Close()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return c.tableError(err)
+	}
+	if asJSON {
+		return writeJSON(c.stdout, map[string]any{
+			"table":            c.tableName(),
+			"claimed":          st.Claimed,
+			"abandoned":        st.Abandoned,
+			"completed":        st.Completed,
+			"expired":          st.Expired,
+			"oldest_claim":     timeOrNil(st.OldestClaim),
+			"oldest_abandoned": timeOrNil(st.OldestAbandoned),
+			"table_bytes":      st.TableBytes,
+		})
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "table\t%s\n", c.tableName())
+	fmt.Fprintf(tw, "live claims\t%d\n", st.Claimed)
+	fmt.Fprintf(tw, "abandoned claims\t%d\t(lease ran out; released by the next sweep or taken over by a retry)\n", st.Abandoned)
+	fmt.Fprintf(tw, "results\t%d\n", st.Completed)
+	fmt.Fprintf(tw, "expired results\t%d\t(past retention; deleted by the next sweep)\n", st.Expired)
+	fmt.Fprintf(tw, "oldest live claim\t%s\n", c.ago(st.OldestClaim, "claimed"))
+	fmt.Fprintf(tw, "oldest abandoned claim\t%s\n", c.ago(st.OldestAbandoned, "lease ended"))
+	fmt.Fprintf(tw, "table size\t%s\n", bytesText(st.TableBytes))
+	return tw.Flush()
+}
+
+// keyFlags are the flags naming one key.
+type keyFlags struct {
+	scope     string
+	scopeSet  bool
+	key       string
+	httpKey   string
+	parsedKey idem.Key
+}
+
+func (k *keyFlags) register(fs *flag.FlagSet) {
+	fs.Func("scope", "the key's `scope`, exactly as stored (the middleware's default scope is a 64-character hex hash; find it with psql)", func(s string) error {
+		k.scope, k.scopeSet = s, true
+		return nil
+	})
+	fs.StringVar(&k.key, "key", "", "the key as stored, e.g. key/order-42 (see idem.Key)")
+	fs.StringVar(&k.httpKey, "http-key", "", "the key as a client sent it in Idempotency-Key, e.g. order-42")
+}
+
+func (k *keyFlags) resolve(cmd string) error {
+	switch {
+	case !k.scopeSet:
+		return usagef("%s: --scope is required (it may be empty: --scope '')", cmd)
+	case (k.key == "") == (k.httpKey == ""):
+		return usagef("%s: give exactly one of --key and --http-key", cmd)
+	}
+	var err error
+	if k.key != "" {
+		k.parsedKey, err = idem.KeyFromString(k.key)
+	} else {
+		k.parsedKey, err = idem.ParseKey(k.httpKey)
+	}
+	if err != nil {
+		return usagef("%s: %v", cmd, err)
+	}
+	return nil
+}
+
+func (c *cli) inspect(ctx context.Context, args []string) error {
+	var (
+		kf     keyFlags
+		asJSON bool
+	)
+	fs := c.subFlagSet("inspect", "--scope S (--key K | --http-key K) [--json]",
+		"Shows the entry of one key as stored: a claim (generation, owner, lease end; live or\n"+
+			"abandoned) or a recorded result (status, headers, body, retention). Exits 1 if absent.")
+	kf.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if err := kf.resolve("inspect"); err != nil {
+		return err
+	}
+	s, pool, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer s.Close()
+	e, ok, err := s.Inspect(ctx, kf.scope, kf.parsedKey)
+	if err != nil {
+		return c.tableError(err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: scope %q, key %q is absent (never claimed, released, swept or forgotten)", errAbsent, kf.scope, kf.parsedKey)
+	}
+	now := c.now()
+	if asJSON {
+		out := map[string]any{
+			"scope":       kf.scope,
+			"key":         kf.parsedKey.String(),
+			"state":       e.State.String(),
+			"generation":  e.Generation,
+			"fingerprint": e.Fingerprint,
+			"owner":       e.Owner,
+			"created_at":  timeOrNil(e.CreatedAt),
+		}
+		switch e.State {
+		case idem.StateClaimed:
+			out["lease_end"] = timeOrNil(e.LeaseEnd)
+			out["live"] = now.Before(e.LeaseEnd)
+		case idem.StateCompleted:
+			out["completed_at"] = timeOrNil(e.CompletedAt)
+			out["expires_at"] = timeOrNil(e.ExpiresAt)
+			out["result"] = e.Result
+		}
+		return writeJSON(c.stdout, out)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "scope\t%s\n", kf.scope)
+	fmt.Fprintf(tw, "key\t%s\n", kf.parsedKey)
+	state := e.State.String()
+	if e.State == idem.StateClaimed {
+		if now.Before(e.LeaseEnd) {
+			state += " (live)"
+		} else {
+			state += " (abandoned: lease ran out)"
+		}
+	}
+	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "generation\t%d\n", e.Generation)
+	fmt.Fprintf(tw, "owner\t%s\n", orDash(e.Owner))
+	fmt.Fprintf(tw, "fingerprint\t%s\n", orDash(e.Fingerprint))
+	fmt.Fprintf(tw, "claimed\t%s\n", c.ago(e.CreatedAt, ""))
+	switch e.State {
+	case idem.StateClaimed:
+		fmt.Fprintf(tw, "lease end\t%s\n", c.ago(e.LeaseEnd, ""))
+	case idem.StateCompleted:
+		fmt.Fprintf(tw, "completed\t%s\n", c.ago(e.CompletedAt, ""))
+		if e.ExpiresAt.IsZero() {
+			fmt.Fprintf(tw, "expires\tnever\n")
+		} else {
+			fmt.Fprintf(tw, "expires\t%s\n", c.ago(e.ExpiresAt, ""))
+		}
+		r := e.Result
+		if r.Unreplayable {
+			fmt.Fprintf(tw, "result\tstatus %d, unreplayable (the response was too large to record)\n", r.Status)
+			break
+		}
+		fmt.Fprintf(tw, "result\tstatus %d, %d body bytes\n", r.Status, len(r.Body))
+		names := make([]string, 0, len(r.Header))
+		for name := range r.Header {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			for _, v := range r.Header[name] {
+				fmt.Fprintf(tw, "  %s\t%s\n", name, v)
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if e.State == idem.StateCompleted && len(e.Result.Body) > 0 && !e.Result.Unreplayable {
+		fmt.Fprintf(c.stdout, "body:\n%s", e.Result.Body)
+		if !strings.HasSuffix(string(e.Result.Body), "\n") {
+			fmt.Fprintln(c.stdout)
+		}
+	}
+	return nil
+}
+
+func (c *cli) forget(ctx context.Context, args []string) error {
+	var (
+		kf    keyFlags
+		force bool
+	)
+	fs := c.subFlagSet("forget", "--scope S (--key K | --http-key K) [--force]",
+		"Deletes one key whatever its state, so that its next request runs the side effect again:\n"+
+			"for a result recorded in error, or a claim an operator knows is dead. A live claim\n"+
+			"(lease not run out) is refused without --force: its holder is probably still running,\n"+
+			"and forgetting it lets a retry run the side effect a second time.")
+	kf.register(fs)
+	fs.BoolVar(&force, "force", false, "forget even a live claim")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if err := kf.resolve("forget"); err != nil {
+		return err
+	}
+	s, pool, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer s.Close()
+	removed, err := s.Forget(ctx, kf.scope, kf.parsedKey, force)
+	switch {
+	case errors.Is(err, pgstore.ErrLiveClaim):
+		return fmt.Errorf("refusing to forget scope %q, key %q: it holds a live claim, whose holder is probably still running; "+
+			"wait for it (see \"idem inspect\"), or pass --force if you know the holder is dead", kf.scope, kf.parsedKey)
+	case err != nil:
+		return c.tableError(err)
+	case !removed:
+		fmt.Fprintf(c.stdout, "scope %q, key %q was absent: nothing to forget\n", kf.scope, kf.parsedKey)
+	default:
+		fmt.Fprintf(c.stdout, "forgot scope %q, key %q: its next request runs again\n", kf.scope, kf.parsedKey)
+	}
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func timeOrNil(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// ago renders t with its distance from now: "2026-… (3m0s ago)".
+func (c *cli) ago(t time.Time, what string) string {
+	if t.IsZero() {
+		return "none"
+	}
+	d := c.now().Sub(t).Round(time.Second)
+	rel := d.String() + " ago"
+	if d < 0 {
+		rel = "in " + (-d).String()
+	}
+	if what != "" {
+		rel = what + " " + rel
+	}
+	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), rel)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB (%d bytes)", float64(n)/(1<<30), n)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n)
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB (%d bytes)", float64(n)/(1<<10), n)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,32 @@
+// Command idem is the operator's CLI for an idem table in PostgreSQL:
+//
+//	idem migrate up|down|status    create, roll back or show the schema
+//	idem sweep [--once]            release abandoned claims, delete expired results
+//	idem stats                     counts by state, oldest claims, table size
+//	idem inspect --scope S --key K show one key: its claim or recorded result
+//	idem forget --scope S --key K  delete one key (a live claim needs --force)
+//
+// It connects to DATABASE_URL (or --database-url) and works on the table
+// named by --table (default idem_keys). Every command takes --help.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if code := exitCode(err); code != 0 {
+		if msg := errorMessage(err); msg != "" {
+			fmt.Fprintln(os.Stderr, "idem:", msg)
+		}
+		stop()
+		os.Exit(code)
+	}
+}
