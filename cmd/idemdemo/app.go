@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +194,7 @@ func selfURL(addr net.Addr) string {
 type app struct {
 	cfg     config
 	be      *backend
+	owner   string // names this process in claims, for operators
 	logger  *slog.Logger
 	metrics *metrics
 	handler http.Handler
@@ -207,12 +209,13 @@ type app struct {
 }
 
 func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
-	a := &app{cfg: cfg, be: be, logger: logger, metrics: newMetrics()}
+	a := &app{cfg: cfg, be: be, logger: logger, metrics: newMetrics(), owner: owner()}
 	a.streams, a.cancelStreams = context.WithCancel(context.Background())
 
 	protect := middleware.New(be.store, middleware.Options{
 		Lease:    cfg.lease,
 		Wait:     cfg.wait,
+		Owner:    a.owner,
 		Logger:   logger,
 		Observer: a.metrics.observeHTTP,
 	})
@@ -224,6 +227,13 @@ func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
 	mux.Handle("GET /metrics", a.metrics.handler())
 	a.handler = a.track(mux)
 	return a
+}
+
+// owner names this process in its claims ("idemdemo@host pid 42"), so that
+// an operator inspecting a stuck claim knows whose it is.
+func owner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("idemdemo@%s pid %d", host, os.Getpid())
 }
 
 // track counts the requests being served.

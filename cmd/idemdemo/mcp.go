@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem/mcphttp"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -51,20 +52,27 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := t.client.Do(hreq)
 	if err != nil {
-		return nil, toolOutput{}, fmt.Errorf("calling the invoice API: %w", err)
+		return nil, toolOutput{}, retryable(fmt.Sprintf("the invoice API could not be reached: %v", err))
 	}
 	defer resp.Body.Close()
 	respBody, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, toolOutput{}, fmt.Errorf("reading the invoice API's answer: %w", err)
+		return nil, toolOutput{}, retryable(fmt.Sprintf("reading the invoice API's answer: %v", err))
 	}
-	if resp.StatusCode != http.StatusCreated {
-		// A tool error, not a protocol error: the model sees the API's
-		// problem+json and can act on it (a 409 says retry later).
-		return &mcp.CallToolResult{
-			IsError: true,
-			Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("the invoice API answered %s: %s", resp.Status, bytes.TrimSpace(respBody))}},
-		}, toolOutput{}, nil
+	answer := fmt.Sprintf("the invoice API answered %s: %s", resp.Status, bytes.TrimSpace(respBody))
+	switch code := resp.StatusCode; {
+	case code == http.StatusCreated:
+	case code >= 500, code == http.StatusConflict, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		// Transient: nothing was created (a 409 says the original is
+		// still running). A JSON-RPC error, not a tool result, so that
+		// mcphttp releases the call's key and a retry runs the tool again;
+		// the API's own key dedupes that retry.
+		return nil, toolOutput{}, retryable(answer)
+	default:
+		// A final answer (400 invalid invoice, 422 key reused for other
+		// arguments): a tool error the model can read. mcphttp records it
+		// like any tool result.
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: answer}}}, toolOutput{}, nil
 	}
 	var out toolOutput
 	if err := json.Unmarshal(respBody, &out.Invoice); err != nil {
@@ -72,6 +80,15 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 	}
 	out.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
 	return nil, out, nil
+}
+
+// codeRetry is the JSON-RPC error code of a call that did not take effect
+// and may be retried with the same _meta.idempotencyKey (a server error in
+// the range JSON-RPC reserves for implementations).
+const codeRetry = -32000
+
+func retryable(msg string) error {
+	return &jsonrpc.Error{Code: codeRetry, Message: msg + " (nothing was created; retry with the same idempotency key)"}
 }
 
 // newMCPServer returns the demo's MCP server: one tool, create_invoice,
@@ -91,8 +108,17 @@ func newMCPServer(self string) *mcp.Server {
 	return server
 }
 
-// newMCPHandler serves the MCP Streamable HTTP transport at /mcp.
+// newMCPHandler serves the MCP Streamable HTTP transport at /mcp, with
+// tools/call deduplicated by mcphttp on the demo's store: a call repeated
+// with the same _meta.idempotencyKey (or, without one, the same session and
+// request id) replays the first call's result without running the tool.
 func newMCPHandler(a *app, self string) http.Handler {
 	server := newMCPServer(self)
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Logger: a.logger})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Logger: a.logger})
+	return mcphttp.New(a.be.store, mcphttp.Options{
+		Wait:   a.cfg.wait,
+		Lease:  a.cfg.lease,
+		Owner:  a.owner,
+		Logger: a.logger,
+	})(inner)
 }
