@@ -728,7 +728,24 @@ func runSuite(t *testing.T, newStore newKit) {
 
 	t.Run("LostLeaseCancelsHandler", func(t *testing.T) {
 		t.Parallel()
-		testLostLease(t, newStore)
+		testLostLease(t, newStore, false)
+	})
+
+	t.Run("LostLeaseFailsCommit", func(t *testing.T) {
+		t.Parallel()
+		testLostLease(t, newStore, true)
+	})
+
+	t.Run("ScopeByServeMuxPattern", func(t *testing.T) {
+		t.Parallel()
+		f := &fixture{kit: newStore(t)}
+		mux := http.NewServeMux()
+		mux.Handle("POST /invoices/{id}/pay", middleware.New(f.kit.store, middleware.Options{})(createHandler(f)))
+		wantStatus(t, serve(mux, newReq("POST", "/invoices/1/pay", `{}`, key("k"))), http.StatusCreated)
+		// One route, one scope: the key reused on another invoice is a
+		// different request, not a second payment.
+		wantProblem(t, serve(mux, newReq("POST", "/invoices/2/pay", `{}`, key("k"))), http.StatusUnprocessableEntity, middleware.TypeMismatch)
+		wantCalls(t, f, 1)
 	})
 
 	t.Run("TokenFrom", func(t *testing.T) {
@@ -898,7 +915,10 @@ func (s *stallRenew) Renew(ctx context.Context, tok idem.Token, lease time.Durat
 	return s.Store.Renew(ctx, tok, lease)
 }
 
-func testLostLease(t *testing.T, newStore newKit) {
+// testLostLease makes a running handler lose its claim: its renewal stalls
+// until the lease ran out and another caller took the key over. The handler
+// then answers as usual, or through Commit (useCommit).
+func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	kit := newStore(t)
 	stall := &stallRenew{Store: kit.store, stalled: make(chan struct{}, 1), proceed: make(chan struct{})}
 	var events eventLog
@@ -908,8 +928,18 @@ func testLostLease(t *testing.T, newStore newKit) {
 		func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			cause <- context.Cause(r.Context())
-			w.WriteHeader(http.StatusCreated)
-			io.WriteString(w, "too late")
+			if !useCommit {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "too late")
+				return
+			}
+			err := middleware.Commit(w, r, http.StatusCreated, nil, []byte("too late"), func(context.Context, idem.Token, idem.Result) error {
+				t.Error("Commit called record after the claim was lost")
+				return nil
+			})
+			if !errors.Is(err, middleware.ErrLeaseLost) {
+				t.Errorf("Commit after the claim was lost = %v, want ErrLeaseLost", err)
+			}
 		}))
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
@@ -935,7 +965,10 @@ func testLostLease(t *testing.T, newStore newKit) {
 	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {
 		t.Fatalf("handler's context cause = %v, want ErrLeaseLost", err)
 	}
-	<-done
+	late := <-done
+	if useCommit {
+		wantProblem(t, late, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	}
 	if events.count(middleware.EventStale) != 1 {
 		t.Fatalf("events %v, want one stale", events.kinds())
 	}
@@ -1031,7 +1064,8 @@ func testCommit(t *testing.T, newStore newKit) {
 	var failRecord atomic.Bool
 	var recordedRes idem.Result
 	commitErr := make(chan error, 1)
-	h := middleware.New(kit.store, middleware.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var events eventLog
+	h := middleware.New(kit.store, middleware.Options{Observer: events.observe})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
 		hdr := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"s=1"}}
 		body := []byte(fmt.Sprintf(`{"id":%d}`, n))
@@ -1076,6 +1110,12 @@ func testCommit(t *testing.T, newStore newKit) {
 	wantReplay(t, first, replay)
 	if calls.Load() != 2 {
 		t.Fatalf("handler ran %d times, want 2", calls.Load())
+	}
+	// The middleware did not complete the key a second time after Commit.
+	for kind, n := range map[middleware.EventKind]int{middleware.EventCompleted: 1, middleware.EventReleased: 1, middleware.EventStale: 0, middleware.EventStoreError: 0} {
+		if got := events.count(kind); got != n {
+			t.Fatalf("%v events: %d, want %d (all: %v)", kind, got, n, events.kinds())
+		}
 	}
 
 	// Unprotected: ErrNoClaim, nothing written.

@@ -1,0 +1,79 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"log"
+	"net/http"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// A service on PostgreSQL: the schema is migrated at start, the middleware is
+// mounted on the routes of an http.ServeMux, and the handler creates its
+// invoice and records its response in one transaction with Commit, so the
+// invoice exists exactly when its response can be replayed.
+func ExampleCommit() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	protect := middleware.New(store, middleware.Options{})
+	mux := http.NewServeMux()
+	mux.Handle("POST /invoices", protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Customer    string `json:"customer"`
+			AmountCents int64  `json:"amount_cents"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, "bad invoice", http.StatusBadRequest) // recorded and replayed
+			return
+		}
+		tx, err := pool.Begin(r.Context())
+		if err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable) // released: a retry runs again
+			return
+		}
+		defer tx.Rollback(context.WithoutCancel(r.Context())) // no-op after Commit
+		var id int64
+		err = tx.QueryRow(r.Context(),
+			`INSERT INTO invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+			in.Customer, in.AmountCents).Scan(&id)
+		if err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		body, _ := json.Marshal(map[string]any{"id": id, "customer": in.Customer, "amount_cents": in.AmountCents})
+		header := http.Header{"Content-Type": {"application/json"}}
+		err = middleware.Commit(w, r, http.StatusCreated, header, body,
+			func(ctx context.Context, tok idem.Token, res idem.Result) error {
+				if err := store.CompleteTx(ctx, tx, tok, res); err != nil {
+					return err // stale: the key is no longer ours; nothing commits
+				}
+				return tx.Commit(ctx)
+			})
+		if err != nil {
+			// Commit answered 503 and the key is released; the
+			// invoice was rolled back. Just log.
+			log.Printf("create invoice: %v", err)
+		}
+	})))
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
+}
