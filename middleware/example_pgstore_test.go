@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
