@@ -35,19 +35,30 @@ func buildStatements(o migrations.Objects) statements {
 		).Replace(strings.ReplaceAll(sql, "{NOW}", nowSQL))
 	}
 	return statements{
-		// Claim: insert, or take over a row whose claim's lease ran out or
-		// whose result's retention ran out; otherwise read the row. The
-		// read (the second SELECT) sees the statement's snapshot, which is
-		// the row the INSERT conflicted with unless that row committed
-		// after the statement began: Claim detects that case (no row, or
-		// a row by which the claim should have succeeded) and runs the
-		// statement again. Every attempt draws a generation, used or not:
-		// gaps are harmless, reuse is impossible.
+		// Claim: read the row; if it holds a live claim or a retained
+		// result, answer from it without writing (a replay or a duplicate
+		// takes no lock and writes no WAL). Otherwise insert, or take over a
+		// row whose claim's lease or whose result's retention ran out.
+		//
+		// The read sees the statement's snapshot. If the INSERT conflicts
+		// with a row that committed after the snapshot (a concurrent first
+		// claim), the statement returns either no row or a row by which the
+		// claim should have succeeded; Claim detects both and runs the
+		// statement again, on a newer snapshot. A generation is drawn only
+		// when inserting or taking over; an attempt that conflicts wastes
+		// one, which is harmless (gaps are allowed, reuse is impossible).
 		claim: r(`
-WITH ins AS (
+WITH cur AS (
+    SELECT state, generation, fingerprint, lease_end, expires_at, result
+      FROM {T} WHERE scope = $1 AND key = $2
+), ins AS (
     INSERT INTO {T} AS t (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
-    VALUES ($1, $2, nextval('{SEQ}'), 'claimed', $3, $4, false,
-            {NOW} + $5::bigint * interval '1 microsecond', {NOW})
+    SELECT $1::bytea, $2::text, nextval('{SEQ}'), 'claimed', $3::text, $4::text, false,
+           {NOW} + $5::bigint * interval '1 microsecond', {NOW}
+     WHERE NOT EXISTS (
+           SELECT FROM cur
+            WHERE (state = 'claimed' AND lease_end > {NOW})
+               OR (state = 'completed' AND (expires_at IS NULL OR expires_at > {NOW})))
     ON CONFLICT (scope, key) DO UPDATE
        SET generation = excluded.generation,
            state = 'claimed',
@@ -66,7 +77,7 @@ WITH ins AS (
 SELECT true, generation, lease_end, takeover, '', '', NULL::timestamptz, NULL::jsonb, {NOW} FROM ins
 UNION ALL
 SELECT false, generation, lease_end, false, state, fingerprint, expires_at, result, {NOW}
-  FROM {T} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM ins)`, "$6"),
+  FROM cur WHERE NOT EXISTS (SELECT FROM ins)`, "$6"),
 
 		// Complete: the completion function of the migration, which raises
 		// SQLSTATE migrations.StaleClaimSQLState for a stale generation
