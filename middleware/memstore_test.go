@@ -174,3 +174,24 @@ func TestNewPanics(t *testing.T) {
 		middleware.New(nil, middleware.Options{})
 	}()
 }
+
+// An informational response (103 Early Hints) is sent, but the final status
+// is what is recorded.
+func TestInformationalNotRecorded(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte("accepted"))
+	}))
+	// (httptest.ResponseRecorder reports the 103 as the first's Code.)
+	serve(h, newReq("POST", "/a", `{}`, key("k")))
+	replay := serve(h, newReq("POST", "/a", `{}`, key("k")))
+	wantStatus(t, replay, http.StatusAccepted)
+	if replay.Body.String() != "accepted" || replay.Header().Get("Link") == "" || calls.Load() != 1 {
+		t.Fatalf("replay %d %v %q after %d runs", replay.Code, replay.Header(), replay.Body, calls.Load())
+	}
+}

@@ -129,7 +129,8 @@ type Options struct {
 	RecordPolicy RecordPolicy
 
 	// Lease is the lease of a claim, renewed about every third of it while
-	// the handler runs. Zero means [idem.DefaultLease]. Negative panics.
+	// the handler runs. Zero means [idem.DefaultLease]. Negative or less
+	// than a millisecond panics.
 	Lease time.Duration
 
 	// Wait bounds how long a duplicate of an in-flight request waits for
@@ -247,6 +248,9 @@ func newConfig(o Options) *config {
 		c.recordPolicy = DefaultRecordPolicy
 	}
 	c.lease = time.Duration(positive("Lease", int64(o.Lease), int64(defaultLease)))
+	if c.lease < time.Millisecond {
+		panic(fmt.Sprintf("middleware: Options.Lease %v is shorter than a millisecond", c.lease))
+	}
 	c.renewEvery = c.lease / 3
 	switch {
 	case o.Wait == 0:
