@@ -1,0 +1,434 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/middleware"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const acme = `{"customer":"acme","amount_cents":1200}`
+
+// The REST contract against PostgreSQL: create, replay, mismatch,
+// validation, missing key, and the count of side effects.
+func TestInvoicesPostgres(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	d := startDemo(t, dbURL)
+
+	first := d.do("POST", "/invoices", "order-1", acme)
+	mustStatus(t, "create", first, http.StatusCreated)
+	var inv Invoice
+	if err := json.Unmarshal(first.body, &inv); err != nil {
+		t.Fatalf("invoice JSON: %v in %s", err, first.body)
+	}
+	if inv.ID <= 0 || inv.Customer != "acme" || inv.AmountCents != 1200 {
+		t.Fatalf("created %+v, want acme 1200 with an id", inv)
+	}
+	if got := first.header.Get("Idempotent-Replayed"); got != "" {
+		t.Fatalf("first response has Idempotent-Replayed %q", got)
+	}
+
+	retry := d.do("POST", "/invoices", "order-1", acme)
+	mustStatus(t, "retry", retry, http.StatusCreated)
+	if string(retry.body) != string(first.body) {
+		t.Fatalf("retry body %s, want the original %s", retry.body, first.body)
+	}
+	if got := retry.header.Get("Idempotent-Replayed"); got != "true" {
+		t.Fatalf("retry Idempotent-Replayed %q, want true", got)
+	}
+
+	changed := d.do("POST", "/invoices", "order-1", `{"customer":"acme","amount_cents":1300}`)
+	mustStatus(t, "changed body", changed, http.StatusUnprocessableEntity)
+	if typ := problemType(t, changed); typ != middleware.TypeMismatch {
+		t.Fatalf("changed body: problem type %s", typ)
+	}
+
+	missing := d.do("POST", "/invoices", "", acme)
+	mustStatus(t, "no key", missing, http.StatusBadRequest)
+	if typ := problemType(t, missing); typ != middleware.TypeMissingKey {
+		t.Fatalf("no key: problem type %s", typ)
+	}
+
+	for _, tc := range []struct{ key, body string }{
+		{"bad-1", `{"customer":"acme"`},
+		{"bad-2", `{"customer":"","amount_cents":5}`},
+		{"bad-3", `{"customer":"acme","amount_cents":0}`},
+		{"bad-4", `{"customer":"acme","amount_cents":-5}`},
+		{"bad-5", `{"customer":"acme","amount_cents":5,"extra":1}`},
+	} {
+		r := d.do("POST", "/invoices", tc.key, tc.body)
+		mustStatus(t, "invalid "+tc.body, r, http.StatusBadRequest)
+		problemType(t, r)
+		// The 400 is recorded like any answer below 500: its retry is a
+		// replay.
+		again := d.do("POST", "/invoices", tc.key, tc.body)
+		mustStatus(t, "invalid retry "+tc.body, again, http.StatusBadRequest)
+		if again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(r.body) {
+			t.Fatalf("retry of invalid %s: replayed %q, body %s", tc.body, again.header.Get("Idempotent-Replayed"), again.body)
+		}
+	}
+
+	second := d.do("POST", "/invoices", "order-2", acme)
+	mustStatus(t, "second key", second, http.StatusCreated)
+	if invs := d.invoices(); len(invs) != 2 {
+		t.Fatalf("%d invoices, want 2 (one per key): %+v", len(invs), invs)
+	}
+}
+
+// A duplicate of a slow request waits for it and gets its result; on an
+// instance with no wait it gets 409 with Retry-After. A request still
+// running when the shutdown bound runs out is cancelled and its claim
+// released, so the key runs again.
+func TestInFlightAndShutdownRelease(t *testing.T) {
+	t.Parallel()
+	dbURL, conn := pgURL(t)
+	a := startDemo(t, dbURL, "-wait", "1m")
+	b := startDemo(t, dbURL, "-wait", "-1s", "-shutdown-timeout", "200ms")
+
+	// A waiting duplicate gets the original's response.
+	slow := `{"customer":"slow","amount_cents":7,"delay_ms":1500}`
+	orig := make(chan response, 1)
+	go func() { orig <- a.do("POST", "/invoices", "slow-1", slow) }()
+	waitForState(t, conn, "key/slow-1", "claimed")
+	dup := a.do("POST", "/invoices", "slow-1", slow)
+	first := <-orig
+	mustStatus(t, "original", first, http.StatusCreated)
+	mustStatus(t, "waiting duplicate", dup, http.StatusCreated)
+	if string(dup.body) != string(first.body) || dup.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("duplicate got %s (replayed %q), want the original's %s replayed", dup.body, dup.header.Get("Idempotent-Replayed"), first.body)
+	}
+
+	// A request that outlives b's shutdown bound; its duplicate on b,
+	// which does not wait, is answered 409.
+	long := `{"customer":"long","amount_cents":9,"delay_ms":600000}`
+	cancelled := make(chan response, 1)
+	go func() { cancelled <- b.do("POST", "/invoices", "long-1", long) }()
+	waitForState(t, conn, "key/long-1", "claimed")
+	conflict := b.do("POST", "/invoices", "long-1", long)
+	mustStatus(t, "in-flight duplicate", conflict, http.StatusConflict)
+	if typ := problemType(t, conflict); typ != middleware.TypeInFlight {
+		t.Fatalf("in-flight duplicate: problem type %s", typ)
+	}
+	if ra, err := strconv.Atoi(conflict.header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("in-flight duplicate: Retry-After %q", conflict.header.Get("Retry-After"))
+	}
+
+	b.stop()
+	mustStatus(t, "request cancelled by shutdown", <-cancelled, http.StatusServiceUnavailable)
+	if !strings.Contains(b.stderr.String(), "released idempotency key") {
+		t.Errorf("b's log does not report the release:\n%s", b.stderr.String())
+	}
+	// Released, not left to its lease: the key is absent at once, and no
+	// invoice was created for it.
+	waitForState(t, conn, "key/long-1", "")
+	for _, inv := range a.invoices() {
+		if inv.Customer == "long" {
+			t.Fatalf("the cancelled request created an invoice: %+v", inv)
+		}
+	}
+	// So the key runs again (without the delay: a released key has no
+	// fingerprint to match).
+	again := a.do("POST", "/invoices", "long-1", `{"customer":"long","amount_cents":9}`)
+	mustStatus(t, "retry after release", again, http.StatusCreated)
+	if again.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("retry after release was replayed; want a fresh run")
+	}
+	if invs := a.invoices(); len(invs) != 2 {
+		t.Fatalf("%d invoices, want 2 (slow-1 once, long-1 once): %+v", len(invs), invs)
+	}
+}
+
+// A completed result survives a restart of the process: the new process
+// replays it byte for byte, over REST and over MCP (a new MCP session).
+func TestRestartReplays(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	a := startDemo(t, dbURL)
+	first := a.do("POST", "/invoices", "restart-1", acme)
+	mustStatus(t, "create", first, http.StatusCreated)
+	mcpFirst := callTool(t, a, map[string]any{"customer": "mcp", "amount_cents": 500}, mcp.Meta{"idempotencyKey": "restart-mcp-1"})
+	a.stop()
+
+	b := startDemo(t, dbURL)
+	retry := b.do("POST", "/invoices", "restart-1", acme)
+	mustStatus(t, "retry after restart", retry, http.StatusCreated)
+	if string(retry.body) != string(first.body) {
+		t.Fatalf("after restart: body %q, want %q", retry.body, first.body)
+	}
+	if retry.header.Get("Content-Type") != first.header.Get("Content-Type") || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after restart: headers %v, want the original Content-Type and Idempotent-Replayed", retry.header)
+	}
+	mcpRetry := callTool(t, b, map[string]any{"customer": "mcp", "amount_cents": 500}, mcp.Meta{"idempotencyKey": "restart-mcp-1"})
+	if mcpRetry != mcpFirst {
+		t.Fatalf("MCP after restart: %s, want %s", mcpRetry, mcpFirst)
+	}
+	if invs := b.invoices(); len(invs) != 2 {
+		t.Fatalf("%d invoices, want 2: %+v", len(invs), invs)
+	}
+}
+
+// callTool calls create_invoice in a new MCP session and returns its
+// structured result as JSON, failing on a tool error.
+func callTool(t *testing.T, d *demo, args map[string]any, meta mcp.Meta) string {
+	t.Helper()
+	res := callToolResult(t, d, args, meta)
+	if res.IsError {
+		t.Fatalf("create_invoice: tool error %s", toolText(res))
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func callToolResult(t *testing.T, d *demo, args map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	client := mcp.NewClient(&mcp.Implementation{Name: "idemdemo-test", Version: "1.0.0"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.url + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("MCP connect: %v", err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_invoice", Arguments: args, Meta: meta})
+	if err != nil {
+		t.Fatalf("create_invoice: %v", err)
+	}
+	return res
+}
+
+func toolText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// The MCP tool: the same _meta.idempotencyKey creates one invoice, and the
+// tool forwards _meta as X-Session-Id / X-Idempotency-Key, so the REST API
+// itself recognises the call (seed 003, end to end).
+func TestMCPTool(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	d := startDemo(t, dbURL)
+	const key = "4f1c0c5e0b8f2a1d9e7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e"
+	args := map[string]any{"customer": "mcp", "amount_cents": 4200}
+	meta := mcp.Meta{"sessionId": "conv-1", "idempotencyKey": key}
+
+	first := callTool(t, d, args, meta)
+	second := callTool(t, d, args, meta)
+	if first != second {
+		t.Fatalf("second call %s, want the first's %s", second, first)
+	}
+	var out toolOutput
+	if err := json.Unmarshal([]byte(first), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.ID <= 0 || out.Customer != "mcp" || out.AmountCents != 4200 || out.Replayed {
+		t.Fatalf("tool result %+v", out)
+	}
+	if invs := d.invoices(); len(invs) != 1 {
+		t.Fatalf("%d invoices after two calls with one key, want 1: %+v", len(invs), invs)
+	}
+
+	// What the tool sent upstream, sent again by hand: replayed by the
+	// REST middleware, so the tool did forward both headers.
+	rest := d.do("POST", "/invoices", "", `{"customer":"mcp","amount_cents":4200}`,
+		"X-Session-Id", "conv-1", "X-Idempotency-Key", key)
+	mustStatus(t, "REST call with the tool's headers", rest, http.StatusCreated)
+	var inv Invoice
+	if err := json.Unmarshal(rest.body, &inv); err != nil {
+		t.Fatal(err)
+	}
+	if rest.header.Get("Idempotent-Replayed") != "true" || inv.ID != out.ID {
+		t.Fatalf("REST call with the tool's headers: replayed %q, invoice %+v; want the tool's invoice %d replayed",
+			rest.header.Get("Idempotent-Replayed"), inv, out.ID)
+	}
+
+	// A different key is a different call; no key at all is keyed by
+	// mcphttp (session and request id) and still runs once.
+	callTool(t, d, args, mcp.Meta{"sessionId": "conv-1", "idempotencyKey": "another-key"})
+	callTool(t, d, map[string]any{"customer": "nokey", "amount_cents": 1}, nil)
+	if invs := d.invoices(); len(invs) != 3 {
+		t.Fatalf("%d invoices, want 3: %+v", len(invs), invs)
+	}
+
+	// The API's 400 reaches the model as a tool error.
+	bad := callToolResult(t, d, map[string]any{"customer": "mcp", "amount_cents": 0}, mcp.Meta{"idempotencyKey": "bad-amount"})
+	if !bad.IsError || !strings.Contains(toolText(bad), "400") {
+		t.Fatalf("invalid amount: IsError %v, text %q; want a tool error with the API's 400", bad.IsError, toolText(bad))
+	}
+}
+
+// /healthz and /metrics, and a database that goes away: /healthz says 503
+// and a POST is refused 503 without running the handler.
+func TestHealthMetricsAndOutage(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	d := startDemo(t, u.String())
+
+	h := d.do("GET", "/healthz", "", "")
+	mustStatus(t, "healthz", h, http.StatusOK)
+	if strings.TrimSpace(string(h.body)) != `{"status":"ok","store":"postgres"}` {
+		t.Fatalf("healthz body %s", h.body)
+	}
+
+	mustStatus(t, "create", d.do("POST", "/invoices", "m-1", acme), http.StatusCreated)
+	mustStatus(t, "retry", d.do("POST", "/invoices", "m-1", acme), http.StatusCreated)
+	mustStatus(t, "mismatch", d.do("POST", "/invoices", "m-1", `{"customer":"x","amount_cents":1}`), http.StatusUnprocessableEntity)
+	m := d.do("GET", "/metrics", "", "")
+	mustStatus(t, "metrics", m, http.StatusOK)
+	for series, want := range map[string]string{
+		`idem_claimed_total{adapter="http"}`:                                      "1",
+		`idem_completed_total{adapter="http"}`:                                    "1",
+		`idem_replayed_total{adapter="http"}`:                                     "1",
+		`idem_mismatched_total{adapter="http"}`:                                   "1",
+		`idem_in_flight_total{adapter="http"}`:                                    "0",
+		`idem_released_total{adapter="http"}`:                                     "0",
+		`idem_stale_total{adapter="http"}`:                                        "0",
+		`idem_swept_total{kind="abandoned"}`:                                      "0",
+		`idem_swept_total{kind="expired"}`:                                        "0",
+		`idem_claim_duration_seconds_count{adapter="http",outcome="claimed"}`:     "1",
+		`idem_claim_duration_seconds_count{adapter="http",outcome="replayed"}`:    "1",
+		`idem_handler_duration_seconds_count{adapter="http",outcome="completed"}`: "1",
+	} {
+		if got := metricValue(string(m.body), series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("metrics:\n%s", m.body)
+	}
+
+	proxy.cut()
+	down := d.do("GET", "/healthz", "", "")
+	mustStatus(t, "healthz with the database down", down, http.StatusServiceUnavailable)
+	if !strings.Contains(string(down.body), `"status":"unavailable"`) {
+		t.Fatalf("healthz body %s", down.body)
+	}
+	refused := d.do("POST", "/invoices", "m-2", acme)
+	mustStatus(t, "POST with the database down", refused, http.StatusServiceUnavailable)
+	if typ := problemType(t, refused); typ != middleware.TypeStoreUnavailable {
+		t.Fatalf("POST with the database down: problem type %s", typ)
+	}
+}
+
+func metricValue(text, series string) string {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// A process killed mid-request leaves its claim; once the lease runs out
+// another instance's sweeper releases it (and counts it), and the key runs
+// again.
+func TestCrashedClaimIsSwept(t *testing.T) {
+	t.Parallel()
+	dbURL, conn := pgURL(t)
+	a := startDemo(t, dbURL, "-lease", "1s")
+	go func() {
+		// Fails when a is killed; the response does not matter.
+		req, _ := http.NewRequest("POST", a.url+"/invoices", strings.NewReader(`{"customer":"crash","amount_cents":3,"delay_ms":600000}`))
+		req.Header.Set("Idempotency-Key", "crash-1")
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := a.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitForState(t, conn, "key/crash-1", "claimed")
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-a.done
+
+	b := startDemo(t, dbURL, "-sweep-interval", "100ms")
+	waitForState(t, conn, "key/crash-1", "")
+	deadline := time.Now().Add(time.Minute)
+	for metricValue(string(b.do("GET", "/metrics", "", "").body), `idem_swept_total{kind="abandoned"}`) != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("idem_swept_total{kind=\"abandoned\"} did not reach 1")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	again := b.do("POST", "/invoices", "crash-1", `{"customer":"crash","amount_cents":3}`)
+	mustStatus(t, "retry after the crash", again, http.StatusCreated)
+	if invs := b.invoices(); len(invs) != 1 {
+		t.Fatalf("%d invoices, want 1: %+v", len(invs), invs)
+	}
+}
+
+// Without a database the demo runs on memstore, and says so.
+func TestMemoryMode(t *testing.T) {
+	t.Parallel()
+	d := startDemo(t, "")
+	if !strings.Contains(d.stdout.String(), "(store: memory)") || !strings.Contains(d.stderr.String(), "NO DATABASE") {
+		t.Fatalf("memory mode is not announced; stdout:\n%s\nstderr:\n%s", d.stdout.String(), d.stderr.String())
+	}
+	first := d.do("POST", "/invoices", "mem-1", acme)
+	mustStatus(t, "create", first, http.StatusCreated)
+	retry := d.do("POST", "/invoices", "mem-1", acme)
+	if string(retry.body) != string(first.body) || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %s replayed %q", retry.body, retry.header.Get("Idempotent-Replayed"))
+	}
+	out := callTool(t, d, map[string]any{"customer": "mcp", "amount_cents": 1}, mcp.Meta{"idempotencyKey": "mem-mcp"})
+	if again := callTool(t, d, map[string]any{"customer": "mcp", "amount_cents": 1}, mcp.Meta{"idempotencyKey": "mem-mcp"}); again != out {
+		t.Fatalf("MCP retry %s, want %s", again, out)
+	}
+	if invs := d.invoices(); len(invs) != 2 {
+		t.Fatalf("%d invoices, want 2: %+v", len(invs), invs)
+	}
+	h := d.do("GET", "/healthz", "", "")
+	mustStatus(t, "healthz", h, http.StatusOK)
+	if strings.TrimSpace(string(h.body)) != `{"status":"ok","store":"memory"}` {
+		t.Fatalf("healthz body %s", h.body)
+	}
+}
+
+// A database URL that does not work stops the demo at start with a clear
+// message and a failure exit.
+func TestBadDatabaseURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ url, want string }{
+		{"postgres://idem:idem@127.0.0.1:port/x", "not a valid PostgreSQL URL"},
+		{"postgres://idem:idem@127.0.0.1:1/x?sslmode=disable&connect_timeout=5", "connect to PostgreSQL at 127.0.0.1:1"},
+	} {
+		cmd := exec.Command(demoBinary, "-addr", "127.0.0.1:0")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+tc.url)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("%s: the demo started", tc.url)
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Fatalf("%s: output %q, want it to contain %q", tc.url, out, tc.want)
+		}
+		if strings.Contains(string(out), "idem:idem@") {
+			t.Fatalf("%s: the password is printed: %q", tc.url, out)
+		}
+	}
+}

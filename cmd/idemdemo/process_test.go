@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+)
+
+// demoBinary is the idemdemo binary TestMain builds once for every test
+// that runs the demo as a process.
+var demoBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "idemdemo-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	demoBinary = filepath.Join(dir, "idemdemo")
+	build := exec.Command("go", "build", "-race", "-o", demoBinary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building idemdemo:", err)
+		return 1
+	}
+	// goleak.VerifyTestMain would call os.Exit itself, before the deferred
+	// removal; Find checks the same after the tests ran.
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// lockedBuffer collects a process's stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// demo is a running idemdemo process.
+type demo struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string // http://127.0.0.1:port
+	stdout *lockedBuffer
+	stderr *lockedBuffer
+	done   chan struct{} // closed when the process exited
+	err    error         // its exit status, once done
+	client *http.Client
+}
+
+var listening = regexp.MustCompile(`idemdemo listening on (http://\S+) \(store: (\w+)\)`)
+
+// startDemo runs the demo with args on a free port, with DATABASE_URL set
+// to databaseURL (empty: unset), and waits until it listens. It is stopped
+// (SIGTERM) when t ends, if it has not been already.
+func startDemo(t *testing.T, databaseURL string, args ...string) *demo {
+	t.Helper()
+	d := &demo{
+		t: t, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{}),
+		// No keep-alive: no idle connection outlives a test (goleak).
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute},
+	}
+	d.cmd = exec.Command(demoBinary, append([]string{"-addr", "127.0.0.1:0", "-log-level", "debug"}, args...)...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "IDEMDEMO_") {
+			env = append(env, kv)
+		}
+	}
+	if databaseURL != "" {
+		env = append(env, "DATABASE_URL="+databaseURL)
+	}
+	d.cmd.Env = env
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = d.stdout.Write([]byte(line + "\n"))
+			if m := listening.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("idemdemo stderr:\n%s", d.stderr.String())
+		}
+	})
+	select {
+	case d.url = <-found:
+	case <-d.done:
+		t.Fatalf("idemdemo exited before listening (%v); stderr:\n%s", d.err, d.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("idemdemo did not listen within a minute; stderr:\n%s", d.stderr.String())
+	}
+	return d
+}
+
+// stop sends SIGTERM and waits for the process to exit; it reports a
+// non-zero exit as a test error.
+func (d *demo) stop() {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(60 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		d.t.Errorf("idemdemo did not stop within a minute of SIGTERM")
+		return
+	}
+	if d.err != nil {
+		d.t.Errorf("idemdemo exited with %v", d.err)
+	}
+}
+
+// response is what a test keeps of an HTTP answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (d *demo) do(method, path, key string, body string, header ...string) response {
+	d.t.Helper()
+	req, err := http.NewRequest(method, d.url+path, strings.NewReader(body))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		d.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		d.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func (d *demo) invoices() []Invoice {
+	d.t.Helper()
+	r := d.do("GET", "/invoices", "", "")
+	if r.status != http.StatusOK {
+		d.t.Fatalf("GET /invoices: %d %s", r.status, r.body)
+	}
+	var invs []Invoice
+	if err := json.Unmarshal(r.body, &invs); err != nil {
+		d.t.Fatalf("GET /invoices: %v in %s", err, r.body)
+	}
+	return invs
+}
+
+// pgURL returns TEST_DATABASE_URL with search_path set to a fresh schema,
+// dropped when t ends, and a connection on it for assertions.
+func pgURL(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	schema := testdb.Schema(t)
+	u, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return u.String(), conn
+}
+
+// waitForState polls the idem table until key is in state ("claimed",
+// "completed") or absent (""), for at most a minute.
+func waitForState(t *testing.T, conn *pgx.Conn, key, state string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var got string
+		err := conn.QueryRow(context.Background(), `SELECT state FROM idem_keys WHERE key = $1`, key).Scan(&got)
+		if errors.Is(err, pgx.ErrNoRows) {
+			got, err = "", nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s is %q, want %q", key, got, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mustStatus(t *testing.T, what string, r response, want int) {
+	t.Helper()
+	if r.status != want {
+		t.Fatalf("%s: status %d, want %d; body %s", what, r.status, want, r.body)
+	}
+}
+
+func problemType(t *testing.T, r response) string {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json; body %s", ct, r.body)
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("problem body: %v in %s", err, r.body)
+	}
+	return p.Type
+}
+
+// dialProxy is a TCP proxy to target that the test can cut, to take the
+// database away from the demo without touching the shared server.
+type dialProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *dialProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dialProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+// cut closes the listener and every connection: the database is gone.
+func (p *dialProxy) cut() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
