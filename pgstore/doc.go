@@ -1,3 +1,132 @@
 // Package pgstore is the PostgreSQL [idem.Store]: durable claims that
-// survive crashes and restarts of any number of service instances.
+// survive crashes and restarts of any number of service instances, on
+// pgx/v5 and one table created by package migrations.
+//
+// # Use
+//
+//	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil { ... }
+//	store, err := pgstore.New(pool, pgstore.Options{})
+//	if err != nil { ... }
+//	defer store.Close()
+//	go store.Run(ctx, time.Minute) // the sweeper, in every instance
+//
+// # The table
+//
+// One row per present (scope, key), primary key (scope, key); an absent key
+// has no row. The row holds the state ('claimed' or 'completed'), the
+// generation, the fingerprint, the owner, the lease end (claimed), the
+// result as jsonb (completed), and the created, completed and expiry times.
+// Two partial indexes serve the sweeper: lease_end of claimed rows, and
+// expires_at of completed rows. The SQL, with a comment on every column, is
+// in migrations/sql.
+//
+// Generations come from one sequence per table. A sequence never goes back,
+// not across transactions that roll back nor across crashes, so a
+// generation is never issued twice for a key, whatever happened to its row.
+//
+// Every time is the database's: statements use statement_timestamp(), so
+// instances with skewed clocks agree on when a lease ends. (Options.Now
+// replaces it, in tests only.)
+//
+// # Claim: one statement
+//
+// Claim sends one statement (see sql.go) made of a read and an upsert:
+//
+//	WITH cur AS (SELECT … FROM t WHERE scope = $1 AND key = $2),
+//	     ins AS (INSERT INTO t … SELECT …, nextval(seq), 'claimed', …
+//	             WHERE NOT EXISTS (SELECT FROM cur WHERE <live claim or retained result>)
+//	             ON CONFLICT (scope, key) DO UPDATE SET <new claim, higher generation>
+//	             WHERE <claim's lease over> OR <result's retention over>
+//	             RETURNING generation, lease_end, takeover)
+//	SELECT <the new claim> FROM ins UNION ALL SELECT <the row> FROM cur WHERE NOT EXISTS (SELECT FROM ins)
+//
+// A retry of a completed request, or a duplicate of one in flight, is
+// answered from the read alone: no lock, no write, no generation drawn. A
+// first request inserts; a request after a lease or retention ran out takes
+// the row over with a new generation (Takeover reports the former). The
+// primary key makes "is it there?" and "it's mine" one atomic step.
+//
+// The read sees the statement's snapshot. When two first requests race, the
+// loser's INSERT waits for the winner's row and then conflicts with it, but
+// the row is not in the loser's snapshot: the statement returns nothing (or
+// a row by which the claim should have succeeded, if the row changed), and
+// Claim runs it again on a newer snapshot. That second round trip happens
+// only in this race; TestClaimRaceTakesASecondRoundTrip forces it, and
+// TestRoundTrips counts one statement for a claim, a replay, a renewal, a
+// completion and a release.
+//
+// Complete, Renew and Release are one statement each, conditioned on the
+// generation and state = 'claimed'. When no row matches, the same statement
+// reads the key's current generation for the [*idem.StaleClaimError].
+// Renew and Complete are allowed after the lease ran out as long as the
+// generation is still current: nobody took the key over and no sweeper
+// removed it.
+//
+// # Exactly once, with CompleteTx
+//
+// A handler whose side effect is a write to the same database can make it
+// exactly once: it claims, then writes its business rows and records the
+// result in one transaction, [Store.CompleteTx]:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `INSERT INTO invoices …`); err != nil {
+//			return err
+//		}
+//		return store.CompleteTx(ctx, tx, claim.Token, result)
+//	})
+//
+// Either both commit, and every retry replays the result, or neither does,
+// and the key is still claimed by the same token (retry, or Release so the
+// next request runs again). CompleteTx calls the table's completion function,
+// which raises SQLSTATE IDM01 when the token's generation no longer holds the
+// key. The error aborts the transaction: even a caller that ignores it
+// cannot commit, so a slow owner whose lease ran out (and whose key was taken
+// over) loses its business writes instead of duplicating them.
+//
+// The limits:
+//   - Only writes in that transaction, in the same database, are covered.
+//     An e-mail sent, an HTTP call made or a row written through another
+//     connection is at most once only while the lease holds: renew long
+//     work, and make external calls idempotent themselves (forward the key).
+//   - The claim itself commits before the handler runs, so a crash between
+//     claim and commit leaves a claim that blocks retries until its lease
+//     runs out; then the work runs again, which is safe because nothing of
+//     it committed.
+//   - Do not call CompleteTx inside a savepoint (a pgx nested transaction)
+//     that the caller may roll back to: rolling back to the savepoint
+//     discards the error, and the outer transaction could commit business
+//     writes without a result. Pass the outermost transaction.
+//   - Under REPEATABLE READ or SERIALIZABLE, a claim taken over after the
+//     transaction's snapshot makes CompleteTx fail with a serialization
+//     error (reported as unavailable): also a rollback, also safe.
+//
+// # Waiting
+//
+// Complete, Release, a sweep of an abandoned claim and Forget send
+// pg_notify in the same statement (a NOTIFY is delivered at commit, so
+// CompleteTx wakes waiters only if the transaction commits). The channel is
+// "idem_" and the table's oid; the payload is an MD5 of scope and key. Each
+// Store has one dedicated LISTEN connection, taken out of the pool, shared
+// by all its waiters, started by the first Wait, reconnected with backoff
+// (waking every waiter, since notifications may have been lost) and stopped
+// by Close. Wait subscribes, then reads the key once, and blocks until the
+// key's notification, the holder's lease end, or Options.PollInterval: the
+// polling fallback covers a listener that is down or a change nobody
+// notified. Instances wake each other: the NOTIFY goes through the database.
+//
+// # Sweeping
+//
+// [Store.Sweep] deletes, in one statement, abandoned claims first and then
+// expired results, at most limit rows, each selected on its partial index
+// with FOR UPDATE SKIP LOCKED: sweepers in every instance share the work
+// without waiting for each other or deleting a row twice, and a row renewed
+// or taken over meanwhile is re-checked and left alone. [Store.Run] sweeps
+// on an interval with jitter.
+//
+// # Errors
+//
+// Invalid keys (and scopes over [MaxScopeLen] bytes) are rejected before
+// anything is sent. Every database failure, including a cancelled context,
+// is an [*idem.UnavailableError] naming the operation and wrapping the cause;
+// no pgx error reaches callers unwrapped.
 package pgstore

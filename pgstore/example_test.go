@@ -1,0 +1,130 @@
+package pgstore_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// Creating an invoice exactly once: the invoice row and the recorded result
+// commit in one transaction, and a retry with the same key replays the
+// result instead of creating a second invoice.
+//
+// It needs a database (DATABASE_URL), so it has no Output comment;
+// TestExample runs it against TEST_DATABASE_URL and checks what it prints.
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+
+	createInvoice := func(idempotencyKey, customer string) (idem.Result, error) {
+		key, err := idem.ParseKey(idempotencyKey)
+		if err != nil {
+			return idem.Result{}, err
+		}
+		claim, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key, Fingerprint: "POST /invoices " + customer})
+		if err != nil {
+			return idem.Result{}, err // a mismatch, or the store is unavailable
+		}
+		switch claim.Status {
+		case idem.Completed:
+			return claim.Result, nil // a retry: replay
+		case idem.InFlight:
+			return idem.Result{Status: 409}, nil // the original is still running
+		}
+		var res idem.Result
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var id int64
+			if err := tx.QueryRow(ctx, `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id); err != nil {
+				return err
+			}
+			res = idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d,"customer":%q}`, id, customer)}
+			return store.CompleteTx(ctx, tx, claim.Token, res)
+		})
+		if err != nil {
+			// Nothing committed: give the key back so that a retry runs.
+			_ = store.Release(ctx, claim.Token)
+			return idem.Result{}, err
+		}
+		return res, nil
+	}
+
+	for range 2 { // the client retries
+		res, err := createInvoice("order-42", "acme")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res.Status, string(res.Body))
+	}
+	var invoices int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&invoices); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("invoices:", invoices)
+	// Prints:
+	// 201 {"id":1,"customer":"acme"}
+	// 201 {"id":1,"customer":"acme"}
+	// invoices: 1
+}
+
+// TestExample runs Example on a fresh schema and checks its output. It is
+// not parallel: it sets DATABASE_URL and captures os.Stdout.
+func TestExample(t *testing.T) {
+	schema := testdb.Schema(t)
+	u, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema) // pgx passes unknown parameters to the server
+	u.RawQuery = q.Encode()
+	t.Setenv("DATABASE_URL", u.String())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	out := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		out <- b
+	}()
+	func() {
+		defer func() { os.Stdout = stdout }()
+		Example()
+	}()
+	_ = w.Close()
+	got := <-out
+	want := "201 {\"id\":1,\"customer\":\"acme\"}\n201 {\"id\":1,\"customer\":\"acme\"}\ninvoices: 1\n"
+	if !bytes.Equal(got, []byte(want)) {
+		t.Errorf("Example printed\n%s\nwant\n%s", got, want)
+	}
+}
