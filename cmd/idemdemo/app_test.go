@@ -33,7 +33,9 @@ func TestParseConfig(t *testing.T) {
 				c.retention == 24*time.Hour && c.wait == 5*time.Second
 		}},
 		{name: "environment", env: map[string]string{"DATABASE_URL": "postgres://x", "IDEMDEMO_LEASE": "5s", "IDEMDEMO_ADDR": ":9"},
-			want: func(c config) bool { return c.databaseURL == "postgres://x" && c.lease == 5*time.Second && c.addr == ":9" }},
+			want: func(c config) bool {
+				return c.databaseURL == "postgres://x" && c.lease == 5*time.Second && c.addr == ":9"
+			}},
 		{name: "flags win over the environment", args: []string{"-database-url", "postgres://flag", "-wait", "-1s"},
 			env:  map[string]string{"DATABASE_URL": "postgres://env"},
 			want: func(c config) bool { return c.databaseURL == "postgres://flag" && c.wait == -time.Second }},
