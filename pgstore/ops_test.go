@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -87,4 +88,41 @@ func TestInvalidScope(t *testing.T) {
 	if !errors.As(err, &ik) {
 		t.Errorf("claim with a %d-byte scope: %v, want *idem.InvalidKeyError", len(long), err)
 	}
+}
+
+// The payload a waiter listens for must be the one the SQL sends, for every
+// scope (any bytes) and key.
+func TestNotifyPayloadMatchesSQL(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := testdb.Pool(t)
+	for _, scope := range []string{"", "s", "\x00", "\xff\xfe", "日本", "a\x00b"} {
+		for _, k := range []idem.Key{key("a"), key("\x00/%"), idem.KeyForMethodCall("s", idem.IntRequestID(7), "tools/call", "\xff")} {
+			var got string
+			if err := pool.QueryRow(ctx, `SELECT `+pgstore.PayloadSQL+` FROM (SELECT $1::bytea AS scope, $2::text AS key) r`,
+				[]byte(scope), k.String()).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := pgstore.NotifyPayload(scope, k); got != want {
+				t.Errorf("payload of (%q, %q): SQL %s, Go %s", scope, k, got, want)
+			}
+		}
+	}
+}
+
+func TestNegativeRetentionKeepsResultsForever(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	clock := idemtest.NewClock()
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: -1})
+	c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a")}, idem.Acquired)
+	if err := s.Complete(ctx, c.Token, idem.Result{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * 365 * 24 * time.Hour)
+	if st, err := s.Sweep(ctx, 0); err != nil || st != (idem.SweepStats{}) {
+		t.Errorf("sweep = %+v, %v; want nothing", st, err)
+	}
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a")}, idem.Completed)
 }

@@ -93,7 +93,9 @@ type Store struct {
 }
 
 // New returns a store on pool. It validates opts but does not touch the
-// database: the table must have been created with package migrations.
+// database: the table must have been created with package migrations (with
+// the same Table). Close the store when done with it, before closing the
+// pool, to stop the listener goroutine Wait starts.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
@@ -514,12 +516,15 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 			return idem.Entry{}, false, unavailable("inspect", err)
 		}
 	}
-	for dst, src := range map[*time.Time]*time.Time{&e.LeaseEnd: leaseEnd, &e.CompletedAt: completed, &e.ExpiresAt: expiresAt} {
-		if src != nil {
-			*dst = *src
-		}
-	}
+	e.LeaseEnd, e.CompletedAt, e.ExpiresAt = orZero(leaseEnd), orZero(completed), orZero(expiresAt)
 	return e, true, nil
+}
+
+func orZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // Forget deletes (scope, key) whatever its state, as an operator's forget
@@ -580,11 +585,6 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, unavailable("stats", err)
 	}
-	if oldest != nil {
-		st.OldestClaim = *oldest
-	}
-	if oldestAband != nil {
-		st.OldestAbandoned = *oldestAband
-	}
+	st.OldestClaim, st.OldestAbandoned = orZero(oldest), orZero(oldestAband)
 	return st, nil
 }
