@@ -149,6 +149,7 @@ func (c *cli) subFlagSet(name, args, about string) *flag.FlagSet {
 	return fs
 }
 
+// parse parses the top level's flags, which end at the command name.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -159,9 +160,30 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-func noArgs(fs *flag.FlagSet) error {
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
+// parseSub parses a subcommand's arguments, flags and positional arguments
+// in any order ("migrate down --yes" as well as "migrate --yes down"), and
+// returns the positional ones. "--" ends the flags.
+func parseSub(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+func noArgs(fs *flag.FlagSet, positional []string) error {
+	if len(positional) > 0 {
+		return usagef("%s: unexpected arguments %q", fs.Name(), positional)
 	}
 	return nil
 }
@@ -268,13 +290,14 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 			"down rolls back the most recent one; rolling back the first DROPS the table and every\n"+
 			"recorded result, so it needs --yes.\nstatus lists the migrations and whether each is applied.")
 	fs.BoolVar(&yes, "yes", false, "confirm \"down\", which drops the table and every recorded result")
-	if err := parse(fs, args); err != nil {
+	positional, err := parseSub(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(positional) != 1 {
 		return usagef("migrate: want exactly one of up, down, status")
 	}
-	action := fs.Arg(0)
+	action := positional[0]
 	if action != "up" && action != "down" && action != "status" {
 		return usagef("migrate: unknown action %q: want up, down or status", action)
 	}
@@ -329,10 +352,11 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 	fs.BoolVar(&once, "once", false, "sweep once and exit")
 	fs.DurationVar(&interval, "interval", time.Minute, "time between sweeps when not --once")
 	fs.IntVar(&batch, "batch", pgstore.DefaultSweepBatch, "rows deleted per statement")
-	if err := parse(fs, args); err != nil {
+	positional, err := parseSub(fs, args)
+	if err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
+	if err := noArgs(fs, positional); err != nil {
 		return err
 	}
 	if interval <= 0 || batch <= 0 {
@@ -388,10 +412,11 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 			"shows the oldest live claim and the longest-abandoned one, and the table's size on disk.\n"+
 			"An abandoned claim far in the past means no sweeper runs. It scans the whole table.")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	positional, err := parseSub(fs, args)
+	if err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
+	if err := noArgs(fs, positional); err != nil {
 		return err
 	}
 	s, pool, err := c.store(ctx)
@@ -475,10 +500,11 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 			"abandoned) or a recorded result (status, headers, body, retention). Exits 1 if absent.")
 	kf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	positional, err := parseSub(fs, args)
+	if err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
+	if err := noArgs(fs, positional); err != nil {
 		return err
 	}
 	if err := kf.resolve("inspect"); err != nil {
@@ -551,19 +577,22 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 			break
 		}
 		fmt.Fprintf(tw, "result\tstatus %d, %d body bytes\n", r.Status, len(r.Body))
-		names := make([]string, 0, len(r.Header))
-		for name := range r.Header {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			for _, v := range r.Header[name] {
-				fmt.Fprintf(tw, "  %s\t%s\n", name, v)
-			}
-		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if e.State == idem.StateCompleted && !e.Result.Unreplayable && len(e.Result.Header) > 0 {
+		names := make([]string, 0, len(e.Result.Header))
+		for name := range e.Result.Header {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		fmt.Fprintln(c.stdout, "header:")
+		for _, name := range names {
+			for _, v := range e.Result.Header[name] {
+				fmt.Fprintf(c.stdout, "  %s: %s\n", name, v)
+			}
+		}
 	}
 	if e.State == idem.StateCompleted && len(e.Result.Body) > 0 && !e.Result.Unreplayable {
 		fmt.Fprintf(c.stdout, "body:\n%s", e.Result.Body)
@@ -586,10 +615,11 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 			"and forgetting it lets a retry run the side effect a second time.")
 	kf.register(fs)
 	fs.BoolVar(&force, "force", false, "forget even a live claim")
-	if err := parse(fs, args); err != nil {
+	positional, err := parseSub(fs, args)
+	if err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
+	if err := noArgs(fs, positional); err != nil {
 		return err
 	}
 	if err := kf.resolve("forget"); err != nil {

@@ -1,0 +1,386 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// result is one CLI invocation's outcome.
+type result struct {
+	err    error
+	stdout string
+	stderr string
+}
+
+func (r result) code() int { return exitCode(r.err) }
+
+// idemCLI runs the CLI in-process with DATABASE_URL set to dbURL (empty:
+// unset).
+func idemCLI(ctx context.Context, dbURL string, args ...string) result {
+	var stdout, stderr bytes.Buffer
+	getenv := func(k string) string {
+		if k == "DATABASE_URL" {
+			return dbURL
+		}
+		return ""
+	}
+	err := run(ctx, args, getenv, &stdout, &stderr)
+	return result{err: err, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func mustRun(t *testing.T, dbURL string, args ...string) string {
+	t.Helper()
+	r := idemCLI(context.Background(), dbURL, args...)
+	if r.err != nil {
+		t.Fatalf("idem %s: %v\nstderr: %s", strings.Join(args, " "), r.err, r.stderr)
+	}
+	return r.stdout
+}
+
+// schemaURL returns TEST_DATABASE_URL on a fresh schema, and a pool on it.
+func schemaURL(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	schema := testdb.Schema(t)
+	u, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), testdb.NewPool(t, testdb.Config(t, schema))
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := schemaURL(t)
+	if out := mustRun(t, dbURL, "migrate", "status"); !strings.Contains(out, "pending") {
+		t.Fatalf("status before up:\n%s", out)
+	}
+	if out := mustRun(t, dbURL, "migrate", "up"); !strings.Contains(out, "applied") {
+		t.Fatalf("up:\n%s", out)
+	}
+	// Up again is a no-op.
+	mustRun(t, dbURL, "migrate", "up")
+	if !tableExists(t, pool, "idem_keys") {
+		t.Fatal("idem_keys missing after migrate up")
+	}
+
+	r := idemCLI(context.Background(), dbURL, "migrate", "down")
+	if r.code() != 2 || !strings.Contains(r.err.Error(), "--yes") {
+		t.Fatalf("down without --yes: exit %d, %v", r.code(), r.err)
+	}
+	if !tableExists(t, pool, "idem_keys") {
+		t.Fatal("down without --yes dropped the table")
+	}
+	if out := mustRun(t, dbURL, "migrate", "down", "--yes"); !strings.Contains(out, "pending") {
+		t.Fatalf("down:\n%s", out)
+	}
+	if tableExists(t, pool, "idem_keys") {
+		t.Fatal("idem_keys still there after migrate down --yes")
+	}
+
+	// Another table, named with the global flag before the command.
+	mustRun(t, dbURL, "--table", "other_keys", "migrate", "up")
+	if !tableExists(t, pool, "other_keys") {
+		t.Fatal("--table other_keys: table missing")
+	}
+	for _, args := range [][]string{{"migrate"}, {"migrate", "sideways"}, {"migrate", "up", "down"}} {
+		if r := idemCLI(context.Background(), dbURL, args...); r.code() != 2 {
+			t.Errorf("idem %v: exit %d (%v), want 2", args, r.code(), r.err)
+		}
+	}
+}
+
+func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// fixture migrates the schema and puts one key in each state: a live claim,
+// an abandoned claim and a result.
+func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
+	t.Helper()
+	dbURL, pool := schemaURL(t)
+	mustRun(t, dbURL, "migrate", "up")
+	store, err := pgstore.New(pool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	ctx := context.Background()
+	claim := func(key string, lease time.Duration) idem.Claim {
+		k, err := idem.ParseKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: k, Lease: lease, Owner: "test", Fingerprint: "fp"})
+		if err != nil || c.Status != idem.Acquired {
+			t.Fatalf("claim %s: %+v %v", key, c, err)
+		}
+		return c
+	}
+	claim("live", time.Hour)
+	claim("abandoned", time.Millisecond)
+	done := claim("done", time.Hour)
+	res := idem.Result{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":7}` + "\n")}
+	if err := store.Complete(ctx, done.Token, res); err != nil {
+		t.Fatal(err)
+	}
+	// The abandoned claim's lease (1ms, on the database clock) is over
+	// once the database says so.
+	for {
+		st, err := store.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Abandoned == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return dbURL, store
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := fixture(t)
+	out := mustRun(t, dbURL, "stats")
+	for _, want := range []string{"live claims             1", "abandoned claims        1", "results                 1", "expired results         0", "table size"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stats output lacks %q:\n%s", want, out)
+		}
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, dbURL, "stats", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st["claimed"] != 1.0 || st["abandoned"] != 1.0 || st["completed"] != 1.0 || st["expired"] != 0.0 ||
+		st["oldest_claim"] == nil || st["oldest_abandoned"] == nil || st["table_bytes"].(float64) <= 0 {
+		t.Fatalf("stats --json: %v", st)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := fixture(t)
+	out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--http-key", "done")
+	for _, want := range []string{"state        completed", "status 201, 9 body bytes", "Content-Type", "body:\n{\"id\":7}\n", "owner        test"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	// --key takes the stored form.
+	if out2 := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "key/done"); withoutTimes(out2) != withoutTimes(out) {
+		t.Errorf("--key key/done:\n%s\nwant the same as --http-key done:\n%s", out2, out)
+	}
+	if out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--http-key", "live"); !strings.Contains(out, "claimed (live)") {
+		t.Errorf("live claim:\n%s", out)
+	}
+	if out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--http-key", "abandoned"); !strings.Contains(out, "abandoned: lease ran out") {
+		t.Errorf("abandoned claim:\n%s", out)
+	}
+
+	var e struct {
+		State  string      `json:"state"`
+		Result idem.Result `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, dbURL, "inspect", "--json", "--scope", "tenant-1", "--http-key", "done")), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.State != "completed" || e.Result.Status != 201 || string(e.Result.Body) != `{"id":7}`+"\n" {
+		t.Fatalf("inspect --json: %+v", e)
+	}
+
+	// Absent: another key, or the right key in another scope.
+	for _, args := range [][]string{
+		{"--scope", "tenant-1", "--http-key", "nope"},
+		{"--scope", "tenant-2", "--http-key", "done"},
+	} {
+		r := idemCLI(context.Background(), dbURL, append([]string{"inspect"}, args...)...)
+		if r.code() != 1 || !errors.Is(r.err, errAbsent) {
+			t.Errorf("inspect %v: exit %d, %v; want exit 1, absent", args, r.code(), r.err)
+		}
+	}
+	for _, args := range [][]string{
+		{"--http-key", "done"}, // no scope
+		{"--scope", "s"},       // no key
+		{"--scope", "s", "--key", "key/a", "--http-key", "a"},      // both
+		{"--scope", "s", "--key", "nonsense"},                      // no form tag
+		{"--scope", "s", "--http-key", "bad\x01"},                  // control character
+		{"--scope", "s", "--http-key", strings.Repeat("k", 256)},   // too long
+		{"--scope", "s", "--http-key", "a", "--table", "Bad-Name"}, // invalid table
+	} {
+		if r := idemCLI(context.Background(), dbURL, append([]string{"inspect"}, args...)...); r.code() != 2 {
+			t.Errorf("inspect %q: exit %d (%v), want 2", args, r.code(), r.err)
+		}
+	}
+}
+
+func TestForget(t *testing.T) {
+	t.Parallel()
+	dbURL, store := fixture(t)
+	ctx := context.Background()
+	present := func(key string) bool {
+		_, ok, err := store.Inspect(ctx, "tenant-1", mustKey(t, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	r := idemCLI(ctx, dbURL, "forget", "--scope", "tenant-1", "--http-key", "live")
+	if r.code() != 1 || !strings.Contains(r.err.Error(), "live claim") || !present("live") {
+		t.Fatalf("forget live without --force: exit %d, %v; present %v", r.code(), r.err, present("live"))
+	}
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--http-key", "live", "--force"); !strings.Contains(out, "forgot") || present("live") {
+		t.Fatalf("forget --force: %s, present %v", out, present("live"))
+	}
+	// An abandoned claim and a result need no --force.
+	for _, key := range []string{"abandoned", "done"} {
+		if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--http-key", key); !strings.Contains(out, "forgot") || present(key) {
+			t.Fatalf("forget %s: %s, present %v", key, out, present(key))
+		}
+	}
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--http-key", "done"); !strings.Contains(out, "nothing to forget") {
+		t.Fatalf("forget absent: %s", out)
+	}
+	// A forgotten key claims afresh.
+	c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: mustKey(t, "done")})
+	if err != nil || c.Status != idem.Acquired {
+		t.Fatalf("claim after forget: %+v %v", c, err)
+	}
+}
+
+// withoutTimes drops the lines that show times relative to now.
+func withoutTimes(s string) string {
+	var keep []string
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.Contains(line, " ago)") && !strings.Contains(line, "(in ") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func mustKey(t *testing.T, s string) idem.Key {
+	t.Helper()
+	k, err := idem.ParseKey(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	t.Run("once", func(t *testing.T) {
+		t.Parallel()
+		dbURL, store := fixture(t)
+		out := mustRun(t, dbURL, "sweep", "--once")
+		if !strings.Contains(out, "swept: 1 abandoned claims released, 0 expired results deleted") {
+			t.Fatalf("sweep --once: %s", out)
+		}
+		st, err := store.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Abandoned != 0 || st.Claimed != 1 || st.Completed != 1 {
+			t.Fatalf("after sweep: %+v; want only the abandoned claim gone", st)
+		}
+	})
+	t.Run("loop until cancelled", func(t *testing.T) {
+		t.Parallel()
+		dbURL, store := fixture(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan result, 1)
+		go func() { done <- idemCLI(ctx, dbURL, "sweep", "--interval", "20ms") }()
+		for {
+			st, err := store.Stats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Abandoned == 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		if r := <-done; r.err != nil {
+			t.Fatalf("sweep loop: %v", r.err)
+		} else if !strings.Contains(r.stderr, "abandoned=1") {
+			t.Fatalf("sweep loop did not log its sweep: %s", r.stderr)
+		}
+	})
+}
+
+func TestConnectionErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL, _ := schemaURL(t) // migrated by nobody: the table is missing
+	u, _ := url.Parse(testdb.URL(t))
+	wrongPassword := *u
+	wrongPassword.User = url.UserPassword(u.User.Username(), "certainly-wrong-password")
+	for _, tc := range []struct {
+		name, url string
+		code      int
+		want      string
+	}{
+		{"missing", "", 2, "no database: set DATABASE_URL or pass --database-url"},
+		{"malformed", "postgres://idem:secret@127.0.0.1:port/db", 2, "not a valid PostgreSQL URL"},
+		{"refused", "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", 1, "cannot connect to PostgreSQL at 127.0.0.1:1"},
+		{"wrong password", wrongPassword.String(), 1, "password authentication failed"},
+		{"no table", dbURL, 1, `run "idem migrate up" first`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := idemCLI(ctx, tc.url, "stats")
+			if r.code() != tc.code || r.err == nil || !strings.Contains(errorMessage(r.err), tc.want) {
+				t.Fatalf("exit %d, %v; want exit %d and %q", r.code(), r.err, tc.code, tc.want)
+			}
+			msg := errorMessage(r.err)
+			if strings.Contains(msg, "secret") || strings.Contains(msg, "certainly-wrong-password") || strings.Contains(msg, "\n") {
+				t.Fatalf("the message leaks the password or spans lines: %q", msg)
+			}
+		})
+	}
+	// --database-url wins over DATABASE_URL.
+	if r := idemCLI(ctx, "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", "stats", "--database-url", dbURL); !strings.Contains(r.err.Error(), "does not exist") {
+		t.Fatalf("--database-url did not win: %v", r.err)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"migrate", "--help"}, {"sweep", "--help"},
+		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}} {
+		r := idemCLI(context.Background(), "", args...)
+		if r.code() != 0 || !strings.Contains(r.stderr, "Usage: idem") {
+			t.Errorf("idem %v: exit %d (%v), usage %q", args, r.code(), r.err, r.stderr)
+		}
+	}
+	for _, args := range [][]string{{}, {"frobnicate"}, {"stats", "--nope"}, {"stats", "extra"}} {
+		if r := idemCLI(context.Background(), "", args...); r.code() != 2 {
+			t.Errorf("idem %v: exit %d (%v), want 2", args, r.code(), r.err)
+		}
+	}
+}
