@@ -30,8 +30,7 @@ func DefaultScope(r *http.Request) string {
 	b = appendField(b, r.Header.Get("X-Session-Id"))
 	b = appendField(b, r.Method)
 	b = appendField(b, route)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return hexSum(b)
 }
 
 // DefaultFingerprint is the fingerprint used when Options.Fingerprint is nil:
@@ -48,11 +47,18 @@ func DefaultFingerprint(r *http.Request, body []byte) string {
 	b = appendField(b, r.URL.RawQuery)
 	b = appendField(b, r.Header.Get("Content-Type"))
 	b = append(b, bodySum[:]...)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return hexSum(b)
 }
 
 func appendField(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
+}
+
+// hexSum returns SHA-256 of b in hex, with one allocation (the string).
+func hexSum(b []byte) string {
+	sum := sha256.Sum256(b)
+	var dst [2 * sha256.Size]byte
+	hex.Encode(dst[:], sum[:])
+	return string(dst[:])
 }
