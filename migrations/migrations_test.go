@@ -39,13 +39,15 @@ func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := testdb.Pool(t)
+	// Four replicas starting at once: four pools, four goroutines.
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
+		replica := testdb.NewPool(t, testdb.Config(t, schema))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = migrations.Up(ctx, pool, migrations.Options{})
+			errs[i] = migrations.Up(ctx, replica, migrations.Options{})
 		}()
 	}
 	wg.Wait()
