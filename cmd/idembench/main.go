@@ -1,0 +1,46 @@
+// Command idembench measures what idempotency costs, side by side, in one
+// process and against one PostgreSQL database.
+//
+// It starts an HTTP service in-process on 127.0.0.1 (an ephemeral port), with
+// the same small handler (201 and a JSON body) mounted bare and behind the
+// Idempotency-Key middleware over pgstore, and drives it over loopback with a
+// keep-alive client for a fixed duration per mode:
+//
+//	raw        pgstore Claim + Complete straight through pgx, no HTTP: the
+//	           floor of the design (two statements per request)
+//	http-bare  the handler without middleware: what HTTP itself costs
+//	unique     a new Idempotency-Key per request: claim, handler, complete
+//	replay     a fixed set of completed keys, requested again and again
+//	mixed      a -retry-share fraction of requests reuse a recent key
+//
+// "-mode all" runs them back to back at the same concurrency on the same
+// database and prints a table with the ratios the performance targets are
+// stated in (unique/raw and replay/http-bare). Without -table it creates a
+// schema of its own (idembench_<random>), migrates it, and drops it at the
+// end. Every run stops by itself after -warmup plus -duration per mode.
+//
+// Usage:
+//
+//	idembench -mode all -concurrency 16 -duration 10s
+//	idembench -mode unique -cpuprofile cpu.pprof -memprofile mem.pprof
+//
+// See docs/performance.md ("Load tool") for the method and the numbers.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idembench:", err)
+		os.Exit(1)
+	}
+}
