@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"defaults", nil, ""},
+		{"no database", []string{"-database-url", ""}, "no database"},
+		{"unknown mode", []string{"-mode", "raw,fast"}, `unknown mode "fast"`},
+		{"zero concurrency", []string{"-concurrency", "0"}, "-concurrency"},
+		{"zero duration", []string{"-duration", "0s"}, "-duration"},
+		{"retry share above one", []string{"-retry-share", "1.5"}, "-retry-share"},
+		{"no replay keys", []string{"-replay-keys", "0"}, "-replay-keys"},
+		{"stray argument", []string{"extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"-database-url", "postgres://x/y"}, tt.args...)
+			cfg, err := parseFlags(args, io.Discard)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("parseFlags(%q) = %v", args, err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("parseFlags(%q) = %v, want an error containing %q", args, err, tt.wantErr)
+			case tt.wantErr == "" && (len(cfg.modes) != len(allModes) || cfg.poolConns != cfg.concurrency):
+				t.Fatalf("defaults: modes %v, pool %d, concurrency %d", cfg.modes, cfg.poolConns, cfg.concurrency)
+			}
+		})
+	}
+}
+
+func TestParseModesDeduplicates(t *testing.T) {
+	t.Parallel()
+	got, err := parseModes("replay, raw,replay")
+	if err != nil || strings.Join(got, ",") != "replay,raw" {
+		t.Fatalf("parseModes = %v, %v; want [replay raw]", got, err)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	var lat []time.Duration
+	for i := 100; i >= 1; i-- {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	if p := percentile(lat, 0.50); p != 50*time.Millisecond {
+		t.Errorf("p50 = %v, want 50ms", p)
+	}
+	if p := percentile(lat, 0.99); p != 99*time.Millisecond {
+		t.Errorf("p99 = %v, want 99ms", p)
+	}
+	if p := percentile(nil, 0.99); p != 0 {
+		t.Errorf("p99 of nothing = %v, want 0", p)
+	}
+}
+
+// TestRunAllModes runs every mode briefly against PostgreSQL: each request's
+// answer is checked by the tool (201, the handler's body, replayed or not as
+// the mode expects), so zero errors means every mode did what it says. The
+// tool's own schema must be gone afterwards.
+func TestRunAllModes(t *testing.T) {
+	url := testdb.URL(t)
+	ctx := context.Background()
+	before := benchSchemas(t, url)
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"-database-url", url, "-mode", "all", "-concurrency", "4", "-duration", "300ms",
+		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	for _, want := range []string{"raw", "http-bare", "% of raw", "% of http-bare", "mixed: retry share 0.50"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if after := benchSchemas(t, url); after > before {
+		t.Errorf("idembench schemas: %d before the run, %d after: the run's schema was not dropped", before, after)
+	}
+}
+
+func TestRunReportsFailures(t *testing.T) {
+	url := testdb.URL(t)
+	// A table name migrations reject: setup fails before anything runs.
+	err := run(context.Background(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "Bad-Name") {
+		t.Fatalf("run with an invalid table = %v, want an error naming it", err)
+	}
+}
+
+func benchSchemas(t *testing.T, url string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'idembench\_%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
