@@ -2,10 +2,17 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -28,4 +35,108 @@ func TestPgstore(t *testing.T) {
 		t.Cleanup(store.Close)
 		return storeKit{store: store, breakStore: pool.Close}
 	})
+}
+
+// TestPgstoreCommitTx is exactly-once with a handler whose side effect is in
+// the store's database: the invoice row and the recorded response commit in
+// one transaction, or neither does.
+func TestPgstoreCommitTx(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Pool(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatalf("migrations.Up: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+
+	// failure, when set, happens inside record after the row was written.
+	var failure atomic.Value // func(ctx, tok) error
+	failure.Store(func(context.Context, idem.Token) error { return nil })
+	commitErr := make(chan error, 1)
+	h := middleware.New(store, middleware.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, err := pool.Begin(r.Context())
+		if err != nil {
+			commitErr <- err
+			http.Error(w, "db", http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback(context.WithoutCancel(r.Context()))
+		var id int64
+		body, _ := io.ReadAll(r.Body)
+		if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, string(body)).Scan(&id); err != nil {
+			commitErr <- err
+			http.Error(w, "db", http.StatusServiceUnavailable)
+			return
+		}
+		commitErr <- middleware.Commit(w, r, http.StatusCreated, http.Header{"Content-Type": {"application/json"}},
+			[]byte(fmt.Sprintf(`{"id":%d}`, id)),
+			func(ctx context.Context, tok idem.Token, res idem.Result) error {
+				if err := failure.Load().(func(context.Context, idem.Token) error)(ctx, tok); err != nil {
+					return err
+				}
+				if err := store.CompleteTx(ctx, tx, tok, res); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			})
+	}))
+	invoices := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Committed: one row, and the retry replays it.
+	first := serve(h, newReq("POST", "/invoices", `acme`, key("k1")))
+	if err := <-commitErr; err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, first, http.StatusCreated)
+	wantReplay(t, first, serve(h, newReq("POST", "/invoices", `acme`, key("k1"))))
+	if n := invoices(); n != 1 {
+		t.Fatalf("%d invoices, want 1", n)
+	}
+
+	// The claim is lost before the completion (an operator forgot the key
+	// under the running handler): CompleteTx is stale, nothing commits.
+	failure.Store(func(ctx context.Context, tok idem.Token) error {
+		_, err := store.Forget(ctx, tok.Scope, tok.Key, true)
+		return err
+	})
+	rec := serve(h, newReq("POST", "/invoices", `globex`, key("k2")))
+	if err := <-commitErr; !errors.Is(err, idem.ErrStaleClaim) {
+		t.Fatalf("Commit with a forgotten claim = %v, want a stale claim", err)
+	}
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	if n := invoices(); n != 1 {
+		t.Fatalf("%d invoices after a stale commit, want 1", n)
+	}
+
+	// The transaction fails: nothing commits, the key is released, and the
+	// retry creates the invoice once.
+	failure.Store(func(context.Context, idem.Token) error { return errors.New("serialization failure") })
+	rec = serve(h, newReq("POST", "/invoices", `initech`, key("k3")))
+	if err := <-commitErr; err == nil {
+		t.Fatal("Commit with a failing transaction returned nil")
+	}
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	failure.Store(func(context.Context, idem.Token) error { return nil })
+	retry := serve(h, newReq("POST", "/invoices", `initech`, key("k3")))
+	if err := <-commitErr; err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, retry, http.StatusCreated)
+	wantReplay(t, retry, serve(h, newReq("POST", "/invoices", `initech`, key("k3"))))
+	if n := invoices(); n != 2 {
+		t.Fatalf("%d invoices, want 2", n)
+	}
 }
