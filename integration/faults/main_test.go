@@ -1,0 +1,489 @@
+// Package faults_test proves idem's promises under faults, with real
+// processes and a real PostgreSQL: the demo service (cmd/idemdemo) is built
+// once, run as child processes, killed with SIGKILL at chosen points,
+// restarted, stormed by concurrent clients, and cut off from its database;
+// a few cases that need a store that misbehaves run the middleware over
+// pgstore in this process. docs/reliability.md maps each fault to the test
+// that proves it.
+//
+// Run with: cd integration && go test -race ./faults/
+// It needs TEST_DATABASE_URL (a superuser: tests create roles) and
+// PostgreSQL's server binaries for the private servers of the outage and
+// commit cases; without them it is skipped locally and fails in CI.
+package faults_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+)
+
+// demoBinary is the idemdemo binary TestMain builds once.
+var demoBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "idem-faults")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	demoBinary = filepath.Join(dir, "idemdemo")
+	// Without -race: the storm runs three instances on two cores, and the
+	// demo's own tests run it with the race detector already.
+	build := exec.Command("go", "build", "-o", demoBinary, "github.com/idemkit/idem/cmd/idemdemo")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building idemdemo:", err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		// goleak.VerifyTestMain would exit before the deferred removal.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// lockedBuffer collects a process's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// demoConfig is how a demo process is run. The address is fixed for the
+// life of the test, so that a restarted process answers where the clients
+// already retry.
+type demoConfig struct {
+	databaseURL string
+	addr        string // host:port; empty picks a free port
+	args        []string
+	env         []string
+}
+
+// demo is one idemdemo process.
+type demo struct {
+	t      testing.TB
+	cfg    demoConfig
+	url    string
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	done   chan struct{}
+	err    error
+}
+
+var listening = regexp.MustCompile(`idemdemo listening on (http://\S+) \(store: (\w+)\)`)
+
+// startDemo starts the demo and waits until it listens. When t ends it is
+// stopped with SIGTERM, unless it was killed before.
+func startDemo(t testing.TB, cfg demoConfig) *demo {
+	t.Helper()
+	if cfg.addr == "" {
+		cfg.addr = freeAddr(t)
+	}
+	d := &demo{t: t, cfg: cfg, url: "http://" + cfg.addr, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	args := append([]string{"-addr", cfg.addr, "-database-url", cfg.databaseURL}, cfg.args...)
+	d.cmd = exec.Command(demoBinary, args...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "IDEMDEMO_") {
+			env = append(env, kv)
+		}
+	}
+	d.cmd.Env = append(env, cfg.env...)
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("idemdemo (%s) stderr:\n%s", d.url, d.stderr.String())
+		}
+	})
+	select {
+	case <-found:
+	case <-d.done:
+		t.Fatalf("idemdemo exited before listening (%v); stderr:\n%s", d.err, d.stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("idemdemo did not listen within a minute; stderr:\n%s", d.stderr.String())
+	}
+	return d
+}
+
+// restart starts a new process with the same configuration and address.
+func (d *demo) restart() *demo {
+	d.t.Helper()
+	return startDemo(d.t, d.cfg)
+}
+
+// kill sends SIGKILL and waits until the process is gone: nothing of it
+// runs afterwards (no deferred rollback, release or response).
+func (d *demo) kill() {
+	d.t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-d.done:
+	case <-time.After(time.Minute):
+		d.t.Fatal("idemdemo did not die within a minute of SIGKILL")
+	}
+}
+
+// alive reports whether the process still runs.
+func (d *demo) alive() bool {
+	select {
+	case <-d.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM and waits; a process that does not exit cleanly is a
+// test error.
+func (d *demo) stop() {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(time.Minute):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		d.t.Errorf("idemdemo did not stop within a minute of SIGTERM")
+		return
+	}
+	if d.err != nil {
+		d.t.Errorf("idemdemo exited with %v", d.err)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// newClient returns an HTTP client without keep-alive: no connection to a
+// killed process is reused, and none outlives a test (goleak).
+func newClient(timeout time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: timeout}
+}
+
+// response is what a test keeps of an HTTP answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// post sends POST path with the body and headers (name, value pairs),
+// returning an error when no answer arrived.
+func post(ctx context.Context, c *http.Client, base, path, body string, header ...string) (response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return send(c, req)
+}
+
+func send(c *http.Client, req *http.Request) (response, error) {
+	resp, err := c.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// mustPost is post for a test that expects an answer.
+func mustPost(t testing.TB, base, path, body string, header ...string) response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := post(ctx, newClient(time.Minute), base, path, body, header...)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return r
+}
+
+// retryUntilAnswered is a client that retries POST /invoices with key
+// until it gets an answer other than 409 or 5xx (connection errors included:
+// the process may be down), as a well-behaved client would, and returns it.
+// It fails t after the deadline.
+func retryUntilAnswered(t testing.TB, base, key, body string, deadline time.Duration) response {
+	t.Helper()
+	c := newClient(30 * time.Second)
+	end := time.Now().Add(deadline)
+	var last string
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := post(ctx, c, base, "/invoices", body, "Idempotency-Key", key)
+		cancel()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case r.status == http.StatusConflict || r.status >= 500:
+			last = fmt.Sprintf("%d %s", r.status, r.body)
+		default:
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("key %s: no answer within %v; last: %s", key, deadline, last)
+	return response{}
+}
+
+// Invoice is the demo's invoice JSON.
+type Invoice struct {
+	ID          int64  `json:"id"`
+	Customer    string `json:"customer"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+func decodeInvoice(t testing.TB, r response) Invoice {
+	t.Helper()
+	var inv Invoice
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&inv); err != nil {
+		t.Fatalf("invoice body %q: %v", r.body, err)
+	}
+	return inv
+}
+
+// db is a test's connection to its schema (or private server) for
+// assertions on the idem table and the invoices.
+type db struct {
+	t    testing.TB
+	pool *pgxpool.Pool
+}
+
+// schemaURL returns TEST_DATABASE_URL with search_path set to a fresh schema
+// (dropped when t ends) and application_name set to app, and a db on it.
+func schemaURL(t testing.TB, app string) (string, *db) {
+	t.Helper()
+	schema := testdb.Schema(t)
+	u, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String(), openDB(t, u.String())
+}
+
+// withApp returns rawURL with application_name set, so that a test can find
+// the demo's backends in pg_stat_activity.
+func withApp(t testing.TB, rawURL, app string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func openDB(t testing.TB, rawURL string) *db {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test's own queries are not the demo's.
+	cfg.ConnConfig.RuntimeParams["application_name"] = "faults-test"
+	cfg.MaxConns = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return &db{t: t, pool: pool}
+}
+
+// row is the idem table's row of a key (the middleware's header keys are
+// stored as "key/<key>").
+type row struct {
+	state      string
+	generation int64
+	takeover   bool
+	leaseEnd   *time.Time
+	createdAt  time.Time
+	result     []byte
+}
+
+// keyRows returns the rows whose stored key is "key/"+key, in any scope.
+func (d *db) keyRows(key string) []row {
+	d.t.Helper()
+	rows, err := d.pool.Query(context.Background(),
+		`SELECT state, generation, takeover, lease_end, created_at, coalesce(result::text, '') FROM idem_keys WHERE key = $1`, "key/"+key)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.state, &x.generation, &x.takeover, &x.leaseEnd, &x.createdAt, &x.result)
+		return x, err
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return out
+}
+
+// keyRow returns the one row of key, failing t unless there is exactly one.
+func (d *db) keyRow(key string) row {
+	d.t.Helper()
+	rs := d.keyRows(key)
+	if len(rs) != 1 {
+		d.t.Fatalf("key %s has %d rows in idem_keys, want 1", key, len(rs))
+	}
+	return rs[0]
+}
+
+// count runs a count(*) query.
+func (d *db) count(query string, args ...any) int {
+	d.t.Helper()
+	var n int
+	if err := d.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		d.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// invoicesOf returns the invoices of customer, from the database.
+func (d *db) invoicesOf(customer string) []Invoice {
+	d.t.Helper()
+	rows, err := d.pool.Query(context.Background(),
+		`SELECT id, customer, amount_cents FROM idemdemo_invoices WHERE customer = $1 ORDER BY id`, customer)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	invs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Invoice, error) {
+		var inv Invoice
+		err := r.Scan(&inv.ID, &inv.Customer, &inv.AmountCents)
+		return inv, err
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return invs
+}
+
+// waitFor polls cond every 20ms until it holds, failing t after deadline.
+func waitFor(t testing.TB, what string, deadline time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s", deadline, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitForBackend waits until a backend of application app runs a query
+// starting with prefix and waits on wait_event (empty: any state).
+func (d *db) waitForBackend(app, prefix, waitEvent string) {
+	d.t.Helper()
+	waitFor(d.t, fmt.Sprintf("a %s backend in %q waiting on %q", app, prefix, waitEvent), time.Minute, func() bool {
+		return d.count(`SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND query LIKE $2 || '%' AND ($3 = '' OR wait_event = $3)`,
+			app, prefix, waitEvent) > 0
+	})
+}
+
+// uniq returns a name unique to this run, for keys and customers.
+func uniq(prefix string) string {
+	return fmt.Sprintf("%s-%d-%08x", prefix, time.Now().UnixNano(), rand.Uint32())
+}
+
+// invoiceBody is a POST /invoices body.
+func invoiceBody(customer string, amount int64, delayMS int) string {
+	b, _ := json.Marshal(map[string]any{"customer": customer, "amount_cents": amount, "delay_ms": delayMS})
+	return string(b)
+}
+
+var errNoAnswer = errors.New("no answer")
