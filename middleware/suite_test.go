@@ -46,7 +46,12 @@ type fixture struct {
 // (nil: createHandler).
 func setup(t *testing.T, newStore newKit, opts middleware.Options, handler func(f *fixture) http.HandlerFunc) *fixture {
 	t.Helper()
-	f := &fixture{kit: newStore(t)}
+	return setupOn(newStore(t), opts, handler)
+}
+
+// setupOn is setup over an existing store.
+func setupOn(kit storeKit, opts middleware.Options, handler func(f *fixture) http.HandlerFunc) *fixture {
+	f := &fixture{kit: kit}
 	if handler == nil {
 		handler = createHandler
 	}
@@ -392,15 +397,16 @@ func runSuite(t *testing.T, newStore newKit) {
 
 	t.Run("ReleasedStatuses", func(t *testing.T) {
 		t.Parallel()
+		kit := newStore(t) // one store; a key per status
 		for _, status := range []int{500, 502, 503, 408, 429} {
-			f := setup(t, newStore, middleware.Options{}, func(f *fixture) http.HandlerFunc {
+			f := setupOn(kit, middleware.Options{}, func(f *fixture) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
 					f.calls.Add(1)
 					w.WriteHeader(status)
 				}
 			})
 			for range 2 {
-				rec := serve(f.h, newReq("POST", "/a", `{}`, key("k")))
+				rec := serve(f.h, newReq("POST", "/a", `{}`, key(strconv.Itoa(status))))
 				wantStatus(t, rec, status)
 				if rec.Header().Get("Idempotent-Replayed") != "" {
 					t.Fatalf("status %d replayed", status)
@@ -412,15 +418,16 @@ func runSuite(t *testing.T, newStore newKit) {
 
 	t.Run("RecordedClientErrors", func(t *testing.T) {
 		t.Parallel()
+		kit := newStore(t) // one store; a key per status
 		for _, status := range []int{400, 404, 409, 422} {
-			f := setup(t, newStore, middleware.Options{}, func(f *fixture) http.HandlerFunc {
+			f := setupOn(kit, middleware.Options{}, func(f *fixture) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
 					f.calls.Add(1)
 					http.Error(w, "nope", status)
 				}
 			})
-			first := serve(f.h, newReq("POST", "/a", `{}`, key("k")))
-			wantReplay(t, first, serve(f.h, newReq("POST", "/a", `{}`, key("k"))))
+			first := serve(f.h, newReq("POST", "/a", `{}`, key(strconv.Itoa(status))))
+			wantReplay(t, first, serve(f.h, newReq("POST", "/a", `{}`, key(strconv.Itoa(status)))))
 			wantCalls(t, f, 1)
 		}
 	})
