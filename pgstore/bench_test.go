@@ -141,3 +141,16 @@ func BenchmarkSweepBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(batch)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
+
+// BenchmarkBaselineSelect1 is one round trip doing nothing, on the same
+// pool: the floor the other benchmarks compare with.
+func BenchmarkBaselineSelect1(b *testing.B) {
+	ctx := context.Background()
+	pool, _ := migrated(b)
+	var one int
+	for b.Loop() {
+		if err := pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
