@@ -50,6 +50,7 @@ type config struct {
 	sweepEvery      time.Duration
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
+	probe           string
 }
 
 // envVar is the environment variable of each flag. DATABASE_URL is the
@@ -64,6 +65,7 @@ var envVar = map[string]string{
 	"sweep-interval":   "IDEMDEMO_SWEEP_INTERVAL",
 	"shutdown-timeout": "IDEMDEMO_SHUTDOWN_TIMEOUT",
 	"log-level":        "IDEMDEMO_LOG_LEVEL",
+	"probe":            "IDEMDEMO_PROBE",
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -79,6 +81,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often abandoned claims and expired results are swept")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled and their claims released")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error (debug logs idempotency keys in clear)")
+	fs.StringVar(&cfg.probe, "probe", "", "instead of serving, GET this `URL` and exit 0 if it answers 2xx, 1 otherwise: a container health check for images without curl")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: idemdemo [flags]
 
@@ -149,6 +152,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if cfg.probe != "" {
+		return probe(ctx, cfg.probe)
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 
 	var be *backend
@@ -170,6 +176,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	app := newApp(cfg, be, logger, selfURL(ln.Addr()))
 	return app.serve(ctx, ln, stdout)
+}
+
+// probe GETs url and reports whether it answered 2xx.
+func probe(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return &usageError{fmt.Errorf("-probe: %w", err)}
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("probe: %s answered %s", url, resp.Status)
+	}
+	return nil
 }
 
 // selfURL is the base URL the MCP tool calls the invoice API on: the

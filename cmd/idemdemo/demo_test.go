@@ -295,6 +295,10 @@ func TestHealthMetricsAndOutage(t *testing.T) {
 	if strings.TrimSpace(string(h.body)) != `{"status":"ok","store":"postgres"}` {
 		t.Fatalf("healthz body %s", h.body)
 	}
+	// The container health check.
+	if out, err := exec.Command(demoBinary, "-probe", d.url+"/healthz").CombinedOutput(); err != nil {
+		t.Fatalf("-probe with the database up: %v %s", err, out)
+	}
 
 	mustStatus(t, "create", d.do("POST", "/invoices", "m-1", acme), http.StatusCreated)
 	mustStatus(t, "retry", d.do("POST", "/invoices", "m-1", acme), http.StatusCreated)
@@ -328,6 +332,9 @@ func TestHealthMetricsAndOutage(t *testing.T) {
 	mustStatus(t, "healthz with the database down", down, http.StatusServiceUnavailable)
 	if !strings.Contains(string(down.body), `"status":"unavailable"`) {
 		t.Fatalf("healthz body %s", down.body)
+	}
+	if out, err := exec.Command(demoBinary, "-probe", d.url+"/healthz").CombinedOutput(); err == nil || !strings.Contains(string(out), "503") {
+		t.Fatalf("-probe with the database down: %v %s; want a failure naming the 503", err, out)
 	}
 	refused := d.do("POST", "/invoices", "m-2", acme)
 	mustStatus(t, "POST with the database down", refused, http.StatusServiceUnavailable)
