@@ -15,7 +15,9 @@ import (
 // otherwise.
 //
 // So one key sent by two principals, two sessions, or to two routes is two
-// keys. Credentials are hashed, never stored in clear. A service whose
+// keys. Credentials are hashed, never stored in clear. Requests with neither
+// credentials nor a session share one scope per route, so anonymous clients
+// must choose unguessable keys (UUIDs). A service whose
 // credentials rotate during a client's retries (short-lived tokens) should
 // scope by the authenticated principal instead, with its own [ScopeFunc].
 func DefaultScope(r *http.Request) string {
