@@ -1,0 +1,228 @@
+package mcphttp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	"github.com/idemkit/idem"
+)
+
+// call is a POST body that is a single JSON-RPC request for a deduped
+// method: what the wrapper keys, fingerprints and replays.
+type call struct {
+	id     idem.RequestID
+	rawID  json.RawMessage // the id exactly as sent, for rewriting replays
+	method string
+	// name is params.name (the tool name for tools/call); empty when the
+	// method has none.
+	name string
+	// meta is params._meta as sent; nil when absent.
+	meta json.RawMessage
+	// sessionID is _meta.sessionId; empty when absent or not a string.
+	sessionID string
+	// idemKey is _meta.idempotencyKey; hasKey reports that the member was
+	// present at all (a non-string value is an invalid key, not "no key").
+	idemKey string
+	hasKey  bool
+	// digest is the hex SHA-256 of the method and the canonical params
+	// without _meta: for tools/call, the tool name and its arguments.
+	digest string
+}
+
+type wireRequest struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  *string         `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// parseCall reports whether body is a single JSON-RPC request, with an id,
+// for one of methods, and returns it. Anything else (a batch, a
+// notification, a response to a server request, a request for another
+// method, malformed JSON, params that are not an object, a tools/call
+// without a string name) is not a call: the wrapper passes it to the inner
+// handler, which owns the answer.
+func parseCall(body []byte, methods map[string]bool) (call, bool) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return call{}, false
+	}
+	var w wireRequest
+	if err := json.Unmarshal(body, &w); err != nil {
+		return call{}, false
+	}
+	if w.JSONRPC != "2.0" || w.Method == nil || !methods[*w.Method] {
+		return call{}, false
+	}
+	id, err := idem.ParseRequestID(w.ID)
+	if err != nil {
+		return call{}, false // a notification, or an id nothing can key
+	}
+	c := call{id: id, rawID: compact(w.ID), method: *w.Method}
+
+	params := map[string]json.RawMessage{}
+	if p := bytes.TrimSpace(w.Params); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if p[0] != '{' || json.Unmarshal(p, &params) != nil {
+			return call{}, false
+		}
+	}
+	if raw, ok := params["name"]; ok {
+		if json.Unmarshal(raw, &c.name) != nil {
+			return call{}, false
+		}
+	} else if c.method == "tools/call" {
+		return call{}, false
+	}
+	if raw, ok := params["_meta"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		var meta map[string]json.RawMessage
+		if json.Unmarshal(raw, &meta) != nil {
+			return call{}, false
+		}
+		c.meta = compact(raw)
+		if s, ok := meta["sessionId"]; ok {
+			_ = json.Unmarshal(s, &c.sessionID) // not a string: no session
+		}
+		if k, ok := meta["idempotencyKey"]; ok {
+			c.hasKey = true
+			if json.Unmarshal(k, &c.idemKey) != nil {
+				c.idemKey = "" // not a string: ParseKey rejects it as empty
+			}
+		}
+	}
+	delete(params, "_meta")
+	h := sha256.New()
+	h.Write([]byte(c.method))
+	h.Write([]byte{0})
+	rest, _ := json.Marshal(params)
+	if canon, err := idem.CanonicalJSON(rest); err == nil {
+		h.Write(canon)
+	} else {
+		// Not canonicalisable (say, a repeated member name inside the
+		// arguments): the exact bytes still tell a retry from another call.
+		h.Write([]byte{1})
+		h.Write(w.Params)
+	}
+	c.digest = hex.EncodeToString(h.Sum(nil))
+	return c, true
+}
+
+func compact(raw json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return append(json.RawMessage(nil), raw...)
+	}
+	return b.Bytes()
+}
+
+// wireResponse is what the wrapper needs to know of a message the inner
+// handler sent: whether it is the response to the call, and how it ended.
+type wireResponse struct {
+	ID     json.RawMessage `json:"id"`
+	Method *string         `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// responseTo reports whether msg is the JSON-RPC response to the request
+// with id, and whether it is an error response.
+func responseTo(msg []byte, id idem.RequestID) (isResponse, isError bool) {
+	var r wireResponse
+	if json.Unmarshal(msg, &r) != nil || r.Method != nil {
+		return false, false
+	}
+	got, err := idem.ParseRequestID(r.ID)
+	if err != nil || got.String() != id.String() {
+		return false, false
+	}
+	hasErr := len(r.Error) > 0 && !bytes.Equal(r.Error, []byte("null"))
+	if !hasErr && len(r.Result) == 0 {
+		return false, false
+	}
+	return true, hasErr
+}
+
+// withID returns the recorded JSON-RPC response resp with its id replaced by
+// rawID, compact, so it fits on one SSE data line.
+func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
+	var r wireResponse
+	if err := json.Unmarshal(resp, &r); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"jsonrpc":"2.0","id":`)
+	b.Write(rawID)
+	if len(r.Error) > 0 && !bytes.Equal(r.Error, []byte("null")) {
+		b.WriteString(`,"error":`)
+		b.Write(r.Error)
+	} else {
+		b.WriteString(`,"result":`)
+		b.Write(r.Result)
+	}
+	b.WriteByte('}')
+	var out bytes.Buffer
+	if err := json.Compact(&out, b.Bytes()); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// JSON-RPC error codes the wrapper answers with itself. They are in the
+// range JSON-RPC reserves for implementation-defined server errors, and each
+// error carries data.reason, a stable string to branch on.
+const (
+	// CodeKeyReused: a _meta.idempotencyKey was reused for a different call
+	// (another tool, or other arguments) than the one it first named.
+	// data.reason is "idempotency_key_reused". The tool was not run.
+	CodeKeyReused = -32090
+	// CodeInFlight: the call is a duplicate of one still running, which
+	// did not finish within [Options.Wait]. data.reason is "in_flight" and
+	// data.retryAfterMs suggests when to retry with the same key; the retry
+	// then gets the original's result.
+	CodeInFlight = -32091
+	// CodeUnreplayable: the call was already executed, but its response
+	// could not be recorded (it was larger than [Options.MaxRecordBytes]),
+	// so it is neither run again nor replayed. data.reason is
+	// "unreplayable".
+	CodeUnreplayable = -32092
+	// CodeUnavailable: the store could not be reached, so the call was not
+	// run (it never runs without a claim). data.reason is
+	// "store_unavailable"; data.retryAfterMs suggests when to retry.
+	CodeUnavailable = -32093
+	// CodeInvalidParams is JSON-RPC's invalid params, answered with
+	// data.reason "invalid_idempotency_key" for a _meta.idempotencyKey that
+	// is not 1 to 255 printable ASCII characters.
+	CodeInvalidParams = -32602
+)
+
+// Reasons in data.reason of the wrapper's errors.
+const (
+	ReasonKeyReused    = "idempotency_key_reused"
+	ReasonInFlight     = "in_flight"
+	ReasonUnreplayable = "unreplayable"
+	ReasonUnavailable  = "store_unavailable"
+	ReasonInvalidKey   = "invalid_idempotency_key"
+)
+
+type rpcError struct {
+	Code    int       `json:"code"`
+	Message string    `json:"message"`
+	Data    errorData `json:"data"`
+}
+
+type errorData struct {
+	Reason       string `json:"reason"`
+	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
+}
+
+func errorResponse(rawID json.RawMessage, e rpcError) []byte {
+	data, _ := json.Marshal(e)
+	var b bytes.Buffer
+	b.WriteString(`{"jsonrpc":"2.0","id":`)
+	b.Write(rawID)
+	b.WriteString(`,"error":`)
+	b.Write(data)
+	b.WriteByte('}')
+	return b.Bytes()
+}

@@ -1,0 +1,510 @@
+package mcphttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults of [Options].
+const (
+	DefaultWait            = 30 * time.Second
+	DefaultMaxInspectBytes = 4 << 20 // go-sdk's default request body limit
+	DefaultMaxRecordBytes  = 1 << 20
+)
+
+// storeTimeout bounds the store calls made after the inner handler returned
+// (complete, release), which must not depend on the client still being
+// there.
+const storeTimeout = 10 * time.Second
+
+// Options configures the wrapper. The zero value is ready to use.
+type Options struct {
+	// Methods lists the JSON-RPC methods deduplicated. Nil means
+	// tools/call only. Methods without side effects (tools/list,
+	// resources/read, ...) gain nothing from it.
+	Methods []string
+	// Wait is how long a duplicate of a call still in flight waits for the
+	// original's result before it is answered with [CodeInFlight]. Zero
+	// means [DefaultWait]; negative means no wait.
+	Wait time.Duration
+	// Lease is the lease of a call's claim, renewed every third of it while
+	// the inner handler runs, so a slow tool keeps its claim and a crashed
+	// process's claim runs out. Zero means [idem.DefaultLease]; negative
+	// panics.
+	Lease time.Duration
+	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
+	// decide whether it is a call to dedupe. A longer body passes through
+	// to the inner handler intact and is not deduplicated. Zero means
+	// [DefaultMaxInspectBytes]; negative panics.
+	MaxInspectBytes int64
+	// MaxRecordBytes bounds the JSON-RPC response recorded for a call, and
+	// any one SSE event the wrapper looks at. A call whose response is
+	// larger still streams to the client in full, but completes its key as
+	// unreplayable: a retry is not run again and is answered with
+	// [CodeUnreplayable]. Zero means [DefaultMaxRecordBytes]; negative
+	// panics.
+	MaxRecordBytes int
+	// Principal returns who is calling, for the scope of every key. Nil
+	// means the credentials: the Authorization and X-Api-Key headers
+	// (anonymous callers share one principal). The value is hashed, never
+	// stored.
+	Principal func(*http.Request) string
+	// Owner names this process in claims, for operators. Optional.
+	Owner string
+	// Logger receives store failures and lost claims. Nil discards.
+	Logger *slog.Logger
+}
+
+type wrapper struct {
+	next       http.Handler
+	store      idem.Store
+	methods    map[string]bool
+	wait       time.Duration
+	lease      time.Duration
+	maxInspect int64
+	maxRecord  int
+	principal  func(*http.Request) string
+	owner      string
+	log        *slog.Logger
+}
+
+// New returns middleware that deduplicates MCP calls (by default
+// tools/call) on the Streamable HTTP transport in front of any MCP handler,
+// with store as the source of truth. See the package documentation for
+// what it does and why. It panics if store is nil or opts is invalid.
+func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
+	if store == nil {
+		panic("mcphttp: nil store")
+	}
+	if opts.Lease < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
+		panic("mcphttp: negative Lease, MaxInspectBytes or MaxRecordBytes")
+	}
+	methods := map[string]bool{}
+	if opts.Methods == nil {
+		methods["tools/call"] = true
+	}
+	for _, m := range opts.Methods {
+		if m == "" || m == "initialize" {
+			panic(fmt.Sprintf("mcphttp: method %q cannot be deduplicated", m))
+		}
+		methods[m] = true
+	}
+	switch {
+	case opts.Wait == 0:
+		opts.Wait = DefaultWait
+	case opts.Wait < 0:
+		opts.Wait = 0
+	}
+	if opts.Lease == 0 {
+		opts.Lease = idem.DefaultLease
+	}
+	if opts.MaxInspectBytes == 0 {
+		opts.MaxInspectBytes = DefaultMaxInspectBytes
+	}
+	if opts.MaxRecordBytes == 0 {
+		opts.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if opts.Principal == nil {
+		opts.Principal = credentials
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return func(next http.Handler) http.Handler {
+		return &wrapper{
+			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
+			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
+			principal: opts.Principal, owner: opts.Owner, log: logger,
+		}
+	}
+}
+
+func credentials(r *http.Request) string {
+	return r.Header.Get("Authorization") + "\x00" + r.Header.Get("X-Api-Key")
+}
+
+func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(DerivedKeyHeader) != "" {
+		r = r.Clone(r.Context())
+		r.Header.Del(DerivedKeyHeader)
+	}
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	body, whole, err := readPrefix(r.Body, m.maxInspect)
+	// Give the inner handler the body exactly as it came, read or not.
+	r.Body = &rereadBody{Reader: io.MultiReader(bytes.NewReader(body), r.Body), Closer: r.Body}
+	if err != nil || !whole {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	c, ok := parseCall(body, m.methods)
+	if !ok || !m.headersAgree(r, c) {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	m.serveCall(w, r, c)
+}
+
+// headersAgree reports whether the optional Mcp-Method and Mcp-Name headers
+// (newer protocol revisions) name the body's method and tool. When they do
+// not, the inner handler rejects the request, and the wrapper leaves that to
+// it rather than answer from the store.
+func (m *wrapper) headersAgree(r *http.Request, c call) bool {
+	if v := r.Header.Get("Mcp-Method"); v != "" && v != c.method {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Name"); v != "" && v != c.name {
+		return false
+	}
+	return true
+}
+
+// identify returns the claim for a call, the key forwarded upstream, and
+// whether the call can be deduplicated at all.
+func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward string, ok bool, keyErr error) {
+	h := sha256.Sum256([]byte(m.principal(r)))
+	scope := "mcp:" + hex.EncodeToString(h[:16])
+	if c.sessionID != "" {
+		s := sha256.Sum256([]byte(c.sessionID))
+		scope += ":" + hex.EncodeToString(s[:16])
+	}
+	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
+	if c.hasKey {
+		k, err := idem.ParseKey(c.idemKey)
+		if err != nil {
+			return req, "", true, err
+		}
+		req.Key = k
+		return req, c.idemKey, true, nil
+	}
+	session := r.Header.Get("Mcp-Session-Id")
+	if session == "" {
+		// Request ids are unique per session only: without one, two
+		// clients' id 1 would be one key, and one would be answered with
+		// the other's result.
+		return req, "", false, nil
+	}
+	// The argument digest joins the tool name in the key's target, not
+	// only the fingerprint: under a reused id, a call with other arguments
+	// is a fresh call (seed 000), where a fingerprint alone would make the
+	// store answer it with a mismatch.
+	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, c.name+"/"+c.digest)
+	f := sha256.Sum256([]byte(scope + "\x00" + req.Key.String()))
+	return req, hex.EncodeToString(f[:]), true, nil
+}
+
+func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
+	req, forward, ok, keyErr := m.identify(r, c)
+	if !ok {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if keyErr != nil {
+		m.answer(w, r, c, errorResponse(c.rawID, rpcError{
+			Code: CodeInvalidParams, Message: "invalid _meta.idempotencyKey: " + keyErr.Error(),
+			Data: errorData{Reason: ReasonInvalidKey},
+		}), false)
+		return
+	}
+	ctx := r.Context()
+	claim, err := m.store.Claim(ctx, req)
+	if err == nil && claim.Status == idem.Acquired {
+		m.execute(w, r, c, claim.Token, forward)
+		return
+	}
+	// Anything but a fresh claim is answered by the wrapper, and only after
+	// the inner handler has accepted the request: see "Order of checks".
+	probe, accepted := m.probe(r, c)
+	if !accepted {
+		probe.writeTo(w)
+		return
+	}
+	if err == nil && claim.Status == idem.InFlight && m.wait > 0 {
+		claim, err = idem.ClaimWait(ctx, m.store, req, m.wait)
+		if err == nil && claim.Status == idem.Acquired {
+			m.execute(w, r, c, claim.Token, forward)
+			return
+		}
+	}
+	m.answer(w, r, c, m.replayBody(c, req, claim, err), true, probe)
+}
+
+// replayBody is the JSON-RPC response the wrapper answers a call with when
+// it does not run it.
+func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, err error) []byte {
+	var mismatch *idem.MismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		return errorResponse(c.rawID, rpcError{
+			Code:    CodeKeyReused,
+			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
+			Data:    errorData{Reason: ReasonKeyReused},
+		})
+	case err != nil:
+		m.log.Warn("mcphttp: claim failed", "scope", req.Scope, "key", req.Key.String(), "err", err)
+		retry := time.Second
+		var ue *idem.UnavailableError
+		if errors.As(err, &ue) && ue.RetryAfter > 0 {
+			retry = ue.RetryAfter
+		}
+		return errorResponse(c.rawID, rpcError{
+			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
+			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: retry.Milliseconds()},
+		})
+	case claim.Status == idem.Completed && claim.Result.Unreplayable:
+		return errorResponse(c.rawID, rpcError{
+			Code:    CodeUnreplayable,
+			Message: "this call already ran, but its response was too large to record and cannot be replayed",
+			Data:    errorData{Reason: ReasonUnreplayable},
+		})
+	case claim.Status == idem.Completed:
+		body, err := withID(claim.Result.Body, c.rawID)
+		if err == nil {
+			return body
+		}
+		m.log.Error("mcphttp: recorded response unreadable", "scope", req.Scope, "key", req.Key.String(), "err", err)
+		return errorResponse(c.rawID, rpcError{
+			Code:    CodeUnreplayable,
+			Message: "this call already ran, but its recorded response cannot be replayed",
+			Data:    errorData{Reason: ReasonUnreplayable},
+		})
+	default: // still in flight after the wait
+		retry := time.Second
+		if !claim.LeaseEnd.IsZero() {
+			retry = max(time.Until(claim.LeaseEnd), 100*time.Millisecond)
+			retry = min(retry, m.lease)
+		}
+		return errorResponse(c.rawID, rpcError{
+			Code:    CodeInFlight,
+			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
+			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: retry.Milliseconds()},
+		})
+	}
+}
+
+// answer writes a JSON-RPC response the wrapper made itself, framed as the
+// inner handler frames its answers (an SSE event or a JSON body, with its
+// status and headers). Without a probe yet, it probes first.
+func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []byte, replay bool, probes ...*capture) {
+	var probe *capture
+	if len(probes) > 0 {
+		probe = probes[0]
+	} else {
+		var accepted bool
+		if probe, accepted = m.probe(r, c); !accepted {
+			probe.writeTo(w)
+			return
+		}
+	}
+	h := w.Header()
+	for k, vs := range probe.header {
+		if k == "Content-Length" {
+			continue
+		}
+		h[k] = append([]string(nil), vs...)
+	}
+	if replay {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	if isSSE(probe.header.Get("Content-Type")) {
+		w.WriteHeader(probe.status)
+		var b bytes.Buffer
+		b.WriteString("event: message\ndata: ")
+		b.Write(body)
+		b.WriteString("\n\n")
+		_, _ = w.Write(b.Bytes())
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(probe.status)
+	_, _ = w.Write(body)
+}
+
+func isSSE(contentType string) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return mt == "text/event-stream"
+}
+
+// probe asks the inner handler whether it accepts the request, without
+// running the call: it sends the same HTTP request (method, URL, headers,
+// session, credentials, context) with the body replaced by a ping under the
+// same id and _meta. Ping is the one request every MCP server must answer
+// and has no effect, so the inner handler's answer is its verdict on
+// everything but the call itself: Host and Origin checks, authentication,
+// Content-Type and Accept, the protocol version, the session, and a
+// duplicate of an id still in flight. accepted reports a JSON-RPC result to
+// the ping; otherwise the captured answer is the inner handler's rejection,
+// for the client as is.
+func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
+	var b bytes.Buffer
+	b.WriteString(`{"jsonrpc":"2.0","id":`)
+	b.Write(c.rawID)
+	b.WriteString(`,"method":"ping"`)
+	if c.meta != nil {
+		b.WriteString(`,"params":{"_meta":`)
+		b.Write(c.meta)
+		b.WriteByte('}')
+	}
+	b.WriteByte('}')
+	pr := r.Clone(r.Context())
+	pr.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
+	pr.ContentLength = int64(b.Len())
+	pr.GetBody = nil
+	if pr.Header.Get("Content-Length") != "" {
+		pr.Header.Set("Content-Length", strconv.Itoa(b.Len()))
+	}
+	if pr.Header.Get("Mcp-Method") != "" {
+		pr.Header.Set("Mcp-Method", "ping")
+	}
+	pr.Header.Del("Mcp-Name")
+	for k := range pr.Header {
+		if strings.HasPrefix(k, "Mcp-Param-") {
+			delete(pr.Header, k)
+		}
+	}
+	capt := newCapture(m.maxRecord)
+	m.next.ServeHTTP(capt, pr)
+	if capt.status == 0 {
+		capt.status = http.StatusOK
+	}
+	if capt.status != http.StatusOK {
+		return capt, false
+	}
+	s := newScanner(c.id, m.maxRecord, capt.header.Get("Content-Type"))
+	s.write(capt.body.Bytes())
+	if s.sse {
+		s.write([]byte("\n\n")) // dispatch a last event left unterminated
+	}
+	s.finish()
+	return capt, s.final != nil && !s.finalError
+}
+
+func (c *capture) writeTo(w http.ResponseWriter) {
+	h := w.Header()
+	for k, vs := range c.header {
+		h[k] = append([]string(nil), vs...)
+	}
+	w.WriteHeader(c.status)
+	_, _ = w.Write(c.body.Bytes())
+}
+
+// execute runs the call through the inner handler, streaming its answer to
+// the client while recording the call's response, and completes or
+// releases the claim.
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok idem.Token, forward string) {
+	// The inner handler runs on a context that outlives the client: a
+	// client that drops its connection after sending the call is exactly
+	// the one that will retry it, and its retry must find the response
+	// recorded, not a second execution.
+	ctx := context.WithoutCancel(r.Context())
+	ctx = NewContext(ctx, Meta{SessionID: c.sessionID, IdempotencyKey: forward})
+	ir := r.Clone(ctx)
+	if !c.hasKey && forward != "" {
+		ir.Header.Set(DerivedKeyHeader, forward)
+	}
+	rec := &recorder{w: w, id: c.id, limit: m.maxRecord}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { m.renew(ctx, tok, stop) })
+	done := false
+	defer func() {
+		close(stop)
+		wg.Wait()
+		if !done {
+			// The inner handler panicked: nothing was recorded, so a
+			// retry must be able to run again.
+			m.release(ctx, tok)
+		}
+	}()
+	m.next.ServeHTTP(rec, ir)
+	done = true
+
+	final, isError, oversize := rec.outcome()
+	switch {
+	case final != nil && !isError:
+		m.complete(ctx, tok, idem.Result{Status: rec.status, Body: final})
+	case final == nil && oversize:
+		m.complete(ctx, tok, idem.Result{Status: rec.status, Unreplayable: true})
+	default:
+		// A JSON-RPC error, or no response at all (the inner handler
+		// rejected the request, or the session closed): the call did not
+		// produce a result, and a retry runs it again.
+		m.release(ctx, tok)
+	}
+}
+
+func (m *wrapper) renew(ctx context.Context, tok idem.Token, stop <-chan struct{}) {
+	t := time.NewTicker(m.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, m.lease/3)
+			_, err := m.store.Renew(rctx, tok, m.lease)
+			cancel()
+			if errors.Is(err, idem.ErrStaleClaim) {
+				m.log.Warn("mcphttp: claim lost while the call ran", "token", tok.String())
+				return
+			}
+			if err != nil {
+				m.log.Warn("mcphttp: renewing claim", "token", tok.String(), "err", err)
+			}
+		}
+	}
+}
+
+func (m *wrapper) complete(ctx context.Context, tok idem.Token, res idem.Result) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := m.store.Complete(ctx, tok, res); err != nil {
+		m.log.Warn("mcphttp: recording the result failed; a retry after the lease runs out will run the call again", "token", tok.String(), "err", err)
+	}
+}
+
+func (m *wrapper) release(ctx context.Context, tok idem.Token) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := m.store.Release(ctx, tok); err != nil && !errors.Is(err, idem.ErrStaleClaim) {
+		m.log.Warn("mcphttp: releasing claim", "token", tok.String(), "err", err)
+	}
+}
+
+// readPrefix reads up to limit bytes of body. whole reports that body ended
+// within them.
+func readPrefix(body io.Reader, limit int64) (prefix []byte, whole bool, err error) {
+	prefix, err = io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		return prefix, false, err
+	}
+	if int64(len(prefix)) > limit {
+		return prefix, false, nil
+	}
+	return prefix, true, nil
+}
+
+// rereadBody re-provides a request body the wrapper read part of.
+type rereadBody struct {
+	io.Reader
+	io.Closer
+}

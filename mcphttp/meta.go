@@ -1,0 +1,119 @@
+package mcphttp
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// DerivedKeyHeader is the request header through which the wrapper hands
+// the key it derived for a call without _meta.idempotencyKey to the inner
+// handler, where [FromCallToolRequest] reads it. The wrapper deletes it from
+// every incoming request first, so a client cannot set it.
+const DerivedKeyHeader = "Idem-Derived-Key"
+
+// Upstream headers of seed 003: the _meta fields of a tools/call, as the
+// headers of the HTTP calls the tool makes to its upstream API.
+const (
+	SessionIDHeader      = "X-Session-Id"
+	IdempotencyKeyHeader = "X-Idempotency-Key"
+)
+
+// Meta is what a tool handler forwards to the upstream API it calls (seed
+// 003). The zero Meta forwards nothing.
+type Meta struct {
+	// SessionID is the call's _meta.sessionId. Empty means the call
+	// carried none, and no X-Session-Id is sent.
+	SessionID string
+	// IdempotencyKey is the call's _meta.idempotencyKey or, when it
+	// carried none, the key the wrapper derived from the session, the
+	// request id, the tool and its arguments (64 hex characters), so the
+	// upstream's own idem middleware dedupes the retry of this call too.
+	// Empty means neither, and no X-Idempotency-Key is sent.
+	IdempotencyKey string
+}
+
+// SetHeaders sets X-Session-Id and X-Idempotency-Key on h for the fields
+// that are not empty.
+func (m Meta) SetHeaders(h http.Header) {
+	if m.SessionID != "" {
+		h.Set(SessionIDHeader, m.SessionID)
+	}
+	if m.IdempotencyKey != "" {
+		h.Set(IdempotencyKeyHeader, m.IdempotencyKey)
+	}
+}
+
+// FromCallToolRequest returns the Meta of a go-sdk tools/call, for use in a
+// tool handler. go-sdk runs tool handlers on the session's context, not on
+// the HTTP request's, so values the wrapper puts in the request context do
+// not reach them; what does reach them is the call's _meta
+// (req.Params.Meta) and the HTTP request's headers (req.Extra.Header),
+// which is where the wrapper leaves the derived key.
+func FromCallToolRequest(req *mcp.CallToolRequest) Meta {
+	var m Meta
+	if req == nil {
+		return m
+	}
+	if req.Params != nil {
+		meta := req.Params.GetMeta()
+		if s, ok := meta["sessionId"].(string); ok {
+			m.SessionID = s
+		}
+		if k, ok := meta["idempotencyKey"].(string); ok {
+			m.IdempotencyKey = k
+		}
+	}
+	if m.IdempotencyKey == "" && req.Extra != nil && req.Extra.Header != nil {
+		m.IdempotencyKey = req.Extra.Header.Get(DerivedKeyHeader)
+	}
+	return m
+}
+
+type metaKey struct{}
+
+// NewContext returns a context carrying m, for [Transport] to forward.
+func NewContext(ctx context.Context, m Meta) context.Context {
+	return context.WithValue(ctx, metaKey{}, m)
+}
+
+// FromContext returns the Meta ctx carries. The wrapper puts it in the
+// context of every deduped request it passes to the inner handler, for
+// inner handlers that run tools on the request's context; go-sdk tool
+// handlers use [FromCallToolRequest] and [NewContext] instead.
+func FromContext(ctx context.Context) (Meta, bool) {
+	m, ok := ctx.Value(metaKey{}).(Meta)
+	return m, ok
+}
+
+// Transport is an http.RoundTripper that sets X-Session-Id and
+// X-Idempotency-Key from the Meta in the request's context (see
+// [NewContext]) on every request it sends, leaving requests without one
+// untouched. Headers the request already carries are overwritten.
+//
+//	client := &http.Client{Transport: &mcphttp.Transport{}}
+//	// in a go-sdk tool handler:
+//	ctx = mcphttp.NewContext(ctx, mcphttp.FromCallToolRequest(req))
+//	upstream, _ := http.NewRequestWithContext(ctx, "POST", url, body)
+//	resp, err := client.Do(upstream)
+type Transport struct {
+	// Base sends the requests. Nil means http.DefaultTransport.
+	Base http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	m, ok := FromContext(req.Context())
+	if !ok || m == (Meta{}) {
+		return base.RoundTrip(req)
+	}
+	// A RoundTripper must not modify the caller's request.
+	out := req.Clone(req.Context())
+	m.SetHeaders(out.Header)
+	return base.RoundTrip(out)
+}
