@@ -180,7 +180,7 @@ func unavailable(op string, err error) error {
 }
 
 // staleFrom maps the completion function's SQLSTATE to a stale-claim error.
-func (s *Store) staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
+func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleClaimSQLState {
 		return nil, false
@@ -301,7 +301,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	_, err = db.Exec(ctx, s.sql.complete,
 		[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(body), s.retentionMicros(), s.nowArg())
 	if err != nil {
-		if se, ok := s.staleFrom(err, tok); ok {
+		if se, ok := staleFrom(err, tok); ok {
 			return se
 		}
 		return unavailable(op, err)
