@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -55,9 +54,17 @@ func buildAndRun(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	demoBinary = filepath.Join(dir, "idemdemo")
-	// Without -race: the storm runs three instances on two cores, and the
-	// demo's own tests run it with the race detector already.
-	build := exec.Command("go", "build", "-o", demoBinary, "github.com/idemkit/idem/cmd/idemdemo")
+	// The demo is built in the library's module (the replace target), with
+	// that module's dependencies, as its users build it. Without -race:
+	// the storm runs three instances on two cores, and the demo's own
+	// tests run it with the race detector already.
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/idemkit/idem").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "locating the idem module:", err)
+		return 1
+	}
+	build := exec.Command("go", "build", "-o", demoBinary, "./cmd/idemdemo")
+	build.Dir = strings.TrimSpace(string(root))
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building idemdemo:", err)
@@ -486,4 +493,14 @@ func invoiceBody(customer string, amount int64, delayMS int) string {
 	return string(b)
 }
 
-var errNoAnswer = errors.New("no answer")
+// parseInvoice decodes an invoice body strictly, for goroutines that cannot
+// fail the test themselves.
+func parseInvoice(body []byte) (Invoice, error) {
+	var inv Invoice
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&inv); err != nil {
+		return inv, fmt.Errorf("invoice body %q: %w", body, err)
+	}
+	return inv, nil
+}
