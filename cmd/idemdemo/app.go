@@ -51,6 +51,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	probe           string
+	migrate         bool
 }
 
 // envVar is the environment variable of each flag. DATABASE_URL is the
@@ -66,6 +67,7 @@ var envVar = map[string]string{
 	"shutdown-timeout": "IDEMDEMO_SHUTDOWN_TIMEOUT",
 	"log-level":        "IDEMDEMO_LOG_LEVEL",
 	"probe":            "IDEMDEMO_PROBE",
+	"migrate":          "IDEMDEMO_MIGRATE",
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -81,6 +83,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often abandoned claims and expired results are swept")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled and their claims released")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error (debug logs idempotency keys in clear)")
+	fs.BoolVar(&cfg.migrate, "migrate", true, "with a database, migrate the idem table and create the invoices table at start; false for a least-privilege role (run \"idem migrate up\" as the table's owner instead)")
 	fs.StringVar(&cfg.probe, "probe", "", "instead of serving, GET this `URL` and exit 0 if it answers 2xx, 1 otherwise: a container health check for images without curl")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: idemdemo [flags]

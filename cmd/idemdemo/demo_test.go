@@ -417,6 +417,21 @@ func TestMemoryMode(t *testing.T) {
 	}
 }
 
+// With -migrate=false on a database nobody migrated, the demo starts (a
+// least-privilege role cannot migrate) but /healthz reports the missing
+// table, and requests are refused rather than run unprotected.
+func TestNoMigrateReportsMissingTable(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	d := startDemo(t, dbURL, "-migrate=false")
+	h := d.do("GET", "/healthz", "", "")
+	mustStatus(t, "healthz without the table", h, http.StatusServiceUnavailable)
+	if !strings.Contains(string(h.body), "idem_keys") {
+		t.Fatalf("healthz body %s does not name the table", h.body)
+	}
+	mustStatus(t, "POST without the table", d.do("POST", "/invoices", "k", acme), http.StatusServiceUnavailable)
+}
+
 // A database URL that does not work stops the demo at start with a clear
 // message and a failure exit.
 func TestBadDatabaseURL(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 )
 
 // metrics are the demo's Prometheus metrics, fed by the observer hooks of
-// the middleware and the MCP adapter and by the sweeper. The adapter label
-// is "http" (the Idempotency-Key middleware) or "mcp" (tools/call dedup).
+// the middleware (adapter="http") and by the sweeper. The adapter label
+// leaves room for "mcp" (tools/call dedup) once mcphttp has an observer.
 // Keys and scopes never become labels: they are client data, unbounded.
 type metrics struct {
 	reg *prometheus.Registry
@@ -60,11 +60,11 @@ func newMetrics() *metrics {
 		m.stale, m.storeErrors, m.sweptTotal, m.claimTime, m.handlerTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Export every series at zero from the start, so dashboards and the
-	// demo's readers see them before the first event.
-	for _, adapter := range []string{"http", "mcp"} {
-		for _, c := range []*prometheus.CounterVec{m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released, m.stale} {
-			c.WithLabelValues(adapter)
-		}
+	// demo's readers see them before the first event. Only "http" so far:
+	// mcphttp has no observer hook yet, and zeros for "mcp" would claim
+	// that nothing happened there.
+	for _, c := range []*prometheus.CounterVec{m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released, m.stale} {
+		c.WithLabelValues("http")
 	}
 	m.sweptTotal.WithLabelValues("abandoned")
 	m.sweptTotal.WithLabelValues("expired")

@@ -43,15 +43,18 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, err)
 	}
-	// Replicas starting together are safe: Up serialises on an advisory
-	// lock, and CREATE TABLE IF NOT EXISTS is idempotent.
-	if err := migrations.Up(ctx, pool, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("create the invoices table: %w", err)
+	if cfg.migrate {
+		// Replicas starting together are safe: Up serialises on an
+		// advisory lock, and CREATE TABLE IF NOT EXISTS is idempotent.
+		if err := migrations.Up(ctx, pool, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("create the invoices table: %w", err)
+		}
+		logger.Info("schema up to date", "table", tableName(cfg.table))
 	}
 	store, err := pgstore.New(pool, pgstore.Options{
 		Table:     cfg.table,
@@ -68,12 +71,33 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		name:     "postgres",
 		store:    store,
 		invoices: &pgInvoices{pool: pool, store: store, logger: logger},
-		health:   pool.Ping,
+		health:   storeHealth(store),
 		close: func() {
 			store.Close()
 			pool.Close()
 		},
 	}, nil
+}
+
+func tableName(t string) string {
+	if t == "" {
+		return migrations.DefaultTable
+	}
+	return t
+}
+
+// storeHealth checks that the store answers: one primary-key lookup in the
+// idem table, so a missing table or missing privileges show as well as a
+// database that is down.
+func storeHealth(store *pgstore.Store) func(context.Context) error {
+	key, err := idem.ParseKey("idemdemo-healthz")
+	if err != nil {
+		panic(err) // a constant, valid key
+	}
+	return func(ctx context.Context) error {
+		_, _, err := store.Inspect(ctx, "idemdemo-healthz", key)
+		return err
+	}
 }
 
 // pgInvoices keeps invoices in PostgreSQL, in the database of the idem
