@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 sampling (deprecated by SEP-2577, still in the protocol) is how a server request reuses an in-flight id.
 package mcphttp_test
 
 import (

@@ -1,0 +1,82 @@
+package mcphttp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idem/mcphttp"
+	"github.com/idemkit/idem/memstore"
+)
+
+// A go-sdk MCP server behind mcphttp: an agent that repeats a tools/call
+// with the same _meta.idempotencyKey (seed 003) gets the first result, and
+// the tool runs once.
+func Example() {
+	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
+	created := 0
+	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Customer string `json:"customer"`
+	}) (*mcp.CallToolResult, any, error) {
+		created++
+		meta := mcphttp.FromCallToolRequest(req)
+		text := fmt.Sprintf("invoice %d for %s (X-Idempotency-Key: %s)", created, in.Customer, meta.IdempotencyKey)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+	})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{})(inner))
+	defer srv.Close()
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer cs.Close()
+	call := &mcp.CallToolParams{
+		Name:      "create_invoice",
+		Arguments: map[string]any{"customer": "ACME"},
+		Meta:      mcp.Meta{"sessionId": "conversation-1", "idempotencyKey": "turn-3-create_invoice"},
+	}
+	for range 2 {
+		res, err := cs.CallTool(context.Background(), call)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res.Content[0].(*mcp.TextContent).Text)
+	}
+	fmt.Println("invoices created:", created)
+	// Output:
+	// invoice 1 for ACME (X-Idempotency-Key: turn-3-create_invoice)
+	// invoice 1 for ACME (X-Idempotency-Key: turn-3-create_invoice)
+	// invoices created: 1
+}
+
+// A tool forwards the call's _meta to the upstream API it calls, as
+// X-Session-Id and X-Idempotency-Key (seed 003), so the upstream's own idem
+// middleware dedupes as well.
+func ExampleTransport() {
+	upstream := &http.Client{Transport: &mcphttp.Transport{}}
+	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice"}, func(ctx context.Context, req *mcp.CallToolRequest, in map[string]any) (*mcp.CallToolResult, any, error) {
+		ctx = mcphttp.NewContext(ctx, mcphttp.FromCallToolRequest(req))
+		body, _ := json.Marshal(in)
+		post, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:8080/invoices", bytes.NewReader(body))
+		if err != nil {
+			return nil, nil, err
+		}
+		resp, err := upstream.Do(post) // carries X-Session-Id and X-Idempotency-Key
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}, nil, nil
+	})
+}
