@@ -48,6 +48,7 @@ var allModes = []string{modeRaw, modeHTTPBare, modeUnique, modeReplay, modeMixed
 type config struct {
 	concurrency int
 	duration    time.Duration
+	rounds      int
 	warmup      time.Duration
 	modes       []string
 	databaseURL string
@@ -68,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.concurrency, "concurrency", 16, "concurrent clients (goroutines, each with its own keep-alive connection)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per mode")
+	fs.IntVar(&c.rounds, "rounds", 5, "split each mode's duration into this many slices, the modes taking turns slice by slice")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured time per mode before measuring (connections, caches, JIT of the planner)")
 	fs.StringVar(&mode, "mode", "all", "comma-separated modes: raw, http-bare, unique, replay, mixed, or all")
 	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (default $TEST_DATABASE_URL)")
@@ -88,6 +90,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-concurrency must be at least 1, not %d", c.concurrency)
 	case c.duration <= 0:
 		return c, fmt.Errorf("-duration must be positive, not %v", c.duration)
+	case c.rounds < 1:
+		return c, fmt.Errorf("-rounds must be at least 1, not %d", c.rounds)
+	case c.duration/time.Duration(max(c.rounds, 1)) < time.Millisecond:
+		return c, fmt.Errorf("-duration %v is too short for %d rounds", c.duration, c.rounds)
+	case (c.cpuProfile != "" || c.memProfile != "") && c.rounds > 1:
+		return c, errors.New("-cpuprofile and -memprofile need -rounds 1 (a profile covers one continuous slice)")
 	case c.warmup < 0:
 		return c, fmt.Errorf("-warmup must not be negative, not %v", c.warmup)
 	case c.retryShare < 0 || c.retryShare > 1 || math.IsNaN(c.retryShare):
@@ -188,19 +196,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer cleanup()
 
-	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, warmup %v, duration %v per mode\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.warmup, cfg.duration)
-	var results []result
+	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, warmup %v, duration %v per mode in %d round(s)\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.warmup, cfg.duration, cfg.rounds)
+	// Each mode is set up and warmed up first; then the rounds interleave
+	// the modes, so that a change in the machine's load during the run
+	// (other processes, autovacuum, checkpoints) falls on every mode alike
+	// rather than on whichever ran at the time.
+	var ms []*measurement
 	for _, mode := range cfg.modes {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		fmt.Fprintf(stderr, "idembench: %s ...\n", mode)
-		r, err := b.measure(ctx, mode)
+		fmt.Fprintf(stderr, "idembench: setting up %s ...\n", mode)
+		m, err := b.prepare(ctx, mode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
-		results = append(results, r)
+		ms = append(ms, m)
+	}
+	slice := cfg.duration / time.Duration(cfg.rounds)
+	for round := range cfg.rounds {
+		for _, m := range ms {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			fmt.Fprintf(stderr, "idembench: round %d/%d: %s ...\n", round+1, cfg.rounds, m.mode)
+			if err := b.measureSlice(ctx, m, slice); err != nil {
+				return fmt.Errorf("%s: %w", m.mode, err)
+			}
+		}
+	}
+	var results []result
+	for _, m := range ms {
+		results = append(results, m.result())
 	}
 	printTable(stdout, cfg, results)
 	for _, r := range results {
@@ -415,49 +443,77 @@ func (b *bench) post(ctx context.Context, path, key string, replayed bool) error
 	return nil
 }
 
-// measure runs mode for the warm-up, then measures it for the duration.
-func (b *bench) measure(ctx context.Context, mode string) (result, error) {
+// measurement accumulates one mode's measured slices.
+type measurement struct {
+	mode    string
+	op      op
+	workers []*worker
+	total   result
+	allocs  uint64
+	bytes   uint64
+}
+
+// prepare sets mode up (replay completes its keys) and runs it for the
+// warm-up.
+func (b *bench) prepare(ctx context.Context, mode string) (*measurement, error) {
 	o, err := b.opFor(ctx, mode)
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	workers := make([]*worker, b.cfg.concurrency)
-	for i := range workers {
-		workers[i] = &worker{id: i, rng: mrand.New(mrand.NewPCG(uint64(i), 0x1de3)), lat: make([]time.Duration, 0, 1<<14)}
+	m := &measurement{mode: mode, op: o, workers: make([]*worker, b.cfg.concurrency)}
+	for i := range m.workers {
+		m.workers[i] = &worker{id: i, rng: mrand.New(mrand.NewPCG(uint64(i), 0x1de3)), lat: make([]time.Duration, 0, 1<<14)}
 	}
 	if b.cfg.warmup > 0 {
-		if r := drive(ctx, workers, o, b.cfg.warmup); r.errors > 0 {
-			return result{}, fmt.Errorf("warm-up: %d requests failed; first: %w", r.errors, r.firstErr)
+		if r := drive(ctx, m.workers, o, b.cfg.warmup); r.errors > 0 {
+			return nil, fmt.Errorf("warm-up: %d requests failed; first: %w", r.errors, r.firstErr)
 		}
 	}
-	for _, w := range workers {
+	for _, w := range m.workers {
 		w.lat = w.lat[:0]
 	}
-	runtime.GC()
+	return m, nil
+}
 
-	stopCPU, err := startCPUProfile(b.cfg, mode)
+// measureSlice runs m's mode for d and adds what it measured.
+func (b *bench) measureSlice(ctx context.Context, m *measurement, d time.Duration) error {
+	runtime.GC()
+	stopCPU, err := startCPUProfile(b.cfg, m.mode)
 	if err != nil {
-		return result{}, err
+		return err
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	r := drive(ctx, workers, o, b.cfg.duration)
+	r := drive(ctx, m.workers, m.op, d)
 	runtime.ReadMemStats(&after)
 	stopCPU()
-	if err := writeMemProfile(b.cfg, mode); err != nil {
-		return result{}, err
+	if err := writeMemProfile(b.cfg, m.mode); err != nil {
+		return err
 	}
-	r.mode = mode
+	m.total.ops += r.ops
+	m.total.errors += r.errors
+	m.total.elapsed += r.elapsed
+	if m.total.firstErr == nil {
+		m.total.firstErr = r.firstErr
+	}
+	m.allocs += after.Mallocs - before.Mallocs
+	m.bytes += after.TotalAlloc - before.TotalAlloc
+	return nil
+}
+
+func (m *measurement) result() result {
+	r := m.total
+	r.mode = m.mode
 	if r.ops > 0 {
-		r.allocsPerOp = float64(after.Mallocs-before.Mallocs) / float64(r.ops)
-		r.bytesPerOp = float64(after.TotalAlloc-before.TotalAlloc) / float64(r.ops)
+		r.allocsPerOp = float64(m.allocs) / float64(r.ops)
+		r.bytesPerOp = float64(m.bytes) / float64(r.ops)
 	}
 	var lat []time.Duration
-	for _, w := range workers {
+	for _, w := range m.workers {
 		lat = append(lat, w.lat...)
 	}
 	r.p50, r.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
-	return r, nil
+	return r
 }
 
 // drive runs o on every worker until d has passed (or ctx ends) and counts.

@@ -31,6 +31,8 @@ func TestParseFlags(t *testing.T) {
 		{"retry share above one", []string{"-retry-share", "1.5"}, "-retry-share"},
 		{"no replay keys", []string{"-replay-keys", "0"}, "-replay-keys"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
+		{"zero rounds", []string{"-rounds", "0"}, "-rounds"},
+		{"profile over rounds", []string{"-cpuprofile", "x", "-rounds", "2"}, "-rounds 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,7 +85,7 @@ func TestRunAllModes(t *testing.T) {
 	ctx := context.Background()
 	before := benchSchemas(t, url)
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"-database-url", url, "-mode", "all", "-concurrency", "4", "-duration", "300ms",
+	err := run(ctx, []string{"-database-url", url, "-mode", "all", "-concurrency", "4", "-duration", "400ms", "-rounds", "2",
 		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
