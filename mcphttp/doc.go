@@ -57,9 +57,14 @@
 // requests interleaved on the stream are looked at and dropped), and keeps
 // only the JSON-RPC response to the call's id, which it records as the
 // [idem.Result] Body. A tool result, even one with isError, completes the
-// key; a JSON-RPC error, or no response at all, releases it, so a retry runs
-// again. A response larger than [Options.MaxRecordBytes] completes the key
-// as unreplayable.
+// key; a JSON-RPC error, or a rejection by the inner handler, releases it,
+// so a retry runs again. A response larger than [Options.MaxRecordBytes]
+// completes the key as unreplayable. An SSE stream that ends without the
+// call's response (the session closed, or the server closed the stream for
+// the client to resume it with a GET, SEP-1699) leaves the claim to its
+// lease: the tool may still be running, and the response, delivered on a
+// resumed stream, is one the wrapper never sees. Until the lease runs out a
+// retry waits or gets [CodeInFlight]; after it, the retry runs again.
 //
 // The inner handler runs on a context that survives the client: go-sdk
 // ends a call's stream when the HTTP request's context ends, and the

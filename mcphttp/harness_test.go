@@ -127,6 +127,14 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		n := h.runs.add("fail")
 		return nil, nil, fmt.Errorf("tool failed #%d", n)
 	})
+	mcp.AddTool(server, &mcp.Tool{Name: "close_stream"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+		// Ends the call's SSE stream for the client to resume it
+		// (SEP-1699), then finishes: the response goes to a stream the
+		// wrapper never sees.
+		n := h.runs.add("close_stream")
+		req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: time.Millisecond})
+		return text(fmt.Sprintf("closed #%d", n)), nil, nil
+	})
 	mcp.AddTool(server, &mcp.Tool{Name: "big"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
 		h.runs.add("big")
 		return text(strings.Repeat("x", 8192)), nil, nil
@@ -295,7 +303,7 @@ func streamMessages(t *testing.T, resp *http.Response) <-chan rpcMessage {
 		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && data != "" {
 				var m rpcMessage
 				if err := json.Unmarshal([]byte(data), &m); err != nil {
 					t.Errorf("message %q: %v", data, err)
@@ -326,7 +334,7 @@ func readMessages(t *testing.T, resp *http.Response) []rpcMessage {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && data != "" {
 				add(data)
 			}
 		}

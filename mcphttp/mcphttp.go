@@ -238,6 +238,9 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	}
 	if err == nil && claim.Status == idem.InFlight && m.wait > 0 {
 		claim, err = idem.ClaimWait(ctx, m.store, req, m.wait)
+		if ctx.Err() != nil {
+			return // the client went away while it waited
+		}
 		if err == nil && claim.Status == idem.Acquired {
 			m.execute(w, r, c, claim.Token, forward)
 			return
@@ -444,10 +447,18 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 		m.complete(ctx, tok, idem.Result{Status: rec.status, Body: final})
 	case final == nil && oversize:
 		m.complete(ctx, tok, idem.Result{Status: rec.status, Unreplayable: true})
+	case final == nil && rec.status == http.StatusOK && rec.scan.sse:
+		// The call's SSE stream ended without its response: the session
+		// closed, or the server closed the stream for the client to
+		// resume it elsewhere (SEP-1699). The tool may still be running,
+		// so the claim is kept, unrenewed, until its lease runs out:
+		// until then a retry waits or is told to retry, and never runs
+		// the tool alongside.
+		m.log.Info("mcphttp: call's stream ended without its response; claim left to its lease", "token", tok.String())
 	default:
-		// A JSON-RPC error, or no response at all (the inner handler
-		// rejected the request, or the session closed): the call did not
-		// produce a result, and a retry runs it again.
+		// A JSON-RPC error, or no answer to the call at all (the inner
+		// handler rejected the request): the call produced no result,
+		// and a retry runs it again.
 		m.release(ctx, tok)
 	}
 }

@@ -596,3 +596,26 @@ func TestMetaForwarded(t *testing.T) {
 		t.Errorf("upstream headers %v, want X-Idempotency-Key %s", seen[1], m["idempotencyKey"])
 	}
 }
+
+// TestStreamClosedKeepsClaim: when the call's stream ends without its
+// response (the server closed it for the client to resume), the tool may
+// still be running; the claim stays, and a retry does not run it again.
+func TestStreamClosedKeepsClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Wait: -1}})
+	session := h.initialize(t)
+	meta := map[string]any{"idempotencyKey": "key-10"}
+	resp := h.post(t, session, callBody(1, "close_stream", nil, meta), nil)
+	for _, m := range readMessages(t, resp) {
+		if m.Method == "" {
+			t.Fatalf("the closed stream carried the response %s", m.raw)
+		}
+	}
+	retry := h.call(t, session, 2, "close_stream", nil, meta)
+	if retry.Error == nil || retry.Error.Code != mcphttp.CodeInFlight {
+		t.Errorf("retry got %s, want code %d", retry.raw, mcphttp.CodeInFlight)
+	}
+	if n := h.runs.get("close_stream"); n != 1 {
+		t.Errorf("tool ran %d times, want 1", n)
+	}
+}
