@@ -1,0 +1,400 @@
+package faults_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawPost sends a POST /invoices written byte for byte, so that headers Go's
+// client refuses to send (control characters, invalid UTF-8) reach the
+// server as a hostile client would send them.
+func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunked bool) response {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	var req bytes.Buffer
+	req.WriteString("POST /invoices HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nConnection: close\r\n")
+	for _, h := range headerLines {
+		req.WriteString(h + "\r\n")
+	}
+	if chunked {
+		req.WriteString("Transfer-Encoding: chunked\r\n\r\n")
+		for rest := body; len(rest) > 0; {
+			n := min(len(rest), 64<<10)
+			fmt.Fprintf(&req, "%x\r\n", n)
+			req.Write(rest[:n])
+			req.WriteString("\r\n")
+			rest = rest[n:]
+		}
+		req.WriteString("0\r\n\r\n")
+	} else {
+		fmt.Fprintf(&req, "Content-Length: %d\r\n\r\n", len(body))
+		req.Write(body)
+	}
+	// The server may answer (413) before it read everything and close:
+	// a write error is not the test's failure, the answer is.
+	go func() { _, _ = conn.Write(req.Bytes()) }()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// TestHostileHTTP sends malformed keys and oversized bodies to POST
+// /invoices. Each is answered 4xx (the middleware's problem+json, or
+// net/http's own 400 for bytes no header may hold), nothing is stored in
+// the idem table, no invoice is created, and the server stays up.
+func TestHostileHTTP(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("hostile"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
+	addr := strings.TrimPrefix(p.url, "http://")
+	customer := uniq("hostile")
+	body := []byte(invoiceBody(customer, 100, 0))
+
+	keyCases := []struct {
+		name    string
+		headers []string
+	}{
+		{"256 characters", []string{"Idempotency-Key: " + strings.Repeat("k", 256)}},
+		{"4096 characters", []string{"Idempotency-Key: " + strings.Repeat("k", 4096)}},
+		{"256 characters quoted", []string{`Idempotency-Key: "` + strings.Repeat("q", 256) + `"`}},
+		{"empty", []string{"Idempotency-Key: "}},
+		{"empty quoted", []string{`Idempotency-Key: ""`}},
+		{"control character", []string{"Idempotency-Key: a\x01b"}},
+		{"DEL", []string{"Idempotency-Key: a\x7fb"}},
+		{"escape sequence", []string{"Idempotency-Key: \x1b[31mred"}},
+		{"NUL", []string{"Idempotency-Key: a\x00b"}},
+		{"invalid UTF-8", []string{"Idempotency-Key: a\xff\xfeb"}},
+		{"UTF-8", []string{"Idempotency-Key: ключ"}},
+		{"space inside", []string{"Idempotency-Key: a b"}},
+		{"list", []string{"Idempotency-Key: a, b"}},
+		{"list of strings", []string{`Idempotency-Key: "a", "b"`}},
+		{"two header lines", []string{"Idempotency-Key: a", "Idempotency-Key: b"}},
+		{"parameters", []string{`Idempotency-Key: "a";p=1`}},
+		{"unterminated string", []string{`Idempotency-Key: "abc`}},
+		{"bad escape", []string{`Idempotency-Key: "a\nb"`}},
+		{"alias disagrees", []string{"Idempotency-Key: a", "X-Idempotency-Key: b"}},
+		{"alias invalid", []string{"X-Idempotency-Key: " + strings.Repeat("x", 300)}},
+		{"missing", nil},
+	}
+	for _, c := range keyCases {
+		r := rawPost(t, addr, c.headers, body, false)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("key %s: %d %q, want 400", c.name, r.status, r.body)
+			continue
+		}
+		if ct := r.header.Get("Content-Type"); ct == "application/problem+json" {
+			var prob struct {
+				Type   string `json:"type"`
+				Status int    `json:"status"`
+				Detail string `json:"detail"`
+			}
+			if err := json.Unmarshal(r.body, &prob); err != nil || prob.Status != 400 || prob.Detail == "" ||
+				!strings.Contains(prob.Type, "#TypeInvalidKey") && !strings.Contains(prob.Type, "#TypeMissingKey") {
+				t.Errorf("key %s: problem %s, want a clear invalid or missing key problem", c.name, r.body)
+			}
+		} else if !strings.Contains(string(r.body), "400 Bad Request") {
+			// Refused by net/http before the middleware saw it.
+			t.Errorf("key %s: 400 with Content-Type %q and body %q", c.name, ct, r.body)
+		}
+	}
+
+	huge := []byte(`{"customer":"` + customer + `","amount_cents":1,"x":"` + strings.Repeat("z", 2<<20) + `"}`)
+	for _, chunked := range []bool{false, true} {
+		r := rawPost(t, addr, []string{"Idempotency-Key: " + uniq("huge")}, huge, chunked)
+		if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "#TypeBodyTooLarge") {
+			t.Errorf("2 MiB body (chunked %v): %d %.200s, want 413 problem", chunked, r.status, r.body)
+		}
+	}
+
+	if n := d.count(`SELECT count(*) FROM idem_keys`); n != 0 {
+		t.Errorf("%d rows stored in idem_keys for requests that were refused", n)
+	}
+	if n := d.count(`SELECT count(*) FROM idemdemo_invoices`); n != 0 {
+		t.Errorf("%d invoices created by requests that were refused", n)
+	}
+	assertUp(t, p)
+	// And it still works.
+	key := uniq("after")
+	if r := mustPost(t, p.url, "/invoices", string(body), "Idempotency-Key", key); r.status != http.StatusCreated {
+		t.Fatalf("a valid request after the hostile ones: %d %s", r.status, r.body)
+	}
+}
+
+// assertUp checks that the process runs and answers /healthz.
+func assertUp(t *testing.T, p *demo) {
+	t.Helper()
+	if !p.alive() {
+		t.Fatal("the demo died")
+	}
+	req, _ := http.NewRequest(http.MethodGet, p.url+"/healthz", nil)
+	r, err := send(newClient(30*time.Second), req)
+	if err != nil || r.status != http.StatusOK {
+		t.Fatalf("/healthz: %+v %v", r, err)
+	}
+}
+
+// mcpSession is an initialized MCP session on the demo.
+type mcpSession struct {
+	t      *testing.T
+	base   string
+	id     string
+	header []string // extra headers on every request (credentials)
+}
+
+const mcpProtocol = "2025-06-18"
+
+func newMCPSession(t *testing.T, base string, header ...string) *mcpSession {
+	t.Helper()
+	s := &mcpSession{t: t, base: base, header: header}
+	r := s.postRaw(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+mcpProtocol+`","capabilities":{},"clientInfo":{"name":"faults","version":"1"}}}`, nil)
+	s.id = r.header.Get("Mcp-Session-Id")
+	if r.status != http.StatusOK || s.id == "" {
+		t.Fatalf("initialize: %d %s (session %q)", r.status, r.body, s.id)
+	}
+	if r := s.postRaw(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil); r.status != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s", r.status, r.body)
+	}
+	return s
+}
+
+func (s *mcpSession) postRaw(body string, ctx context.Context) response {
+	s.t.Helper()
+	if ctx == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+	}
+	h := append([]string{"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", mcpProtocol}, s.header...)
+	if s.id != "" {
+		h = append(h, "Mcp-Session-Id", s.id)
+	}
+	r, err := post(ctx, newClient(time.Minute), s.base, "/mcp", body, h...)
+	if err != nil {
+		s.t.Fatalf("POST /mcp: %v", err)
+	}
+	return r
+}
+
+// rpcMessage is a JSON-RPC response.
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Result *struct {
+		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    struct {
+			Reason string `json:"reason"`
+		} `json:"data"`
+	} `json:"error"`
+}
+
+// messages returns the JSON-RPC messages of an answer, JSON or SSE.
+func messages(r response) []rpcMessage {
+	var out []rpcMessage
+	if strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
+		for _, line := range strings.Split(string(r.body), "\n") {
+			if data, ok := strings.CutPrefix(line, "data:"); ok {
+				var m rpcMessage
+				if json.Unmarshal([]byte(strings.TrimSpace(data)), &m) == nil {
+					out = append(out, m)
+				}
+			}
+		}
+		return out
+	}
+	var m rpcMessage
+	if json.Unmarshal(r.body, &m) == nil {
+		out = append(out, m)
+	}
+	return out
+}
+
+// toolCall is a tools/call body for create_invoice.
+func toolCall(id, customer string, amount int64, delayMS int, meta string) string {
+	args, _ := json.Marshal(map[string]any{"customer": customer, "amount_cents": amount, "delay_ms": delayMS})
+	params := `{"name":"create_invoice","arguments":` + string(args)
+	if meta != "" {
+		params += `,"_meta":` + meta
+	}
+	return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":` + params + `}}`
+}
+
+// TestHostileMCP sends malformed JSON-RPC to /mcp: broken JSON, batches,
+// ids that are not ids, _meta and _meta.idempotencyKey of the wrong type or
+// form. Each is refused with a 4xx or a JSON-RPC error, no key is stored, the
+// tool does not run (no invoice), and the server stays up. Then ids of every
+// valid JSON-RPC type do run, once each.
+func TestHostileMCP(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("hostile-mcp"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn", "-lease", "2s"}})
+	s := newMCPSession(t, p.url)
+	customer := uniq("mcp")
+
+	refused := []struct{ name, body string }{
+		{"malformed JSON", `{"jsonrpc":"2.0","id":1,"method":"tools/call",`},
+		{"not JSON at all", "\xff\xfe\x00garbage"},
+		{"batch", "[" + toolCall("2", customer, 1, 0, "") + "," + toolCall("3", customer, 1, 0, "") + "]"},
+		{"empty batch", `[]`},
+		{"id null", toolCall("null", customer, 1, 0, "")},
+		{"id true", toolCall("true", customer, 1, 0, "")},
+		{"id object", toolCall(`{"a":1}`, customer, 1, 0, "")},
+		{"id array", toolCall(`[1]`, customer, 1, 0, "")},
+		{"id out of float range", toolCall("1e400", customer, 1, 0, "")},
+		{"no jsonrpc member", strings.Replace(toolCall("4", customer, 1, 0, ""), `"jsonrpc":"2.0",`, "", 1)},
+		{"params not an object", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1,2]}`},
+		{"_meta a string", toolCall("6", customer, 1, 0, `"str"`)},
+		{"_meta an array", toolCall("7", customer, 1, 0, `[1]`)},
+		{"idempotencyKey a number", toolCall("8", customer, 1, 0, `{"idempotencyKey":5}`)},
+		{"idempotencyKey an object", toolCall("9", customer, 1, 0, `{"idempotencyKey":{"k":"v"}}`)},
+		{"idempotencyKey empty", toolCall("10", customer, 1, 0, `{"idempotencyKey":""}`)},
+		{"idempotencyKey 256 characters", toolCall("11", customer, 1, 0, `{"idempotencyKey":"`+strings.Repeat("k", 256)+`"}`)},
+		{"idempotencyKey control character", toolCall("12", customer, 1, 0, `{"idempotencyKey":"a\u0001b"}`)},
+		{"idempotencyKey non-ASCII", toolCall("13", customer, 1, 0, `{"idempotencyKey":"ключ"}`)},
+		{"tool name a number", `{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":5,"arguments":{}}}`},
+		{"unknown tool", `{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"drop_tables","arguments":{}}}`},
+		{"invalid arguments", toolCall("16", customer, -5, 0, `{"idempotencyKey":"`+uniq("neg")+`"}`)},
+	}
+	for _, c := range refused {
+		r := s.postRaw(c.body, nil)
+		switch {
+		case r.status >= 400 && r.status < 500:
+		case r.status == http.StatusOK:
+			msgs := messages(r)
+			if len(msgs) != 1 || (msgs[0].Error == nil && (msgs[0].Result == nil || !msgs[0].Result.IsError)) {
+				t.Errorf("%s: 200 %s, want a JSON-RPC error (or a tool error)", c.name, r.body)
+			}
+		default:
+			t.Errorf("%s: %d %s, want 4xx or a JSON-RPC error", c.name, r.status, r.body)
+		}
+	}
+	// An invalid _meta.idempotencyKey is named as such.
+	for _, meta := range []string{`{"idempotencyKey":5}`, `{"idempotencyKey":""}`, `{"idempotencyKey":"a\u0001b"}`} {
+		msgs := messages(s.postRaw(toolCall("20", customer, 1, 0, meta), nil))
+		if len(msgs) != 1 || msgs[0].Error == nil || msgs[0].Error.Code != -32602 || msgs[0].Error.Data.Reason != "invalid_idempotency_key" {
+			t.Errorf("_meta %s: %+v, want -32602 invalid_idempotency_key", meta, msgs)
+		}
+	}
+	if invs := d.invoicesOf(customer); len(invs) != 0 {
+		t.Errorf("refused calls created invoices: %+v", invs)
+	}
+	// A refused call stores nothing; the only rows are those of the tool
+	// error (invalid arguments), a recorded answer: one mcphttp row and
+	// one REST row for its 400.
+	if n := d.count(`SELECT count(*) FROM idem_keys WHERE state = 'claimed'`); n != 0 {
+		t.Errorf("%d claims left behind by refused calls", n)
+	}
+	if n := d.count(`SELECT count(*) FROM idem_keys`); n > 2 {
+		t.Errorf("%d rows in idem_keys after refused calls, want at most the 2 of the tool error", n)
+	}
+	assertUp(t, p)
+
+	// Ids of every JSON-RPC type run the tool once, and their retry (same
+	// id, same session) replays with the id as sent.
+	for i, id := range []string{`"str-id"`, `""`, `"ключ \u0000 \"quoted\""`, `0`, `-7`, `42`, `9007199254740993`} {
+		cust := fmt.Sprintf("%s-id-%d", customer, i)
+		first := messages(s.postRaw(toolCall(id, cust, 1, 0, ""), nil))
+		again := messages(s.postRaw(toolCall(id, cust, 1, 0, ""), nil))
+		if len(first) != 1 || first[0].Result == nil || first[0].Result.IsError {
+			t.Errorf("id %s: %+v, want a result", id, first)
+			continue
+		}
+		if !jsonEqual(first[0].ID, []byte(id)) || len(again) != 1 || !jsonEqual(again[0].ID, []byte(id)) {
+			t.Errorf("id %s: answered with ids %s and %v", id, first[0].ID, again)
+		}
+		if invs := d.invoicesOf(cust); len(invs) != 1 {
+			t.Errorf("id %s: %d invoices after a call and its retry, want 1", id, len(invs))
+		}
+	}
+	assertUp(t, p)
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return bytes.Equal(xb, yb)
+}
+
+// TestMCPStreamCut cuts an SSE response in the middle (the client goes away
+// while the tool runs), then retries the call with the same
+// _meta.idempotencyKey until it has a result. Exactly one invoice, and the
+// server stays up.
+func TestMCPStreamCut(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("sse-cut"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
+	s := newMCPSession(t, p.url)
+	customer, key := uniq("cut"), uniq("cut-key")
+	meta := `{"idempotencyKey":"` + key + `"}`
+
+	// Open the stream, read until the server has started answering, then
+	// hang up.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/mcp", strings.NewReader(toolCall("1", customer, 100, 1500, meta)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", mcpProtocol)
+	req.Header.Set("Mcp-Session-Id", s.id)
+	resp, err := newClient(0).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		cancel()
+		t.Fatalf("tools/call: %s %s, want an SSE stream", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	waitFor(t, "the call to be claimed", time.Minute, func() bool {
+		return d.count(`SELECT count(*) FROM idem_keys WHERE state = 'claimed'`) > 0
+	})
+	cancel()
+	resp.Body.Close()
+
+	var final []rpcMessage
+	waitFor(t, "a result for the retried call", time.Minute, func() bool {
+		final = messages(s.postRaw(toolCall("2", customer, 100, 1500, meta), nil))
+		return len(final) == 1 && final[0].Result != nil && !final[0].Result.IsError
+	})
+	invs := d.invoicesOf(customer)
+	if len(invs) != 1 {
+		t.Fatalf("%d invoices after a cut stream and retries, want 1: %+v", len(invs), invs)
+	}
+	var out Invoice
+	if err := json.Unmarshal(final[0].Result.StructuredContent, &out); err != nil || out.ID != invs[0].ID {
+		t.Fatalf("result %s (%v), want invoice %+v", final[0].Result.StructuredContent, err, invs[0])
+	}
+	// Once more: a replay, not a new run.
+	again := messages(s.postRaw(toolCall("3", customer, 100, 1500, meta), nil))
+	if len(again) != 1 || again[0].Result == nil || string(again[0].Result.StructuredContent) != string(final[0].Result.StructuredContent) {
+		t.Fatalf("replay after the cut: %+v", again)
+	}
+	if n := len(d.invoicesOf(customer)); n != 1 {
+		t.Fatalf("%d invoices after the replay, want 1", n)
+	}
+	assertUp(t, p)
+}
