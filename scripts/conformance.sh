@@ -14,6 +14,8 @@
 #   CONFORMANCE_SERVER a server binary to test instead of building ours
 #                      (it must accept -addr and serve /mcp).
 #   CONFORMANCE_URL_PATH  the MCP endpoint's path (default /mcp).
+#   CONFORMANCE_SERVER_ARGS  extra server flags; "-idem=false" serves go-sdk
+#                      without mcphttp, to compare the counts.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -81,7 +83,7 @@ URL="http://127.0.0.1:$PORT$URL_PATH"
 store=memory
 [ -n "${TEST_DATABASE_URL:-}" ] && store=PostgreSQL
 log "starting the server on 127.0.0.1:$PORT (store: $store)"
-DATABASE_URL=${TEST_DATABASE_URL:-} "$SERVER" -addr "127.0.0.1:$PORT" >"$WORK/server.log" 2>&1 &
+DATABASE_URL=${TEST_DATABASE_URL:-} "$SERVER" -addr "127.0.0.1:$PORT" ${CONFORMANCE_SERVER_ARGS:-} >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 
 ready=""

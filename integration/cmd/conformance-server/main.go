@@ -42,32 +42,39 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address; the MCP endpoint is /mcp")
 	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL); empty means the in-memory store")
+	wrap := flag.Bool("idem", true, "wrap go-sdk's handler in mcphttp; -idem=false serves it bare, for comparison")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *dbURL, log); err != nil {
+	if err := run(ctx, *addr, *dbURL, *wrap, log); err != nil {
 		log.Error("conformance-server", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addr, dbURL string, log *slog.Logger) error {
-	store, closeStore, err := openStore(ctx, dbURL, log)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+func run(ctx context.Context, addr, dbURL string, wrap bool, log *slog.Logger) error {
+	var handler http.Handler
 
 	server := newServer()
 	watchCtx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
 	go notifyWatched(watchCtx, server)
 
+	handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	if wrap {
+		store, closeStore, err := openStore(ctx, dbURL, log)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		handler = mcphttp.New(store, mcphttp.Options{Logger: log})(handler)
+	} else {
+		log.Warn("serving go-sdk's handler without mcphttp")
+	}
 	mux := http.NewServeMux()
-	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	mux.Handle("/mcp", mcphttp.New(store, mcphttp.Options{Logger: log})(inner))
+	mux.Handle("/mcp", handler)
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
