@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -438,7 +439,7 @@ func TestBadDatabaseURL(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ url, want string }{
 		{"postgres://idem:idem@127.0.0.1:port/x", "not a valid PostgreSQL URL"},
-		{"postgres://idem:idem@127.0.0.1:1/x?sslmode=disable&connect_timeout=5", "connect to PostgreSQL at 127.0.0.1:1"},
+		{"postgres://idem:idem@127.0.0.1:1/x?sslmode=disable&connect_timeout=5", "cannot connect to PostgreSQL at 127.0.0.1:1 (user \"idem\", database \"x\"): connect: connection refused"},
 	} {
 		cmd := exec.Command(demoBinary, "-addr", "127.0.0.1:0")
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+tc.url)
@@ -454,3 +455,101 @@ func TestBadDatabaseURL(t *testing.T) {
 		}
 	}
 }
+
+// An open MCP stream (GET /mcp, which lasts as long as the client wants)
+// does not hold shutdown until its bound: it is ended when shutdown begins.
+func TestShutdownEndsMCPStreams(t *testing.T) {
+	t.Parallel()
+	d := startDemo(t, "", "-shutdown-timeout", "10m")
+	post := func(body string, header ...string) *http.Response {
+		req, _ := http.NewRequest("POST", d.url+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := d.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	init := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	sid := init.Header.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: no Mcp-Session-Id (%s)", init.Status)
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "MCP-Protocol-Version", "2025-06-18")
+
+	req, _ := http.NewRequest("GET", d.url+"/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	stream, err := d.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET /mcp: %s", stream.Status)
+	}
+	// The stream is open on the server. Shutting down ends it, and the
+	// process exits without reaching its ten-minute bound.
+	d.stop()
+	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
+		t.Logf("stream ended with %v", err)
+	}
+	if strings.Contains(d.stderr.String(), "shutdown bound reached") {
+		t.Fatalf("shutdown waited for the stream until its bound:\n%s", d.stderr.String())
+	}
+}
+
+// run in-process: it serves until its context is cancelled, then returns
+// nil with no goroutine left behind (goleak in TestMain).
+func TestRunInProcess(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lines := make(chan string, 10)
+	stdout := writerFunc(func(p []byte) (int, error) {
+		lines <- string(p)
+		return len(p), nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(string) string { return "" }, stdout, io.Discard)
+	}()
+	var base string
+	select {
+	case line := <-lines:
+		m := listening.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("first line %q", line)
+		}
+		base = m[1]
+	case err := <-done:
+		t.Fatalf("run returned %v before listening", err)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest("POST", base+"/invoices", strings.NewReader(acme))
+	req.Header.Set("Idempotency-Key", "in-process")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %s", resp.Status)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -36,12 +38,14 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(connectCtx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	if err == nil {
+		if err = pool.Ping(connectCtx); err != nil {
+			pool.Close()
+		}
 	}
-	if err := pool.Ping(connectCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, err)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s (user %q, database %q): %s",
+			net.JoinHostPort(pcfg.ConnConfig.Host, fmt.Sprint(pcfg.ConnConfig.Port)), pcfg.ConnConfig.User, pcfg.ConnConfig.Database, connProblem(err))
 	}
 	if cfg.migrate {
 		// Replicas starting together are safe: Up serialises on an
@@ -77,6 +81,23 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 			pool.Close()
 		},
 	}, nil
+}
+
+// connProblem is the useful part of a connection error: the server's
+// message or the network error, not pgx's whole chain.
+func connProblem(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pg.Message, pg.Code)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Err.Error()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "no answer within 15s"
+	}
+	return err.Error()
 }
 
 func tableName(t string) string {
