@@ -366,7 +366,9 @@ func TestSamplingReplyPassesThrough(t *testing.T) {
 		t.Fatalf("got %s, want a sampling request", req.raw)
 	}
 	if string(req.ID) != "1" {
-		t.Logf("server request id %s differs from the call's id 1", req.ID)
+		// go-sdk numbers a session's server requests from 1; the test is
+		// about a reply that reuses the in-flight call's id.
+		t.Fatalf("server request id %s, want 1 (the in-flight call's id)", req.ID)
 	}
 	reply := h.post(t, session, `{"jsonrpc":"2.0","id":`+string(req.ID)+`,"result":{"role":"assistant","content":{"type":"text","text":"sampled text"},"model":"m"}}`, nil)
 	reply.Body.Close()
