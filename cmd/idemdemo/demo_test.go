@@ -276,6 +276,20 @@ func TestMCPTool(t *testing.T) {
 	if !bad.IsError || !strings.Contains(toolText(bad), "400") {
 		t.Fatalf("invalid amount: IsError %v, text %q; want a tool error with the API's 400", bad.IsError, toolText(bad))
 	}
+
+	// Both layers counted: four calls ran the tool (each making one
+	// upstream request that claimed), one MCP call and one REST call were
+	// replays. mcphttp records a call after its response reached the
+	// client, so the last completion may still be on its way.
+	for series, want := range map[string]string{
+		`idem_claimed_total{adapter="mcp"}`:   "4",
+		`idem_completed_total{adapter="mcp"}`: "4",
+		`idem_replayed_total{adapter="mcp"}`:  "1",
+		`idem_claimed_total{adapter="http"}`:  "4",
+		`idem_replayed_total{adapter="http"}`: "1",
+	} {
+		waitForMetric(t, d, series, want)
+	}
 }
 
 // /healthz and /metrics, and a database that goes away: /healthz says 503
@@ -344,6 +358,23 @@ func TestHealthMetricsAndOutage(t *testing.T) {
 	}
 }
 
+// waitForMetric polls /metrics until series has the value want, for at
+// most a minute.
+func waitForMetric(t *testing.T, d *demo, series, want string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := metricValue(string(d.do("GET", "/metrics", "", "").body), series)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %q, want %s", series, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func metricValue(text, series string) string {
 	for _, line := range strings.Split(text, "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
@@ -377,13 +408,7 @@ func TestCrashedClaimIsSwept(t *testing.T) {
 
 	b := startDemo(t, dbURL, "-sweep-interval", "100ms")
 	waitForState(t, conn, "key/crash-1", "")
-	deadline := time.Now().Add(time.Minute)
-	for metricValue(string(b.do("GET", "/metrics", "", "").body), `idem_swept_total{kind="abandoned"}`) != "1" {
-		if time.Now().After(deadline) {
-			t.Fatal("idem_swept_total{kind=\"abandoned\"} did not reach 1")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForMetric(t, b, `idem_swept_total{kind="abandoned"}`, "1")
 	again := b.do("POST", "/invoices", "crash-1", `{"customer":"crash","amount_cents":3}`)
 	mustStatus(t, "retry after the crash", again, http.StatusCreated)
 	if invs := b.invoices(); len(invs) != 1 {

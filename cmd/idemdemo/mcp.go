@@ -115,7 +115,8 @@ func newMCPServer(self string) *mcp.Server {
 func newMCPHandler(a *app, self string) http.Handler {
 	server := newMCPServer(self)
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Logger: a.logger})
-	return mcphttp.New(a.be.store, mcphttp.Options{
+	store := observedStore{Store: a.be.store, m: a.metrics, adapter: "mcp"}
+	return mcphttp.New(store, mcphttp.Options{
 		Wait:   a.cfg.wait,
 		Lease:  a.cfg.lease,
 		Owner:  a.owner,

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/middleware"
@@ -11,8 +14,8 @@ import (
 )
 
 // metrics are the demo's Prometheus metrics, fed by the observer hooks of
-// the middleware (adapter="http") and by the sweeper. The adapter label
-// leaves room for "mcp" (tools/call dedup) once mcphttp has an observer.
+// the middleware's observer (adapter="http"), by counting the MCP adapter's
+// store calls (adapter="mcp", see observedStore), and by the sweeper.
 // Keys and scopes never become labels: they are client data, unbounded.
 type metrics struct {
 	reg *prometheus.Registry
@@ -60,11 +63,13 @@ func newMetrics() *metrics {
 		m.stale, m.storeErrors, m.sweptTotal, m.claimTime, m.handlerTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Export every series at zero from the start, so dashboards and the
-	// demo's readers see them before the first event. Only "http" so far:
-	// mcphttp has no observer hook yet, and zeros for "mcp" would claim
-	// that nothing happened there.
+	// demo's readers see them before the first event. MCP has no in-flight
+	// count (see observedStore).
 	for _, c := range []*prometheus.CounterVec{m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released, m.stale} {
 		c.WithLabelValues("http")
+		if c != m.inFlight {
+			c.WithLabelValues("mcp")
+		}
 	}
 	m.sweptTotal.WithLabelValues("abandoned")
 	m.sweptTotal.WithLabelValues("expired")
@@ -107,4 +112,77 @@ func (m *metrics) observeHTTP(_ *http.Request, e middleware.Event) {
 func (m *metrics) swept(st idem.SweepStats) {
 	m.sweptTotal.WithLabelValues("abandoned").Add(float64(st.Abandoned))
 	m.sweptTotal.WithLabelValues("expired").Add(float64(st.Expired))
+}
+
+// observedStore counts what the MCP adapter does with its store, because
+// mcphttp has no observer hook: every claim that comes back acquired,
+// completed (a replay) or mismatched, every completion, release and stale
+// token, and store failures. It cannot see a duplicate that is still in
+// flight when mcphttp's wait runs out (that is decided after the last
+// claim), so idem_in_flight_total has no "mcp" series.
+type observedStore struct {
+	idem.Store
+	m       *metrics
+	adapter string
+}
+
+func (s observedStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	start := time.Now()
+	c, err := s.Store.Claim(ctx, req)
+	secs := time.Since(start).Seconds()
+	switch {
+	case errors.Is(err, idem.ErrFingerprintMismatch):
+		s.m.mismatched.WithLabelValues(s.adapter).Inc()
+	case err != nil:
+		s.storeError("claim", err)
+	case c.Status == idem.Acquired:
+		s.m.claimed.WithLabelValues(s.adapter).Inc()
+		s.m.claimTime.WithLabelValues(s.adapter, "claimed").Observe(secs)
+	case c.Status == idem.Completed:
+		s.m.replayed.WithLabelValues(s.adapter).Inc()
+		s.m.claimTime.WithLabelValues(s.adapter, "replayed").Observe(secs)
+	}
+	return c, err
+}
+
+func (s observedStore) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	err := s.Store.Complete(ctx, tok, res)
+	s.count(s.m.completed, "complete", err)
+	return err
+}
+
+func (s observedStore) Renew(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
+	end, err := s.Store.Renew(ctx, tok, lease)
+	if err != nil {
+		s.count(nil, "renew", err)
+	}
+	return end, err
+}
+
+func (s observedStore) Release(ctx context.Context, tok idem.Token) error {
+	err := s.Store.Release(ctx, tok)
+	s.count(s.m.released, "release", err)
+	return err
+}
+
+// count increments ok on success, stale on a stale token, and the store
+// errors otherwise.
+func (s observedStore) count(ok *prometheus.CounterVec, op string, err error) {
+	switch {
+	case err == nil:
+		if ok != nil {
+			ok.WithLabelValues(s.adapter).Inc()
+		}
+	case errors.Is(err, idem.ErrStaleClaim):
+		s.m.stale.WithLabelValues(s.adapter).Inc()
+	default:
+		s.storeError(op, err)
+	}
+}
+
+func (s observedStore) storeError(op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the client left; not the store's fault
+	}
+	s.m.storeErrors.WithLabelValues(s.adapter, op).Inc()
 }
