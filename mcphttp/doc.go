@@ -27,6 +27,9 @@
 // Every key lives in a scope: the principal ([Options.Principal], by
 // default the Authorization and X-Api-Key credentials), plus the call's
 // _meta.sessionId when it carries one (seed 003). Scope parts are hashed.
+// Callers without credentials share one principal, so between them a
+// _meta.idempotencyKey is only as private as its value: one derived with
+// [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
 //
 // A call with params._meta.idempotencyKey is keyed by that key
 // ([idem.ParseKey]). Its fingerprint is the tool name and the canonical
@@ -72,6 +75,8 @@
 // With the context detached, the inner handler keeps writing the call's
 // response (to a connection that fails silently) and the wrapper records it
 // for the retry. The claim's lease is renewed while the inner handler runs.
+// A tool that never ends keeps its request's goroutine, as it keeps go-sdk's
+// own; a session that closes ends both.
 //
 // A replay is the recorded response with its id rewritten to the retry's id,
 // framed as the inner handler frames its answers: an SSE "message" event or
