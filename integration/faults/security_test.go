@@ -1,0 +1,421 @@
+package faults_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestNoReplayAcrossScopesHTTP sends one Idempotency-Key under different
+// credentials and sessions: each scope runs the handler once and replays only
+// its own answer.
+func TestNoReplayAcrossScopesHTTP(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("scopes"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
+	key, customer := uniq("shared-key"), uniq("c")
+	body := invoiceBody(customer, 500, 0)
+	scopes := [][]string{
+		nil,
+		{"X-Api-Key", "tenant-a"},
+		{"X-Api-Key", "tenant-b"},
+		{"Authorization", "Bearer alice"},
+		{"Authorization", "Bearer bob"},
+		{"X-Session-Id", "session-1"},
+		{"X-Session-Id", "session-2"},
+		{"X-Api-Key", "tenant-a", "X-Session-Id", "session-1"},
+	}
+	ids := map[int64]bool{}
+	first := make([]response, len(scopes))
+	for i, h := range scopes {
+		r := mustPost(t, p.url, "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("scope %v: %d (replayed %q) %s, want a fresh 201", h, r.status, r.header.Get("Idempotent-Replayed"), r.body)
+		}
+		ids[decodeInvoice(t, r).ID] = true
+		first[i] = r
+	}
+	if len(ids) != len(scopes) {
+		t.Fatalf("%d distinct invoices for %d scopes", len(ids), len(scopes))
+	}
+	for i, h := range scopes {
+		r := mustPost(t, p.url, "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
+		if string(r.body) != string(first[i].body) || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("scope %v: retry answered %s, want the replay of its own %s", h, r.body, first[i].body)
+		}
+	}
+	if n := len(d.invoicesOf(customer)); n != len(scopes) {
+		t.Fatalf("%d invoices, want one per scope (%d)", n, len(scopes))
+	}
+}
+
+// TestNoReplayAcrossScopesMCP: the same _meta.idempotencyKey in two
+// conversations (_meta.sessionId), and the same JSON-RPC request id in two
+// MCP sessions, are different calls: each runs once.
+func TestNoReplayAcrossScopesMCP(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("mcp-scopes"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
+
+	t.Run("same idempotencyKey, other sessionId", func(t *testing.T) {
+		s := newMCPSession(t, p.url)
+		key, customer := uniq("agent-key"), uniq("c")
+		var ids []int64
+		for _, conv := range []string{"conversation-1", "conversation-2", "conversation-1"} {
+			msgs := messages(s.postRaw(toolCall("1", customer, 1, 0, `{"sessionId":"`+conv+`","idempotencyKey":"`+key+`"}`), nil))
+			ids = append(ids, toolInvoice(t, msgs).ID)
+		}
+		if ids[0] == ids[1] || ids[0] != ids[2] {
+			t.Fatalf("invoices %v: want two conversations to get two invoices, and the first's retry its own", ids)
+		}
+		if n := len(d.invoicesOf(customer)); n != 2 {
+			t.Fatalf("%d invoices, want 2", n)
+		}
+	})
+
+	t.Run("same request id, other MCP session", func(t *testing.T) {
+		a, b := newMCPSession(t, p.url), newMCPSession(t, p.url)
+		customer := uniq("c")
+		ia := toolInvoice(t, messages(a.postRaw(toolCall("7", customer, 1, 0, ""), nil)))
+		ib := toolInvoice(t, messages(b.postRaw(toolCall("7", customer, 1, 0, ""), nil)))
+		again := toolInvoice(t, messages(a.postRaw(toolCall("7", customer, 1, 0, ""), nil)))
+		if ia.ID == ib.ID || again.ID != ia.ID {
+			t.Fatalf("invoices a=%d b=%d a-retry=%d: want two sessions to get two invoices, and a's retry its own", ia.ID, ib.ID, again.ID)
+		}
+		if n := len(d.invoicesOf(customer)); n != 2 {
+			t.Fatalf("%d invoices, want 2", n)
+		}
+	})
+}
+
+// toolInvoice returns the invoice of a successful create_invoice result.
+func toolInvoice(t *testing.T, msgs []rpcMessage) Invoice {
+	t.Helper()
+	if len(msgs) != 1 || msgs[0].Result == nil || msgs[0].Result.IsError {
+		t.Fatalf("tools/call answered %+v, want a result", msgs)
+	}
+	var inv Invoice
+	if err := json.Unmarshal(msgs[0].Result.StructuredContent, &struct {
+		*Invoice
+		Replayed *bool `json:"replayed"`
+	}{Invoice: &inv}); err != nil {
+		t.Fatalf("structured content %s: %v", msgs[0].Result.StructuredContent, err)
+	}
+	return inv
+}
+
+// TestCredentialsNeverReplayed: a handler that answers with Set-Cookie and
+// Authorization (and a header outside the record list) has its answer
+// recorded without them: a replay, which may reach another connection or
+// client of the same scope, never carries them, and the table never holds
+// them.
+func TestCredentialsNeverReplayed(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Pool(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	const cookie, token = "session=s3cr3t-cookie", "Bearer s3cr3t-token"
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Set-Cookie", cookie)
+		w.Header().Set("Authorization", token)
+		w.Header().Set("Proxy-Authorization", token)
+		w.Header().Set("X-Internal-Secret", "s3cr3t-header")
+		w.Header().Set("Location", "/things/1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":1}` + "\n"))
+	})
+	srv := httptest.NewServer(middleware.New(store, middleware.Options{})(h))
+	t.Cleanup(srv.Close)
+
+	key := uniq("k")
+	first := mustPost(t, srv.URL, "/things", `{}`, "Idempotency-Key", key, "Authorization", "Bearer client")
+	if first.header.Get("Set-Cookie") != cookie {
+		t.Fatalf("the original answer lost its Set-Cookie: %v", first.header)
+	}
+	replay := mustPost(t, srv.URL, "/things", `{}`, "Idempotency-Key", key, "Authorization", "Bearer client")
+	if replay.header.Get("Idempotent-Replayed") != "true" || string(replay.body) != string(first.body) || replay.status != first.status {
+		t.Fatalf("not a replay: %d %v %s", replay.status, replay.header, replay.body)
+	}
+	for _, name := range []string{"Set-Cookie", "Authorization", "Proxy-Authorization", "X-Internal-Secret"} {
+		if v := replay.header.Values(name); len(v) > 0 {
+			t.Errorf("replay carries %s: %q", name, v)
+		}
+	}
+	if replay.header.Get("Location") != "/things/1" {
+		t.Errorf("replay lost the recorded Location header: %v", replay.header)
+	}
+	var stored string
+	if err := pool.QueryRow(ctx, `SELECT result::text FROM idem_keys WHERE key = $1`, "key/"+key).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"s3cr3t", "Bearer client"} {
+		if strings.Contains(stored, secret) {
+			t.Errorf("the stored result holds %q: %s", secret, stored)
+		}
+	}
+	// The scope holds the credentials only as a hash.
+	var inClear int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_keys WHERE position('Bearer' IN encode(scope, 'escape')) > 0`).Scan(&inClear); err != nil {
+		t.Fatal(err)
+	}
+	if inClear != 0 {
+		t.Errorf("%d scopes hold the Authorization header in clear", inClear)
+	}
+}
+
+// TestKeysNotLogged runs the demo at its default level (info) through the
+// paths that log (created, replayed, in flight, reused for another request,
+// invalid, MCP calls) and checks that no key and no credential appears in
+// its logs.
+func TestKeysNotLogged(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("logs"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "info", "-wait", "100ms"}})
+	secretKey := "SECRETKEY" + uniq("")
+	secretAgentKey := "SECRETAGENTKEY" + uniq("")
+	const apiKey = "SECRETAPIKEY-123"
+	h := []string{"Idempotency-Key", secretKey, "X-Api-Key", apiKey, "X-Session-Id", "SECRETSESSION"}
+	body := invoiceBody(uniq("c"), 1, 1500)
+
+	slow := sendInBackgroundHeaders(p.url, body, h...)
+	waitFor(t, "the slow request to be claimed", time.Minute, func() bool {
+		rs := d.keyRows(secretKey)
+		return len(rs) == 1 && rs[0].state == "claimed"
+	})
+	if r := mustPost(t, p.url, "/invoices", body, h...); r.status != http.StatusConflict {
+		t.Fatalf("duplicate in flight: %d %s, want 409", r.status, r.body)
+	}
+	if r, err := slow.result(); err != nil || r.status != http.StatusCreated {
+		t.Fatalf("slow request: %+v %v", r, err)
+	}
+	if r := mustPost(t, p.url, "/invoices", body, h...); r.status != http.StatusCreated {
+		t.Fatalf("replay: %d %s", r.status, r.body)
+	}
+	if r := mustPost(t, p.url, "/invoices", invoiceBody("other", 2, 0), h...); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("key reused: %d %s", r.status, r.body)
+	}
+	if r := mustPost(t, p.url, "/invoices", body, "Idempotency-Key", secretKey+strings.Repeat("x", 300)); r.status != http.StatusBadRequest {
+		t.Fatalf("invalid key: %d %s", r.status, r.body)
+	}
+	s := newMCPSession(t, p.url, "X-Api-Key", apiKey)
+	meta := `{"sessionId":"SECRETSESSION","idempotencyKey":"` + secretAgentKey + `"}`
+	first := toolInvoice(t, messages(s.postRaw(toolCall("1", uniq("c"), 1, 0, meta), nil)))
+	if again := toolInvoice(t, messages(s.postRaw(toolCall("2", first.Customer, 1, 0, meta), nil))); again != first {
+		t.Fatalf("MCP replay: %+v, want %+v", again, first)
+	}
+
+	logs := p.stderr.String()
+	if !strings.Contains(logs, "idemdemo started") {
+		t.Fatalf("no logs captured: %q", logs)
+	}
+	for _, secret := range []string{secretKey, secretAgentKey, apiKey, "SECRETSESSION"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the logs hold %q in clear:\n%s", secret, logs)
+		}
+	}
+}
+
+func sendInBackgroundHeaders(base, body string, header ...string) *background {
+	b := &background{}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		b.resp, b.err = post(ctx, newClient(2*time.Minute), base, "/invoices", body, header...)
+	}()
+	return b
+}
+
+// leastPrivilegeGrants is the runtime role's whole set of rights, as
+// docs/reliability.md documents them: DML on the claim table, the
+// generation sequence, the completion function; nothing else.
+func leastPrivilegeGrants(schema, role string) []string {
+	return []string{
+		fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, schema, role),
+		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE ON %s.idem_keys TO %s`, schema, role),
+		fmt.Sprintf(`GRANT USAGE ON SEQUENCE %s.idem_keys_generation_seq TO %s`, schema, role),
+		fmt.Sprintf(`REVOKE ALL ON FUNCTION %s.idem_keys_complete(bytea, text, bigint, jsonb, bigint, timestamptz) FROM PUBLIC`, schema),
+		fmt.Sprintf(`GRANT EXECUTE ON FUNCTION %s.idem_keys_complete(bytea, text, bigint, jsonb, bigint, timestamptz) TO %s`, schema, role),
+		// Only so that a replica calling migrations.Up at start finds
+		// nothing to do instead of failing.
+		fmt.Sprintf(`GRANT SELECT ON %s.idem_keys_goose_version TO %s`, schema, role),
+	}
+}
+
+// TestLeastPrivilege migrates as the owner, then runs pgstore and the
+// middleware (with an in-transaction Commit) as a runtime role that holds
+// only DML on idem's table, USAGE on its sequence and EXECUTE on its
+// completion function: every operation works, and DDL is refused.
+func TestLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	ownerPool, schema := testdb.Pool(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, ownerPool, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// The application's own table, with the application's own grants.
+	if _, err := ownerPool.Exec(ctx, `CREATE TABLE invoices (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, amount bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	role, password := "idem_rt_"+hex.EncodeToString(b[:]), hex.EncodeToString(b[:])+"-pw"
+	exec := func(q string) {
+		t.Helper()
+		if _, err := ownerPool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD '%s' NOSUPERUSER NOCREATEDB NOCREATEROLE`, role, password))
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, q := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			if _, err := ownerPool.Exec(c, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	for _, q := range leastPrivilegeGrants(schema, role) {
+		exec(q)
+	}
+	exec(fmt.Sprintf(`GRANT SELECT, INSERT ON %s.invoices TO %s`, schema, role))
+
+	u, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, password)
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool := testdb.NewPool(t, cfg)
+	var who string
+	if err := pool.QueryRow(ctx, `SELECT current_user`).Scan(&who); err != nil || who != role {
+		t.Fatalf("connected as %q (%v), want %q", who, err, role)
+	}
+
+	// A replica starting as the runtime role may call Up: nothing to do.
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatalf("migrations.Up as the runtime role on a migrated schema: %v", err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+
+	// The middleware with an in-transaction completion.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, err := pool.Begin(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback(context.WithoutCancel(r.Context()))
+		var id int64
+		if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (amount) VALUES (1) RETURNING id`).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		err = middleware.Commit(w, r, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, []byte(fmt.Sprintf(`{"id":%d}`, id)),
+			func(ctx context.Context, tok idem.Token, res idem.Result) error {
+				if err := store.CompleteTx(ctx, tx, tok, res); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			})
+		if err != nil {
+			t.Errorf("Commit as the runtime role: %v", err)
+		}
+	})
+	srv := httptest.NewServer(middleware.New(store, middleware.Options{Lease: time.Second, Wait: 5 * time.Second})(h))
+	t.Cleanup(srv.Close)
+	key := uniq("k")
+	first := mustPost(t, srv.URL, "/invoices", `{}`, "Idempotency-Key", key)
+	again := mustPost(t, srv.URL, "/invoices", `{}`, "Idempotency-Key", key)
+	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("as the runtime role: first %d %s, retry %d %s", first.status, first.body, again.status, again.body)
+	}
+
+	// Every store operation: claim, renew, release, complete, wait, sweep.
+	k2, _ := idem.ParseKey(uniq("k2"))
+	req := idem.ClaimRequest{Scope: "s", Key: k2, Lease: 50 * time.Millisecond}
+	c, err := store.Claim(ctx, req)
+	if err != nil || c.Status != idem.Acquired {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if _, err := store.Renew(ctx, c.Token, 50*time.Millisecond); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if err := store.Release(ctx, c.Token); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if c, err = store.Claim(ctx, req); err != nil || c.Status != idem.Acquired {
+		t.Fatalf("claim again: %+v %v", c, err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = store.Wait(waitCtx, req.Scope, req.Key) // returns when the short lease ran out (or spuriously)
+	cancel()
+	if err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	waitFor(t, "the sweeper to remove the abandoned claim", time.Minute, func() bool {
+		st, err := store.Sweep(ctx, 0)
+		if err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		return st.Abandoned > 0
+	})
+	if c, err = store.Claim(ctx, req); err != nil || c.Status != idem.Acquired {
+		t.Fatalf("claim after sweep: %+v %v", c, err)
+	}
+	if err := store.Complete(ctx, c.Token, idem.Result{Status: 200, Body: []byte("ok")}); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+
+	// And nothing more: no DDL, no other table.
+	for _, q := range []string{
+		`DROP TABLE idem_keys`,
+		`ALTER TABLE idem_keys ADD COLUMN x int`,
+		`TRUNCATE idem_keys`,
+		`CREATE TABLE stolen (x int)`,
+		`UPDATE idem_keys_goose_version SET version_id = 0`,
+		`DELETE FROM invoices`,
+	} {
+		_, err := pool.Exec(ctx, q)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("%s as the runtime role: %v, want permission denied (42501)", q, err)
+		}
+	}
+}
