@@ -621,3 +621,30 @@ func TestStreamClosedKeepsClaim(t *testing.T) {
 		t.Errorf("tool ran %d times, want 1", n)
 	}
 }
+
+// TestPrincipalScopes: the same _meta.idempotencyKey from two principals
+// (credentials) is two calls; from the same principal, one.
+func TestPrincipalScopes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	session := h.initialize(t)
+	meta := map[string]any{"idempotencyKey": "key-11"}
+	texts := map[string]string{}
+	for i, auth := range []string{"Bearer alice", "Bearer bob", "Bearer alice"} {
+		resp := h.post(t, session, callBody(i, "echo", map[string]any{"text": "p"}, meta), http.Header{"Authorization": {auth}})
+		msgs := readMessages(t, resp)
+		if len(msgs) != 1 {
+			t.Fatalf("%s: %+v", auth, msgs)
+		}
+		if prev, ok := texts[auth]; ok && prev != msgs[0].text() {
+			t.Errorf("%s got %q, then %q", auth, prev, msgs[0].text())
+		}
+		texts[auth] = msgs[0].text()
+	}
+	if texts["Bearer alice"] == texts["Bearer bob"] {
+		t.Errorf("two principals got one result %q", texts["Bearer alice"])
+	}
+	if n := h.runs.get("echo:p"); n != 2 {
+		t.Errorf("tool ran %d times, want 2", n)
+	}
+}
