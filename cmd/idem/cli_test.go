@@ -337,36 +337,41 @@ func TestSweep(t *testing.T) {
 func TestConnectionErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL, _ := schemaURL(t) // migrated by nobody: the table is missing
-	u, _ := url.Parse(testdb.URL(t))
-	wrongPassword := *u
-	wrongPassword.User = url.UserPassword(u.User.Username(), "certainly-wrong-password")
-	for _, tc := range []struct {
-		name, url string
-		code      int
-		want      string
-	}{
-		{"missing", "", 2, "no database: set DATABASE_URL or pass --database-url"},
-		{"malformed", "postgres://idem:secret@127.0.0.1:port/db", 2, "not a valid PostgreSQL URL"},
-		{"refused", "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", 1, "cannot connect to PostgreSQL at 127.0.0.1:1"},
-		{"wrong password", wrongPassword.String(), 1, "password authentication failed"},
-		{"no table", dbURL, 1, `run "idem migrate up" first`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := idemCLI(ctx, tc.url, "stats")
-			if r.code() != tc.code || r.err == nil || !strings.Contains(errorMessage(r.err), tc.want) {
-				t.Fatalf("exit %d, %v; want exit %d and %q", r.code(), r.err, tc.code, tc.want)
-			}
-			msg := errorMessage(r.err)
-			if strings.Contains(msg, "secret") || strings.Contains(msg, "certainly-wrong-password") || strings.Contains(msg, "\n") {
-				t.Fatalf("the message leaks the password or spans lines: %q", msg)
-			}
-		})
+	check := func(t *testing.T, url string, code int, want string) {
+		t.Helper()
+		r := idemCLI(ctx, url, "stats")
+		if r.code() != code || r.err == nil || !strings.Contains(errorMessage(r.err), want) {
+			t.Fatalf("exit %d, %v; want exit %d and %q", r.code(), r.err, code, want)
+		}
+		msg := errorMessage(r.err)
+		if strings.Contains(msg, "secret") || strings.Contains(msg, "certainly-wrong-password") || strings.Contains(msg, "\n") {
+			t.Fatalf("the message leaks the password or spans lines: %q", msg)
+		}
 	}
-	// --database-url wins over DATABASE_URL.
-	if r := idemCLI(ctx, "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", "stats", "--database-url", dbURL); !strings.Contains(r.err.Error(), "does not exist") {
-		t.Fatalf("--database-url did not win: %v", r.err)
-	}
+	// No database needed for these.
+	t.Run("missing", func(t *testing.T) {
+		check(t, "", 2, "no database: set DATABASE_URL or pass --database-url")
+	})
+	t.Run("malformed", func(t *testing.T) {
+		check(t, "postgres://idem:secret@127.0.0.1:port/db", 2, "not a valid PostgreSQL URL")
+	})
+	t.Run("refused", func(t *testing.T) {
+		check(t, "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", 1, "cannot connect to PostgreSQL at 127.0.0.1:1 (user \"idem\", database \"db\"): connect: connection refused")
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		u, _ := url.Parse(testdb.URL(t))
+		u.User = url.UserPassword(u.User.Username(), "certainly-wrong-password")
+		check(t, u.String(), 1, "password authentication failed")
+	})
+	t.Run("no table", func(t *testing.T) {
+		dbURL, _ := schemaURL(t) // migrated by nobody
+		check(t, dbURL, 1, `run "idem migrate up" first`)
+		// --database-url wins over DATABASE_URL.
+		r := idemCLI(ctx, "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", "stats", "--database-url", dbURL)
+		if r.err == nil || !strings.Contains(r.err.Error(), "does not exist") {
+			t.Fatalf("--database-url did not win: %v", r.err)
+		}
+	})
 }
 
 func TestHelp(t *testing.T) {
