@@ -168,9 +168,10 @@ func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// JSON-RPC error codes the wrapper answers with itself. They are in the
-// range JSON-RPC reserves for implementation-defined server errors, and each
-// error carries data.reason, a stable string to branch on.
+// JSON-RPC error codes the wrapper answers with itself. All but
+// CodeInvalidParams are in the range JSON-RPC reserves for
+// implementation-defined server errors (-32000 to -32099), and each error
+// carries data.reason, a stable string to branch on.
 const (
 	// CodeKeyReused: a _meta.idempotencyKey was reused for a different call
 	// (another tool, or other arguments) than the one it first named.
