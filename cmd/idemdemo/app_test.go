@@ -186,3 +186,28 @@ func TestAppInProcess(t *testing.T) {
 		t.Fatalf("after release: %d %s", again.Code, again.Body)
 	}
 }
+
+// FuzzDecodeInvoiceRequest: whatever the body, decoding never panics, and
+// what it accepts is a valid invoice.
+func FuzzDecodeInvoiceRequest(f *testing.F) {
+	for _, s := range []string{
+		acme,
+		`{"customer":"acme","amount_cents":1,"delay_ms":600000}`,
+		`{"customer":" ","amount_cents":1}`,
+		`{"customer":"acme","amount_cents":-1}`,
+		`{"customer":"acme","amount_cents":1e3}`,
+		`{"customer":"\u0000","amount_cents":9223372036854775807}`,
+		`null`, `[]`, ``,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := decodeInvoiceRequest(strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		if strings.TrimSpace(req.Customer) == "" || req.AmountCents <= 0 || req.DelayMS < 0 || req.DelayMS > maxDelay.Milliseconds() {
+			t.Fatalf("accepted an invalid invoice %+v from %q", req, body)
+		}
+	})
+}
