@@ -99,7 +99,14 @@ Flags:
 `)
 		fs.VisitAll(func(f *flag.Flag) {
 			name, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(fs.Output(), "  -%s %s\n    \t%s (default %q) [%s]\n", f.Name, name, usage, f.DefValue, envVar[f.Name])
+			line := "  -" + f.Name
+			if name != "" {
+				line += " " + name
+			}
+			if f.DefValue != "" {
+				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(fs.Output(), "%s\n    \t%s [%s]\n", line, usage, envVar[f.Name])
 		})
 	}
 
