@@ -47,6 +47,7 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s (user %q, database %q): %s",
 			net.JoinHostPort(pcfg.ConnConfig.Host, fmt.Sprint(pcfg.ConnConfig.Port)), pcfg.ConnConfig.User, pcfg.ConnConfig.Database, connProblem(err))
 	}
+	logger.Info("connected to PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
 	if cfg.migrate {
 		// Replicas starting together are safe: Up serialises on an
 		// advisory lock, and CREATE TABLE IF NOT EXISTS is idempotent.
@@ -70,7 +71,6 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		pool.Close()
 		return nil, err
 	}
-	logger.Info("using PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
 	return &backend{
 		name:     "postgres",
 		store:    store,
