@@ -3,6 +3,7 @@ package mcphttp
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -35,14 +36,42 @@ type Meta struct {
 }
 
 // SetHeaders sets X-Session-Id and X-Idempotency-Key on h for the fields
-// that are not empty.
+// that are not empty. The key is sent as a bare token when it is one, and
+// otherwise as an RFC 8941 string (quoted, with '"' and '\\' escaped), so a
+// key with spaces or quotes reaches the upstream's Idempotency-Key parser as
+// the same key.
 func (m Meta) SetHeaders(h http.Header) {
 	if m.SessionID != "" {
 		h.Set(SessionIDHeader, m.SessionID)
 	}
 	if m.IdempotencyKey != "" {
-		h.Set(IdempotencyKeyHeader, m.IdempotencyKey)
+		h.Set(IdempotencyKeyHeader, keyHeaderValue(m.IdempotencyKey))
 	}
+}
+
+// keyHeaderValue renders an idempotency key as a header value: bare when
+// every byte is visible ASCII other than ',', '"' and '\\' (what a bare key
+// may hold), else as a structured-field string.
+func keyHeaderValue(k string) string {
+	bare := true
+	for i := 0; i < len(k) && bare; i++ {
+		c := k[i]
+		bare = c > 0x20 && c < 0x7f && c != ',' && c != '"' && c != '\\'
+	}
+	if bare {
+		return k
+	}
+	var b strings.Builder
+	b.Grow(len(k) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(k); i++ {
+		if k[i] == '"' || k[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(k[i])
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // FromCallToolRequest returns the Meta of a go-sdk tools/call, for use in a
