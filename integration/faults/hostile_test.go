@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -340,61 +341,89 @@ func jsonEqual(a, b []byte) bool {
 	return bytes.Equal(xb, yb)
 }
 
-// TestMCPStreamCut cuts an SSE response in the middle (the client goes away
-// while the tool runs), then retries the call with the same
-// _meta.idempotencyKey until it has a result. Exactly one invoice, and the
-// server stays up.
+// TestMCPStreamCut cuts a tools/call's answer short: once before the first
+// byte (the client hangs up while the tool runs) and once in the middle of
+// the SSE stream (after its headers and a few bytes of the event). The
+// client retries with the same _meta.idempotencyKey until it has a result:
+// exactly one invoice each time, the retry's result names it, and the server
+// stays up.
 func TestMCPStreamCut(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("sse-cut"))
 	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
 	s := newMCPSession(t, p.url)
-	customer, key := uniq("cut"), uniq("cut-key")
-	meta := `{"idempotencyKey":"` + key + `"}`
 
-	// Open the stream, read until the server has started answering, then
-	// hang up.
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/mcp", strings.NewReader(toolCall("1", customer, 100, 1500, meta)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", mcpProtocol)
-	req.Header.Set("Mcp-Session-Id", s.id)
-	resp, err := newClient(0).Do(req)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
+	open := func(ctx context.Context, body string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", mcpProtocol)
+		req.Header.Set("Mcp-Session-Id", s.id)
+		return newClient(0).Do(req)
 	}
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		cancel()
-		t.Fatalf("tools/call: %s %s, want an SSE stream", resp.Status, resp.Header.Get("Content-Type"))
+	retryUntilResult := func(t *testing.T, customer string, delayMS int, meta string) {
+		t.Helper()
+		var final []rpcMessage
+		waitFor(t, "a result for the retried call", time.Minute, func() bool {
+			final = messages(s.postRaw(toolCall("2", customer, 100, delayMS, meta), nil))
+			return len(final) == 1 && final[0].Result != nil && !final[0].Result.IsError
+		})
+		invs := d.invoicesOf(customer)
+		if len(invs) != 1 {
+			t.Fatalf("%d invoices after a cut answer and retries, want 1: %+v", len(invs), invs)
+		}
+		if got := toolInvoice(t, final); got != invs[0] {
+			t.Fatalf("the retry's result names %+v, the invoice is %+v", got, invs[0])
+		}
+		again := messages(s.postRaw(toolCall("3", customer, 100, delayMS, meta), nil))
+		if len(again) != 1 || again[0].Result == nil || string(again[0].Result.StructuredContent) != string(final[0].Result.StructuredContent) {
+			t.Fatalf("replay after the cut: %+v", again)
+		}
+		if n := len(d.invoicesOf(customer)); n != 1 {
+			t.Fatalf("%d invoices after the replay, want 1", n)
+		}
 	}
-	waitFor(t, "the call to be claimed", time.Minute, func() bool {
-		return d.count(`SELECT count(*) FROM idem_keys WHERE state = 'claimed'`) > 0
-	})
-	cancel()
-	resp.Body.Close()
 
-	var final []rpcMessage
-	waitFor(t, "a result for the retried call", time.Minute, func() bool {
-		final = messages(s.postRaw(toolCall("2", customer, 100, 1500, meta), nil))
-		return len(final) == 1 && final[0].Result != nil && !final[0].Result.IsError
+	t.Run("before the first byte", func(t *testing.T) {
+		customer, key := uniq("cut"), uniq("cut-key")
+		meta := `{"idempotencyKey":"` + key + `"}`
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			resp, err := open(ctx, toolCall("1", customer, 100, 1000, meta))
+			if err == nil {
+				resp.Body.Close()
+				err = fmt.Errorf("answered %s before the cut", resp.Status)
+			}
+			done <- err
+		}()
+		waitFor(t, "the call to be claimed", time.Minute, func() bool {
+			return d.count(`SELECT count(*) FROM idem_keys WHERE key = $1 AND state = 'claimed'`, "key/"+key) > 0
+		})
+		cancel()
+		if err := <-done; err == nil || !errors.Is(err, context.Canceled) {
+			t.Fatalf("the cut request: %v, want it cancelled before its answer", err)
+		}
+		retryUntilResult(t, customer, 1000, meta)
 	})
-	invs := d.invoicesOf(customer)
-	if len(invs) != 1 {
-		t.Fatalf("%d invoices after a cut stream and retries, want 1: %+v", len(invs), invs)
-	}
-	var out Invoice
-	if err := json.Unmarshal(final[0].Result.StructuredContent, &out); err != nil || out.ID != invs[0].ID {
-		t.Fatalf("result %s (%v), want invoice %+v", final[0].Result.StructuredContent, err, invs[0])
-	}
-	// Once more: a replay, not a new run.
-	again := messages(s.postRaw(toolCall("3", customer, 100, 1500, meta), nil))
-	if len(again) != 1 || again[0].Result == nil || string(again[0].Result.StructuredContent) != string(final[0].Result.StructuredContent) {
-		t.Fatalf("replay after the cut: %+v", again)
-	}
-	if n := len(d.invoicesOf(customer)); n != 1 {
-		t.Fatalf("%d invoices after the replay, want 1", n)
-	}
+
+	t.Run("in the middle of the SSE stream", func(t *testing.T) {
+		customer, key := uniq("cut"), uniq("cut-key")
+		meta := `{"idempotencyKey":"` + key + `"}`
+		resp, err := open(context.Background(), toolCall("1", customer, 100, 0, meta))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			resp.Body.Close()
+			t.Fatalf("tools/call: %s %s, want an SSE stream", resp.Status, resp.Header.Get("Content-Type"))
+		}
+		part := make([]byte, 12)
+		if _, err := io.ReadFull(resp.Body, part); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close() // hang up mid-event
+		retryUntilResult(t, customer, 0, meta)
+	})
 	assertUp(t, p)
 }
