@@ -39,6 +39,15 @@ type ClaimRequest struct {
 	Owner string
 }
 
+// Validate reports whether a store may accept req: its key passes
+// [Key.Validate] and its scope is at most [MaxScopeLen] bytes.
+func (req ClaimRequest) Validate() error {
+	if len(req.Scope) > MaxScopeLen {
+		return &InvalidKeyError{Reason: fmt.Sprintf("scope is %d bytes, longer than %d", len(req.Scope), MaxScopeLen)}
+	}
+	return req.Key.Validate()
+}
+
 // ClaimStatus is what a claim found.
 type ClaimStatus int
 

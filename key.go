@@ -11,6 +11,11 @@ import (
 // client-chosen id can make a store index.
 const MaxKeyLen = 1024
 
+// MaxScopeLen is the longest scope, in bytes, a [Store] accepts. A longer
+// scope is rejected with an [*InvalidKeyError]. Together with [MaxKeyLen] it
+// keeps a (scope, key) within what a database index can hold.
+const MaxScopeLen = 1024
+
 // MaxHeaderKeyLen is the longest key [ParseKey] accepts, in characters.
 const MaxHeaderKeyLen = 255
 

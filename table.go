@@ -123,7 +123,7 @@ func (t *Table) Lookup(scope string, key Key) (Entry, bool) {
 
 // Claim applies a claim at time now. See [Store.Claim] for the transitions.
 func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
-	if err := req.Key.Validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return Claim{}, err
 	}
 	sk := scopedKey{req.Scope, req.Key}

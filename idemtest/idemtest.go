@@ -377,13 +377,24 @@ var contractTests = []contractTest{
 	}},
 	{"InvalidKeys", func(t *testing.T, h *harness) {
 		long := idem.KeyForRequest(idem.SessionID(make([]byte, idem.MaxKeyLen)), idem.IntRequestID(1))
-		for name, k := range map[string]idem.Key{"zero": {}, "too long": long} {
-			_, err := h.s.Claim(h.ctx, idem.ClaimRequest{Scope: "s", Key: k})
+		longScope := string(make([]byte, idem.MaxScopeLen+1))
+		for name, req := range map[string]idem.ClaimRequest{
+			"zero key":       {Scope: "s"},
+			"too long key":   {Scope: "s", Key: long},
+			"too long scope": {Scope: longScope, Key: key("a")},
+		} {
+			_, err := h.s.Claim(h.ctx, req)
 			var ik *idem.InvalidKeyError
 			if !errors.As(err, &ik) || !errors.Is(err, idem.ErrInvalidKey) {
-				t.Errorf("claim of a %s key: %v, want *InvalidKeyError", name, err)
+				t.Errorf("claim with a %s: %v, want *InvalidKeyError", name, err)
 			}
 		}
+		// The longest accepted scope and key are accepted.
+		edge := idem.ClaimRequest{Scope: longScope[:idem.MaxScopeLen], Key: idem.KeyFromRequestID(idem.StringRequestID(string(make([]byte, (idem.MaxKeyLen-3)/3))))}
+		if err := edge.Validate(); err != nil {
+			t.Fatalf("edge request invalid: %v", err)
+		}
+		h.wantStatus(h.claim(edge.Scope, edge.Key, ""), idem.Acquired)
 	}},
 	{"AwkwardKeysAndScopes", func(t *testing.T, h *harness) {
 		// Keys and scopes are data: quotes, NULs and non-UTF-8 are stored

@@ -25,7 +25,7 @@ var _ idem.Store = (*Store)(nil)
 // MaxScopeLen is the longest scope, in bytes, the store accepts. With a key
 // of [idem.MaxKeyLen] bytes it keeps a primary-key entry well inside
 // PostgreSQL's B-tree limit. A longer scope is an [*idem.InvalidKeyError].
-const MaxScopeLen = 1024
+const MaxScopeLen = idem.MaxScopeLen
 
 // DefaultRetention is the retention of a store whose Options.Retention is
 // zero.
