@@ -341,6 +341,16 @@ type db struct {
 	pool *pgxpool.Pool
 }
 
+// schema returns the schema the connection works in.
+func (d *db) schema() string {
+	d.t.Helper()
+	var s string
+	if err := d.pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&s); err != nil {
+		d.t.Fatal(err)
+	}
+	return s
+}
+
 // schemaURL returns TEST_DATABASE_URL with search_path set to a fresh schema
 // (dropped when t ends) and application_name set to app, and a db on it.
 func schemaURL(t testing.TB, app string) (string, *db) {
