@@ -65,8 +65,14 @@ type Options struct {
 	Principal func(*http.Request) string
 	// Owner names this process in claims, for operators. Optional.
 	Owner string
-	// Logger receives store failures and lost claims. Nil discards.
+	// Logger receives store failures and lost claims, with keys as
+	// digests ([idem.KeyDigest]), never in clear. Nil discards.
 	Logger *slog.Logger
+	// Observer is called on each [idem.Event] of a deduplicated call, for
+	// metrics. It runs on the request's goroutine (or the lease
+	// renewal's) and must be fast and safe for concurrent use. Nil means
+	// none.
+	Observer func(r *http.Request, e idem.Event)
 }
 
 type wrapper struct {
@@ -80,6 +86,7 @@ type wrapper struct {
 	principal  func(*http.Request) string
 	owner      string
 	log        *slog.Logger
+	observer   func(*http.Request, idem.Event)
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -129,7 +136,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		return &wrapper{
 			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
-			principal: opts.Principal, owner: opts.Owner, log: logger,
+			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
 		}
 	}
 }
@@ -224,8 +231,10 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	ctx := r.Context()
+	start := time.Now()
 	claim, err := m.store.Claim(ctx, req)
 	if err == nil && claim.Status == idem.Acquired {
+		m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
 		m.execute(w, r, c, claim.Token, forward)
 		return
 	}
@@ -242,11 +251,37 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 			return // the client went away while it waited
 		}
 		if err == nil && claim.Status == idem.Acquired {
+			m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
 			m.execute(w, r, c, claim.Token, forward)
 			return
 		}
 	}
+	e := idem.Event{Kind: answerKind(claim, err), Scope: req.Scope, Key: req.Key, Duration: time.Since(start)}
+	if e.Kind == idem.EventStoreError {
+		e.Op, e.Err = "claim", err
+	}
+	m.observe(r, e)
 	m.answer(w, r, c, m.replayBody(c, req, claim, err), true, probe)
+}
+
+// answerKind is the event of a call the wrapper answers without running it.
+func answerKind(claim idem.Claim, err error) idem.EventKind {
+	var mismatch *idem.MismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		return idem.EventMismatch
+	case err != nil:
+		return idem.EventStoreError
+	case claim.Status == idem.Completed:
+		return idem.EventReplayed
+	}
+	return idem.EventInFlight
+}
+
+func (m *wrapper) observe(r *http.Request, e idem.Event) {
+	if m.observer != nil {
+		m.observer(r, e)
+	}
 }
 
 // replayBody is the JSON-RPC response the wrapper answers a call with when
@@ -261,7 +296,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 			Data:    errorData{Reason: ReasonKeyReused},
 		})
 	case err != nil:
-		m.log.Warn("mcphttp: claim failed", "scope", req.Scope, "key", req.Key.String(), "err", err)
+		m.log.Warn("mcphttp: claim failed", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
 		retry := time.Second
 		var ue *idem.UnavailableError
 		if errors.As(err, &ue) && ue.RetryAfter > 0 {
@@ -282,7 +317,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 		if err == nil {
 			return body
 		}
-		m.log.Error("mcphttp: recorded response unreadable", "scope", req.Scope, "key", req.Key.String(), "err", err)
+		m.log.Error("mcphttp: recorded response unreadable", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
 		return errorResponse(c.rawID, rpcError{
 			Code:    CodeUnreplayable,
 			Message: "this call already ran, but its recorded response cannot be replayed",
@@ -427,7 +462,8 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { m.renew(ctx, tok, stop) })
+	wg.Go(func() { m.renew(ctx, r, tok, stop) })
+	start := time.Now()
 	done := false
 	defer func() {
 		close(stop)
@@ -435,7 +471,7 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 		if !done {
 			// The inner handler panicked: nothing was recorded, so a
 			// retry must be able to run again.
-			m.release(ctx, tok)
+			m.release(ctx, r, tok, start)
 		}
 	}()
 	m.next.ServeHTTP(rec, ir)
@@ -444,9 +480,9 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 	final, isError, oversize := rec.outcome()
 	switch {
 	case final != nil && !isError:
-		m.complete(ctx, tok, idem.Result{Status: rec.status, Body: final})
+		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Body: final}, start)
 	case final == nil && oversize:
-		m.complete(ctx, tok, idem.Result{Status: rec.status, Unreplayable: true})
+		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Unreplayable: true}, start)
 	case final == nil && rec.status == http.StatusOK && rec.scan.sse:
 		// The call's SSE stream ended without its response: the session
 		// closed, or the server closed the stream for the client to
@@ -454,16 +490,16 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 		// so the claim is kept, unrenewed, until its lease runs out:
 		// until then a retry waits or is told to retry, and never runs
 		// the tool alongside.
-		m.log.Info("mcphttp: call's stream ended without its response; claim left to its lease", "token", tok.String())
+		m.log.Info("mcphttp: call's stream ended without its response; claim left to its lease", "token", tok)
 	default:
 		// A JSON-RPC error, or no answer to the call at all (the inner
 		// handler rejected the request): the call produced no result,
 		// and a retry runs it again.
-		m.release(ctx, tok)
+		m.release(ctx, r, tok, start)
 	}
 }
 
-func (m *wrapper) renew(ctx context.Context, tok idem.Token, stop <-chan struct{}) {
+func (m *wrapper) renew(ctx context.Context, r *http.Request, tok idem.Token, stop <-chan struct{}) {
 	t := time.NewTicker(m.lease / 3)
 	defer t.Stop()
 	for {
@@ -475,30 +511,45 @@ func (m *wrapper) renew(ctx context.Context, tok idem.Token, stop <-chan struct{
 			_, err := m.store.Renew(rctx, tok, m.lease)
 			cancel()
 			if errors.Is(err, idem.ErrStaleClaim) {
-				m.log.Warn("mcphttp: claim lost while the call ran", "token", tok.String())
+				m.log.Warn("mcphttp: claim lost while the call ran", "token", tok)
+				m.observe(r, idem.Event{Kind: idem.EventStale, Scope: tok.Scope, Key: tok.Key, Err: err})
 				return
 			}
 			if err != nil {
-				m.log.Warn("mcphttp: renewing claim", "token", tok.String(), "err", err)
+				m.log.Warn("mcphttp: renewing claim", "token", tok, "err", err)
+				m.observe(r, idem.Event{Kind: idem.EventStoreError, Scope: tok.Scope, Key: tok.Key, Op: "renew", Err: err})
 			}
 		}
 	}
 }
 
-func (m *wrapper) complete(ctx context.Context, tok idem.Token, res idem.Result) {
+func (m *wrapper) complete(ctx context.Context, r *http.Request, tok idem.Token, res idem.Result, start time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := m.store.Complete(ctx, tok, res); err != nil {
-		m.log.Warn("mcphttp: recording the result failed; a retry after the lease runs out will run the call again", "token", tok.String(), "err", err)
+	e := idem.Event{Kind: idem.EventCompleted, Scope: tok.Scope, Key: tok.Key, Status: res.Status, Duration: time.Since(start)}
+	switch err := m.store.Complete(ctx, tok, res); {
+	case errors.Is(err, idem.ErrStaleClaim):
+		m.log.Warn("mcphttp: claim lost while the call ran; its result is not recorded", "token", tok)
+		e.Kind, e.Err = idem.EventStale, err
+	case err != nil:
+		m.log.Warn("mcphttp: recording the result failed; a retry after the lease runs out will run the call again", "token", tok, "err", err)
+		e.Kind, e.Op, e.Err = idem.EventStoreError, "complete", err
 	}
+	m.observe(r, e)
 }
 
-func (m *wrapper) release(ctx context.Context, tok idem.Token) {
+func (m *wrapper) release(ctx context.Context, r *http.Request, tok idem.Token, start time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := m.store.Release(ctx, tok); err != nil && !errors.Is(err, idem.ErrStaleClaim) {
-		m.log.Warn("mcphttp: releasing claim", "token", tok.String(), "err", err)
+	e := idem.Event{Kind: idem.EventReleased, Scope: tok.Scope, Key: tok.Key, Duration: time.Since(start)}
+	switch err := m.store.Release(ctx, tok); {
+	case errors.Is(err, idem.ErrStaleClaim):
+		e.Kind, e.Err = idem.EventStale, err
+	case err != nil:
+		m.log.Warn("mcphttp: releasing claim", "token", tok, "err", err)
+		e.Kind, e.Op, e.Err = idem.EventStoreError, "release", err
 	}
+	m.observe(r, e)
 }
 
 // readPrefix reads up to limit bytes of body. whole reports that body ended

@@ -100,7 +100,7 @@ func (c *call) renew() {
 		c.lose(err)
 		return
 	default:
-		c.h.observe(c.r, Event{Kind: EventStoreError, Scope: c.req.Scope, Key: c.req.Key, Op: "renew", Err: err, Duration: time.Since(sent)})
+		c.h.observe(c.r, idem.Event{Kind: idem.EventStoreError, Scope: c.req.Scope, Key: c.req.Key, Op: "renew", Err: err, Duration: time.Since(sent)})
 		left := time.Until(c.deadline)
 		if left <= 0 {
 			// The store may have let the lease run out: another request
@@ -134,7 +134,7 @@ func (c *call) stale(err error) {
 	if seen {
 		return
 	}
-	c.h.observe(c.r, Event{Kind: EventStale, Scope: c.req.Scope, Key: c.req.Key, Err: err})
+	c.h.observe(c.r, idem.Event{Kind: idem.EventStale, Scope: c.req.Scope, Key: c.req.Key, Err: err})
 	c.h.log(c.r.Context(), slog.LevelWarn, "idempotency claim lost; the response is not recorded", c.req, slog.Any("err", err))
 }
 

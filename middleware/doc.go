@@ -77,7 +77,7 @@
 // # Observability
 //
 // Options.Logger receives logs (nil: none); keys appear only hashed unless
-// the logger is enabled for debug. Options.Observer receives an [Event] for
+// the logger is enabled for debug. Options.Observer receives an [idem.Event] for
 // each claim, replay, 409, 422, completion, release, lost claim and store
 // error, for metrics.
 package middleware

@@ -135,7 +135,7 @@ func TestRenewalOutageCancelsHandler(t *testing.T) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", err)
 	}
 	<-done
-	if events.count(middleware.EventStale) != 1 || events.count(middleware.EventStoreError) < 1 {
+	if events.count(idem.EventStale) != 1 || events.count(idem.EventStoreError) < 1 {
 		t.Fatalf("events %v, want renew store errors then one stale", events.kinds())
 	}
 }

@@ -101,7 +101,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case idem.Completed:
 		h.replay(w, r, req, claim.Result, took)
 	case idem.InFlight:
-		h.observe(r, Event{Kind: EventInFlight, Scope: req.Scope, Key: req.Key, Status: http.StatusConflict, Duration: took})
+		h.observe(r, idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Status: http.StatusConflict, Duration: took})
 		h.log(r.Context(), slog.LevelInfo, "idempotency key in flight", req)
 		retry := h.cfg.lease
 		if !claim.LeaseEnd.IsZero() {
@@ -158,7 +158,7 @@ func (h *handler) claimFailed(w http.ResponseWriter, r *http.Request, req idem.C
 		// The client is gone: nobody to answer, nothing claimed.
 		return
 	case errors.Is(err, idem.ErrFingerprintMismatch):
-		h.observe(r, Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Status: http.StatusUnprocessableEntity, Duration: took})
+		h.observe(r, idem.Event{Kind: idem.EventMismatch, Scope: req.Scope, Key: req.Key, Status: http.StatusUnprocessableEntity, Duration: took})
 		h.log(r.Context(), slog.LevelInfo, "idempotency key reused for a different request", req)
 		writeProblem(w, problem{Type: TypeMismatch, Status: http.StatusUnprocessableEntity,
 			Detail: "This Idempotency-Key was used for a different request (method, path, query, content type or body differ). Use a new key for a new request."}, "")
@@ -167,7 +167,7 @@ func (h *handler) claimFailed(w http.ResponseWriter, r *http.Request, req idem.C
 		writeProblem(w, problem{Type: TypeInvalidKey, Status: http.StatusBadRequest, Detail: "The store rejected the key: " + err.Error()}, "")
 		return
 	}
-	h.observe(r, Event{Kind: EventStoreError, Scope: req.Scope, Key: req.Key, Op: "claim", Err: err, Duration: took})
+	h.observe(r, idem.Event{Kind: idem.EventStoreError, Scope: req.Scope, Key: req.Key, Op: "claim", Err: err, Duration: took})
 	if h.cfg.failOpen {
 		h.log(r.Context(), slog.LevelWarn, "idempotency store failed; running the handler UNPROTECTED (FailOpen)", req, slog.Any("err", err))
 		withBody(r, body)
@@ -188,7 +188,7 @@ func (h *handler) claimFailed(w http.ResponseWriter, r *http.Request, req idem.C
 }
 
 func (h *handler) replay(w http.ResponseWriter, r *http.Request, req idem.ClaimRequest, res idem.Result, took time.Duration) {
-	h.observe(r, Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Status: res.Status, Duration: took})
+	h.observe(r, idem.Event{Kind: idem.EventReplayed, Scope: req.Scope, Key: req.Key, Status: res.Status, Duration: took})
 	h.log(r.Context(), slog.LevelDebug, "replaying recorded response", req)
 	if res.Unreplayable {
 		writeProblem(w, problem{Type: TypeUnreplayable, Status: http.StatusGone, OriginalStatus: res.Status,
@@ -222,7 +222,7 @@ func (c *call) storeCtx() (context.Context, context.CancelFunc) {
 }
 
 func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.ClaimRequest, body []byte, claim idem.Claim, claimStart time.Time, took time.Duration) {
-	h.observe(r, Event{Kind: EventClaimed, Scope: req.Scope, Key: req.Key, Duration: took})
+	h.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: took})
 	if claim.Takeover {
 		h.log(r.Context(), slog.LevelInfo, "took over an abandoned idempotency claim", req, slog.Int64("generation", claim.Token.Generation))
 	} else {
@@ -257,7 +257,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.Claim
 
 	switch c.commit {
 	case committed:
-		h.observe(r, Event{Kind: EventCompleted, Scope: req.Scope, Key: req.Key, Status: c.committedStatus, Duration: dur})
+		h.observe(r, idem.Event{Kind: idem.EventCompleted, Scope: req.Scope, Key: req.Key, Status: c.committedStatus, Duration: dur})
 		return
 	case commitFailed:
 		h.release(c, "in-transaction commit failed", dur)
@@ -273,7 +273,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.Claim
 	scancel()
 	switch {
 	case err == nil:
-		h.observe(r, Event{Kind: EventCompleted, Scope: req.Scope, Key: req.Key, Status: res.Status, Duration: dur})
+		h.observe(r, idem.Event{Kind: idem.EventCompleted, Scope: req.Scope, Key: req.Key, Status: res.Status, Duration: dur})
 		if res.Unreplayable {
 			h.log(r.Context(), slog.LevelInfo, "response larger than the record limit; key completed as unreplayable", req, slog.Int("status", res.Status))
 		}
@@ -282,7 +282,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req idem.Claim
 	default:
 		// The client has its answer, but a retry after the lease runs
 		// out will run the handler again. Commit avoids this window.
-		h.observe(r, Event{Kind: EventStoreError, Scope: req.Scope, Key: req.Key, Op: "complete", Err: err, Status: res.Status, Duration: dur})
+		h.observe(r, idem.Event{Kind: idem.EventStoreError, Scope: req.Scope, Key: req.Key, Op: "complete", Err: err, Status: res.Status, Duration: dur})
 		h.log(r.Context(), slog.LevelError, "could not record the response; a retry after the lease may run the handler again", req, slog.Any("err", err))
 	}
 }
@@ -294,7 +294,7 @@ func (h *handler) release(c *call, why string, dur time.Duration) {
 	scancel()
 	switch {
 	case err == nil:
-		h.observe(c.r, Event{Kind: EventReleased, Scope: c.req.Scope, Key: c.req.Key, Status: c.rec.status, Duration: dur})
+		h.observe(c.r, idem.Event{Kind: idem.EventReleased, Scope: c.req.Scope, Key: c.req.Key, Status: c.rec.status, Duration: dur})
 		h.log(c.r.Context(), slog.LevelInfo, "released idempotency key: "+why, c.req)
 	case errors.Is(err, idem.ErrStaleClaim):
 		// Lost already, or (after a failed Commit whose transaction did
@@ -302,12 +302,12 @@ func (h *handler) release(c *call, why string, dur time.Duration) {
 		c.stale(err)
 	default:
 		// The claim stays until its lease runs out; then a retry runs.
-		h.observe(c.r, Event{Kind: EventStoreError, Scope: c.req.Scope, Key: c.req.Key, Op: "release", Err: err, Duration: dur})
+		h.observe(c.r, idem.Event{Kind: idem.EventStoreError, Scope: c.req.Scope, Key: c.req.Key, Op: "release", Err: err, Duration: dur})
 		h.log(c.r.Context(), slog.LevelWarn, "could not release idempotency key ("+why+"); a retry waits for the lease to run out", c.req, slog.Any("err", err))
 	}
 }
 
-func (h *handler) observe(r *http.Request, e Event) {
+func (h *handler) observe(r *http.Request, e idem.Event) {
 	if h.cfg.observer != nil {
 		h.cfg.observer(r, e)
 	}
@@ -319,7 +319,7 @@ func (h *handler) log(ctx context.Context, level slog.Level, msg string, req ide
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	attrs = append(attrs, slog.String("key_hash", keyHash(req.Scope, req.Key)))
+	attrs = append(attrs, slog.String("key_hash", idem.KeyDigest(req.Scope, req.Key)))
 	if l.Enabled(ctx, slog.LevelDebug) {
 		attrs = append(attrs, slog.String("key", req.Key.String()))
 	}

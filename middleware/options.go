@@ -163,7 +163,7 @@ type Options struct {
 	// unless the logger is enabled for debug level. Nil means no logging.
 	Logger *slog.Logger
 
-	// Observer is called on each [Event], for metrics. It runs on the
+	// Observer is called on each [idem.Event], for metrics. It runs on the
 	// request's goroutine (or the lease renewal's) and must be fast and
 	// safe for concurrent use. Nil means none.
 	Observer Observer

@@ -623,7 +623,7 @@ func runSuite(t *testing.T, newStore newKit) {
 			t.Fatalf("fail-open handler did not get the body: %s", rec.Body)
 		}
 		wantCalls(t, f, 2) // unsafe, as documented
-		if events.count(middleware.EventStoreError) != 2 {
+		if events.count(idem.EventStoreError) != 2 {
 			t.Fatalf("events %v, want two store errors", events.kinds())
 		}
 	})
@@ -804,9 +804,9 @@ func runSuite(t *testing.T, newStore newKit) {
 		serve(f.h, newReq("POST", "/slow", `1`, key("k"))) // in flight
 		close(release)
 		<-done
-		want := map[middleware.EventKind]int{
-			middleware.EventClaimed: 3, middleware.EventCompleted: 2, middleware.EventReplayed: 1,
-			middleware.EventMismatch: 1, middleware.EventReleased: 1, middleware.EventInFlight: 1,
+		want := map[idem.EventKind]int{
+			idem.EventClaimed: 3, idem.EventCompleted: 2, idem.EventReplayed: 1,
+			idem.EventMismatch: 1, idem.EventReleased: 1, idem.EventInFlight: 1,
 		}
 		for kind, n := range want {
 			if got := events.count(kind); got != n {
@@ -839,16 +839,16 @@ func fixedScope(*http.Request) string { return "tenant" }
 // eventLog collects observer events.
 type eventLog struct {
 	mu     sync.Mutex
-	events []middleware.Event
+	events []idem.Event
 }
 
-func (l *eventLog) observe(_ *http.Request, e middleware.Event) {
+func (l *eventLog) observe(_ *http.Request, e idem.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.events = append(l.events, e)
 }
 
-func (l *eventLog) count(k middleware.EventKind) int {
+func (l *eventLog) count(k idem.EventKind) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -976,7 +976,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	if useCommit {
 		wantProblem(t, late, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
 	}
-	if events.count(middleware.EventStale) != 1 {
+	if events.count(idem.EventStale) != 1 {
 		t.Fatalf("events %v, want one stale", events.kinds())
 	}
 	// The late answer was not recorded over the new owner's claim.
@@ -1119,7 +1119,7 @@ func testCommit(t *testing.T, newStore newKit) {
 		t.Fatalf("handler ran %d times, want 2", calls.Load())
 	}
 	// The middleware did not complete the key a second time after Commit.
-	for kind, n := range map[middleware.EventKind]int{middleware.EventCompleted: 1, middleware.EventReleased: 1, middleware.EventStale: 0, middleware.EventStoreError: 0} {
+	for kind, n := range map[idem.EventKind]int{idem.EventCompleted: 1, idem.EventReleased: 1, idem.EventStale: 0, idem.EventStoreError: 0} {
 		if got := events.count(kind); got != n {
 			t.Fatalf("%v events: %d, want %d (all: %v)", kind, got, n, events.kinds())
 		}

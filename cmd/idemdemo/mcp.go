@@ -115,11 +115,11 @@ func newMCPServer(self string) *mcp.Server {
 func newMCPHandler(a *app, self string) http.Handler {
 	server := newMCPServer(self)
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Logger: a.logger})
-	store := observedStore{Store: a.be.store, m: a.metrics, adapter: "mcp"}
-	return mcphttp.New(store, mcphttp.Options{
-		Wait:   a.cfg.wait,
-		Lease:  a.cfg.lease,
-		Owner:  a.owner,
-		Logger: a.logger,
+	return mcphttp.New(a.be.store, mcphttp.Options{
+		Wait:     a.cfg.wait,
+		Lease:    a.cfg.lease,
+		Owner:    a.owner,
+		Logger:   a.logger,
+		Observer: a.metrics.observeMCP,
 	})(inner)
 }

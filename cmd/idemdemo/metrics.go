@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the demo's Prometheus metrics, fed by the observer hooks of
-// the middleware's observer (adapter="http"), by counting the MCP adapter's
-// store calls (adapter="mcp", see observedStore), and by the sweeper.
+// metrics are the demo's Prometheus metrics, fed by the observer hooks of the
+// middleware (adapter="http") and of mcphttp (adapter="mcp"), and by the
+// sweeper.
 // Keys and scopes never become labels: they are client data, unbounded.
 type metrics struct {
 	reg *prometheus.Registry
@@ -63,13 +61,10 @@ func newMetrics() *metrics {
 		m.stale, m.storeErrors, m.sweptTotal, m.claimTime, m.handlerTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Export every series at zero from the start, so dashboards and the
-	// demo's readers see them before the first event. MCP has no in-flight
-	// count (see observedStore).
+	// demo's readers see them before the first event.
 	for _, c := range []*prometheus.CounterVec{m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released, m.stale} {
 		c.WithLabelValues("http")
-		if c != m.inFlight {
-			c.WithLabelValues("mcp")
-		}
+		c.WithLabelValues("mcp")
 	}
 	m.sweptTotal.WithLabelValues("abandoned")
 	m.sweptTotal.WithLabelValues("expired")
@@ -81,30 +76,37 @@ func (m *metrics) handler() http.Handler {
 }
 
 // observeHTTP is the middleware's Observer.
-func (m *metrics) observeHTTP(_ *http.Request, e middleware.Event) {
-	const adapter = "http"
+func (m *metrics) observeHTTP(r *http.Request, e idem.Event) { m.observe("http", e) }
+
+// observeMCP is mcphttp's Observer.
+func (m *metrics) observeMCP(r *http.Request, e idem.Event) { m.observe("mcp", e) }
+
+func (m *metrics) observe(adapter string, e idem.Event) {
 	secs := e.Duration.Seconds()
 	switch e.Kind {
-	case middleware.EventClaimed:
+	case idem.EventClaimed:
 		m.claimed.WithLabelValues(adapter).Inc()
 		m.claimTime.WithLabelValues(adapter, "claimed").Observe(secs)
-	case middleware.EventReplayed:
+	case idem.EventReplayed:
 		m.replayed.WithLabelValues(adapter).Inc()
 		m.claimTime.WithLabelValues(adapter, "replayed").Observe(secs)
-	case middleware.EventInFlight:
+	case idem.EventInFlight:
 		m.inFlight.WithLabelValues(adapter).Inc()
 		m.claimTime.WithLabelValues(adapter, "in_flight").Observe(secs)
-	case middleware.EventMismatch:
+	case idem.EventMismatch:
 		m.mismatched.WithLabelValues(adapter).Inc()
-	case middleware.EventCompleted:
+	case idem.EventCompleted:
 		m.completed.WithLabelValues(adapter).Inc()
 		m.handlerTime.WithLabelValues(adapter, "completed").Observe(secs)
-	case middleware.EventReleased:
+	case idem.EventReleased:
 		m.released.WithLabelValues(adapter).Inc()
 		m.handlerTime.WithLabelValues(adapter, "released").Observe(secs)
-	case middleware.EventStale:
+	case idem.EventStale:
 		m.stale.WithLabelValues(adapter).Inc()
-	case middleware.EventStoreError:
+	case idem.EventStoreError:
+		if errors.Is(e.Err, context.Canceled) {
+			return // the client left; not the store's fault
+		}
 		m.storeErrors.WithLabelValues(adapter, e.Op).Inc()
 	}
 }
@@ -112,77 +114,4 @@ func (m *metrics) observeHTTP(_ *http.Request, e middleware.Event) {
 func (m *metrics) swept(st idem.SweepStats) {
 	m.sweptTotal.WithLabelValues("abandoned").Add(float64(st.Abandoned))
 	m.sweptTotal.WithLabelValues("expired").Add(float64(st.Expired))
-}
-
-// observedStore counts what the MCP adapter does with its store, because
-// mcphttp has no observer hook: every claim that comes back acquired,
-// completed (a replay) or mismatched, every completion, release and stale
-// token, and store failures. It cannot see a duplicate that is still in
-// flight when mcphttp's wait runs out (that is decided after the last
-// claim), so idem_in_flight_total has no "mcp" series.
-type observedStore struct {
-	idem.Store
-	m       *metrics
-	adapter string
-}
-
-func (s observedStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	start := time.Now()
-	c, err := s.Store.Claim(ctx, req)
-	secs := time.Since(start).Seconds()
-	switch {
-	case errors.Is(err, idem.ErrFingerprintMismatch):
-		s.m.mismatched.WithLabelValues(s.adapter).Inc()
-	case err != nil:
-		s.storeError("claim", err)
-	case c.Status == idem.Acquired:
-		s.m.claimed.WithLabelValues(s.adapter).Inc()
-		s.m.claimTime.WithLabelValues(s.adapter, "claimed").Observe(secs)
-	case c.Status == idem.Completed:
-		s.m.replayed.WithLabelValues(s.adapter).Inc()
-		s.m.claimTime.WithLabelValues(s.adapter, "replayed").Observe(secs)
-	}
-	return c, err
-}
-
-func (s observedStore) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
-	err := s.Store.Complete(ctx, tok, res)
-	s.count(s.m.completed, "complete", err)
-	return err
-}
-
-func (s observedStore) Renew(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
-	end, err := s.Store.Renew(ctx, tok, lease)
-	if err != nil {
-		s.count(nil, "renew", err)
-	}
-	return end, err
-}
-
-func (s observedStore) Release(ctx context.Context, tok idem.Token) error {
-	err := s.Store.Release(ctx, tok)
-	s.count(s.m.released, "release", err)
-	return err
-}
-
-// count increments ok on success, stale on a stale token, and the store
-// errors otherwise.
-func (s observedStore) count(ok *prometheus.CounterVec, op string, err error) {
-	switch {
-	case err == nil:
-		if ok != nil {
-			ok.WithLabelValues(s.adapter).Inc()
-		}
-	case errors.Is(err, idem.ErrStaleClaim):
-		s.m.stale.WithLabelValues(s.adapter).Inc()
-	default:
-		s.storeError(op, err)
-	}
-}
-
-func (s observedStore) storeError(op string, err error) {
-	if errors.Is(err, context.Canceled) {
-		return // the client left; not the store's fault
-	}
-	s.m.storeErrors.WithLabelValues(s.adapter, op).Inc()
 }

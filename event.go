@@ -1,0 +1,104 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// EventKind says what happened to a protected request. The adapters
+// (middleware, mcphttp) report events to an observer, for metrics.
+type EventKind int
+
+// Event kinds, in roughly the order a request meets them.
+const (
+	// EventClaimed: the request claimed its key; the side effect runs.
+	// Duration is the claim's latency (including any wait).
+	EventClaimed EventKind = iota + 1
+	// EventReplayed: the key was completed; the recorded result was
+	// replayed (or, if unreplayable, the documented error answered).
+	// Duration is the claim's latency (including any wait).
+	EventReplayed
+	// EventInFlight: another request still held the key after the wait;
+	// the request was told to retry. Duration is the time spent claiming
+	// and waiting.
+	EventInFlight
+	// EventMismatch: the key was used for a different request; it was
+	// refused without running.
+	EventMismatch
+	// EventCompleted: the result was recorded. Duration is the run time of
+	// the side effect. Status is the recorded status.
+	EventCompleted
+	// EventReleased: the key was released (a panic, a failure the policy
+	// does not record), so a retry runs again. Duration is the run time.
+	EventReleased
+	// EventStale: the claim was lost while the request ran (its lease ran
+	// out and another request took the key over, or an operator forgot
+	// it); its result is not recorded.
+	EventStale
+	// EventStoreError: a store call failed. Op names it ("claim", "renew",
+	// "complete", "release"); Err holds the error.
+	EventStoreError
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventClaimed:
+		return "claimed"
+	case EventReplayed:
+		return "replayed"
+	case EventInFlight:
+		return "in flight"
+	case EventMismatch:
+		return "mismatch"
+	case EventCompleted:
+		return "completed"
+	case EventReleased:
+		return "released"
+	case EventStale:
+		return "stale"
+	case EventStoreError:
+		return "store error"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event describes something that happened to a protected request.
+type Event struct {
+	Kind EventKind
+	// Scope and Key identify the request's key. They may carry client
+	// data: hash them (see [KeyDigest]) before using them as labels.
+	Scope string
+	Key   Key
+	// Status is the response's HTTP status, when there is one.
+	Status int
+	// Duration is documented per [EventKind]; zero when none applies.
+	Duration time.Duration
+	// Op is the store operation of an EventStoreError.
+	Op string
+	// Err is the error of an EventStoreError or EventStale.
+	Err error
+}
+
+// KeyDigest is how a (scope, key) appears in logs: the first 16 hex digits
+// of SHA-256 over scope, a NUL byte and key, enough to correlate log lines
+// without disclosing a client's key or session.
+func KeyDigest(scope string, key Key) string {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(key.s))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+}
+
+// LogValue logs a token as its key's digest and its generation, never the
+// key in clear: keys carry client data (session ids, request ids).
+func (t Token) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("key_digest", KeyDigest(t.Scope, t.Key)),
+		slog.Int64("generation", t.Generation),
+	)
+}
