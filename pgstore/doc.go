@@ -114,6 +114,27 @@
 // polling fallback covers a listener that is down or a change nobody
 // notified. Instances wake each other: the NOTIFY goes through the database.
 //
+// # Replay cache
+//
+// With Options.ReplayCacheBytes set, completed results are also kept in
+// process, so that a retry of a completed request is answered without a
+// round trip. That is safe because a completed result never changes while
+// it is retained: it leaves the table only when its retention runs out or an
+// operator forgets it. A cached result therefore lives until the retention
+// the database reported when it was read (counted on the local monotonic
+// clock from before the statement was sent, so never longer than the row),
+// and until any instance's [Store.Forget] of the key, whose NOTIFY every
+// instance's LISTEN connection delivers. To never miss such a notification,
+// a result is cached only if the LISTEN was in effect before the statement
+// that read it was sent and no notification for the key arrived meanwhile,
+// and the whole cache is dropped when the LISTEN connection is lost.
+//
+// What the cache does not see: rows deleted or changed by hand in SQL, and a
+// LISTEN connection that has silently stopped delivering before it is
+// detected as lost. Forget keys with [Store.Forget] (or the idem CLI), not
+// with DELETE. The fingerprint is still compared, so a reused key with
+// another request is a [*idem.MismatchError] as without the cache.
+//
 // # Sweeping
 //
 // [Store.Sweep] deletes, in one statement, abandoned claims first and then

@@ -1,5 +1,7 @@
 package pgstore
 
+import "context"
+
 // SetWaitBlocked installs a hook called when Wait has seen a live claim and
 // blocks: from then on only a notification, the lease end, the poll
 // interval or ctx can end the wait.
@@ -14,3 +16,29 @@ const PayloadSQL = payloadSQL
 
 // NotifyPayload is the Go side of PayloadSQL.
 var NotifyPayload = notifyPayload
+
+// CacheReady starts the listener the replay cache follows and waits until
+// its LISTEN is in effect: from then on replays are cached.
+func CacheReady(ctx context.Context, s *Store) error {
+	s.listener.start()
+	s.listener.mu.Lock()
+	ready := s.listener.ready
+	s.listener.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CacheLen is the number of results in the replay cache.
+func CacheLen(s *Store) int { return s.cache.len() }
+
+// SetCacheInvalidated installs a hook called after the replay cache handled
+// a notification.
+func SetCacheInvalidated(s *Store, f func(payload string)) { s.cacheInvalidated.Store(&f) }
+
+// SetCacheDropped installs a hook called after the replay cache dropped
+// everything because the LISTEN connection was lost.
+func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }

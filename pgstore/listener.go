@@ -47,12 +47,7 @@ func (l *listener) subscribe(payload string) (ch, ready <-chan struct{}, unsubsc
 	if l.closed {
 		return make(chan struct{}), closedChan, func() {}
 	}
-	if !l.started {
-		l.started = true
-		ctx, cancel := context.WithCancel(context.Background())
-		l.cancel, l.done = cancel, make(chan struct{})
-		go l.run(ctx)
-	}
+	l.startLocked()
 	ws := l.waiters[payload]
 	if ws == nil {
 		ws = &waitSet{ch: make(chan struct{})}
@@ -67,6 +62,25 @@ func (l *listener) subscribe(payload string) (ch, ready <-chan struct{}, unsubsc
 				delete(l.waiters, payload)
 			}
 		}
+	}
+}
+
+// start starts the LISTEN connection if it is not running, for the replay
+// cache, which follows notifications whether or not anyone waits.
+func (l *listener) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.startLocked()
+	}
+}
+
+func (l *listener) startLocked() {
+	if !l.started {
+		l.started = true
+		ctx, cancel := context.WithCancel(context.Background())
+		l.cancel, l.done = cancel, make(chan struct{})
+		go l.run(ctx)
 	}
 }
 
@@ -87,6 +101,12 @@ func (l *listener) close() {
 }
 
 func (l *listener) dispatch(payload string) {
+	if c := l.s.cache; c != nil {
+		c.invalidate(payload)
+		if f := l.s.cacheInvalidated.Load(); f != nil {
+			(*f)(payload)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ws := l.waiters[payload]; ws != nil {
@@ -105,6 +125,12 @@ func (l *listener) wakeAll() {
 }
 
 func (l *listener) setReady(up bool) {
+	if c := l.s.cache; c != nil {
+		c.setReady(up)
+		if f := l.s.cacheDropped.Load(); f != nil && !up {
+			(*f)()
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,6 +67,20 @@ type Options struct {
 	// Logger receives the store's rare warnings (listener reconnects,
 	// sweeper errors). Nil means discard.
 	Logger *slog.Logger
+	// ReplayCacheBytes bounds an in-process cache of completed results, in
+	// bytes (bodies, headers and keys, estimated), so that a replay is
+	// answered without a round trip to the database. Zero means no cache:
+	// every claim asks the database. The least recently used results are
+	// evicted first; a result larger than an eighth of the bound is not
+	// cached. A cached result is replayed until its retention (as the
+	// database reported it) runs out on the local monotonic clock, the key
+	// is forgotten by [Store.Forget] on any instance sharing the table (its
+	// NOTIFY reaches every instance's LISTEN connection), or the LISTEN
+	// connection is lost (the whole cache is dropped, since a notification
+	// may have been missed). The fingerprint is still compared. A cached
+	// result is shared by every replay: callers must not modify it. See
+	// the package documentation for what the cache does not see.
+	ReplayCacheBytes int
 	// Now is a test hook: when set, every statement uses its value as
 	// "now" instead of the database clock. Nil (production) means the
 	// database clock, statement_timestamp(); the application's clock is
@@ -86,6 +101,12 @@ type Store struct {
 
 	sql      statements
 	listener *listener
+	cache    *replayCache // nil: no replay cache
+
+	// cacheInvalidated and cacheDropped, when set (tests only), are called
+	// after the cache handled a notification or dropped everything.
+	cacheInvalidated atomic.Pointer[func(payload string)]
+	cacheDropped     atomic.Pointer[func()]
 
 	// waitBlocked, when set (tests only), is called when Wait has seen a
 	// live claim and is about to block on a notification.
@@ -109,6 +130,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: negative lease %v", opts.Lease)
 	case opts.PollInterval < 0:
 		return nil, fmt.Errorf("pgstore: negative poll interval %v", opts.PollInterval)
+	case opts.ReplayCacheBytes < 0:
+		return nil, fmt.Errorf("pgstore: negative replay cache size %d", opts.ReplayCacheBytes)
 	}
 	s := &Store{
 		pool:      pool,
@@ -122,6 +145,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.ReplayCacheBytes > 0 {
+		s.cache = newReplayCache(opts.ReplayCacheBytes)
 	}
 	s.listener = newListener(s)
 	return s, nil
@@ -196,8 +222,30 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if err := validate(req.Scope, req.Key); err != nil {
 		return idem.Claim{}, err
 	}
+	var (
+		cacheID, payload string
+		tk               ticket
+		sent             time.Time
+	)
+	if s.cache != nil {
+		cacheID = replayCacheID(req.Scope, req.Key)
+		if fp, res, ok := s.cache.get(cacheID, s.now); ok {
+			if mismatch(fp, req.Fingerprint) {
+				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+			}
+			return idem.Claim{Status: idem.Completed, Result: res}, nil
+		}
+		s.listener.start()
+		payload = notifyPayload(req.Scope, req.Key)
+	}
 	lease := s.leaseOf(req.Lease).Microseconds()
 	for range maxClaimAttempts {
+		if s.cache != nil {
+			// Taken before the statement is sent: its answer is cached
+			// only if no notification for the key (nor a lost LISTEN)
+			// came in between.
+			tk, sent = s.cache.ticket(payload), time.Now()
+		}
 		var (
 			inserted, takeover bool
 			gen                int64
@@ -247,6 +295,9 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			if err := json.Unmarshal(result, &res); err != nil {
 				return idem.Claim{}, unavailable("claim", err)
 			}
+			if s.cache != nil {
+				s.cache.put(tk, cacheID, payload, fp, res, sent, now, expires)
+			}
 			return idem.Claim{Status: idem.Completed, Result: res}, nil
 		default:
 			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", state))
@@ -294,12 +345,15 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return err
 	}
-	body, err := json.Marshal(res)
+	// MarshalJSON directly, not json.Marshal (which would validate and
+	// copy its output again), and the bytes as they are, not as a string:
+	// for a large body each copy counts.
+	body, err := res.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
 	_, err = db.Exec(ctx, s.sql.complete,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(body), s.retentionMicros(), s.nowArg())
+		[]byte(tok.Scope), tok.Key.String(), tok.Generation, body, s.retentionMicros(), s.nowArg())
 	if err != nil {
 		if se, ok := staleFrom(err, tok); ok {
 			return se
@@ -543,6 +597,11 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	err := s.pool.QueryRow(ctx, s.sql.forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
 	if err != nil {
 		return false, unavailable("forget", err)
+	}
+	if deleted > 0 && s.cache != nil {
+		// This instance's own cache forgets at once; the others when
+		// the NOTIFY reaches them.
+		s.cache.invalidate(notifyPayload(scope, key))
 	}
 	switch {
 	case deleted > 0:

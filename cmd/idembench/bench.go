@@ -56,6 +56,7 @@ type config struct {
 	retryShare  float64
 	replayKeys  int
 	poolConns   int
+	replayCache int
 	cpuProfile  string
 	memProfile  string
 }
@@ -77,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.retryShare, "retry-share", 0.2, "mixed mode: share of requests that reuse a recent key of the same client (0..1)")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "replay mode: number of completed keys requested again and again")
 	fs.IntVar(&c.poolConns, "pool-conns", 0, "PostgreSQL pool size; 0 means -concurrency")
+	fs.IntVar(&c.replayCache, "replay-cache", 64<<20, "pgstore.Options.ReplayCacheBytes: bytes of completed results cached in process; 0 turns the cache off")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured mode to this file (mode name inserted before the extension when several modes run)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile after each measured mode (cumulative since start: profile one mode per run for a clean picture)")
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-retry-share must be between 0 and 1, not %v", c.retryShare)
 	case c.replayKeys < 1:
 		return c, fmt.Errorf("-replay-keys must be at least 1, not %d", c.replayKeys)
+	case c.replayCache < 0:
+		return c, fmt.Errorf("-replay-cache must not be negative, not %d", c.replayCache)
 	case c.poolConns < 0:
 		return c, fmt.Errorf("-pool-conns must not be negative, not %d", c.poolConns)
 	case c.databaseURL == "":
@@ -196,8 +200,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer cleanup()
 
-	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, warmup %v, duration %v per mode in %d round(s)\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.warmup, cfg.duration, cfg.rounds)
+	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, replay cache %d bytes, warmup %v, duration %v per mode in %d round(s)\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.replayCache, cfg.warmup, cfg.duration, cfg.rounds)
 	// Each mode is set up and warmed up first; then the rounds interleave
 	// the modes, so that a change in the machine's load during the run
 	// (other processes, autovacuum, checkpoints) falls on every mode alike
@@ -641,5 +645,5 @@ func fmtDur(d time.Duration) string {
 
 // storeOptions is the store's configuration.
 func storeOptions(cfg config, table string) pgstore.Options {
-	return pgstore.Options{Table: table}
+	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache}
 }

@@ -32,6 +32,7 @@ func TestParseFlags(t *testing.T) {
 		{"no replay keys", []string{"-replay-keys", "0"}, "-replay-keys"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
 		{"zero rounds", []string{"-rounds", "0"}, "-rounds"},
+		{"negative replay cache", []string{"-replay-cache", "-1"}, "-replay-cache"},
 		{"profile over rounds", []string{"-cpuprofile", "x", "-rounds", "2"}, "-rounds 1"},
 	}
 	for _, tt := range tests {
