@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgconnect"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -204,20 +204,7 @@ func (c *cli) connect(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, usagef("the database URL is not a valid PostgreSQL URL or key=value DSN: %s", parseProblem(err))
 	}
 	cfg.MaxConns = 4
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(pctx, cfg)
-	if err == nil {
-		err = pool.Ping(pctx)
-		if err != nil {
-			pool.Close()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s (user %q, database %q): %s",
-			net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), cfg.ConnConfig.User, cfg.ConnConfig.Database, connProblem(err))
-	}
-	return pool, nil
+	return pgconnect.Open(ctx, cfg, 10*time.Second)
 }
 
 // parseProblem is what is wrong with a connection string, without the
@@ -232,23 +219,6 @@ func parseProblem(err error) string {
 		return msg[i+3:]
 	}
 	return "malformed"
-}
-
-// connProblem is the most useful part of a connection error: the server's
-// message, or the network error, rather than pgx's whole chain.
-func connProblem(err error) string {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return fmt.Sprintf("%s (SQLSTATE %s)", pg.Message, pg.Code)
-	}
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return op.Err.Error()
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "no answer within 10s"
-	}
-	return err.Error()
 }
 
 // tableError explains a missing table, the most common first mistake.

@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgconnect"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -35,17 +34,9 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		// what is wrong.
 		return nil, &usageError{errors.New("-database-url / DATABASE_URL is not a valid PostgreSQL URL or DSN (want postgres://user:password@host:port/db?sslmode=disable)")}
 	}
-	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(connectCtx, pcfg)
-	if err == nil {
-		if err = pool.Ping(connectCtx); err != nil {
-			pool.Close()
-		}
-	}
+	pool, err := pgconnect.Open(ctx, pcfg, 15*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s (user %q, database %q): %s",
-			net.JoinHostPort(pcfg.ConnConfig.Host, fmt.Sprint(pcfg.ConnConfig.Port)), pcfg.ConnConfig.User, pcfg.ConnConfig.Database, connProblem(err))
+		return nil, err
 	}
 	logger.Info("connected to PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
 	if cfg.migrate {
@@ -81,23 +72,6 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 			pool.Close()
 		},
 	}, nil
-}
-
-// connProblem is the useful part of a connection error: the server's
-// message or the network error, not pgx's whole chain.
-func connProblem(err error) string {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return fmt.Sprintf("%s (SQLSTATE %s)", pg.Message, pg.Code)
-	}
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return op.Err.Error()
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "no answer within 15s"
-	}
-	return err.Error()
 }
 
 func tableName(t string) string {
