@@ -240,6 +240,25 @@ func TestKeysNotLogged(t *testing.T) {
 	}
 }
 
+// TestMCPKeysNotLogged drives mcphttp into a path that logs at info level
+// with the call's token ("call's stream ended without its response": go-sdk
+// answers id 1.5 as id 1, see the known gaps) and checks that the
+// idempotency key is not in the logs.
+func TestMCPKeysNotLogged(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := schemaURL(t, uniq("gap-logs"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "info", "-lease", "2s"}})
+	s := newMCPSession(t, p.url)
+	secret := "SECRETAGENTKEY" + uniq("")
+	// go-sdk answers id 1.5 as id 1, so mcphttp never sees the call's
+	// response and logs the token.
+	s.postRaw(toolCall("1.5", uniq("c"), 1, 0, `{"idempotencyKey":"`+secret+`"}`), nil)
+	waitFor(t, "mcphttp to log the call", time.Minute, func() bool { return strings.Contains(p.stderr.String(), "without its response") })
+	if strings.Contains(p.stderr.String(), secret) {
+		t.Errorf("the logs hold the key in clear:\n%s", p.stderr.String())
+	}
+}
+
 func sendInBackgroundHeaders(base, body string, header ...string) *background {
 	b := &background{}
 	b.wg.Add(1)
