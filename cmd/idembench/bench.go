@@ -70,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.concurrency, "concurrency", 16, "concurrent clients (goroutines, each with its own keep-alive connection)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per mode")
-	fs.IntVar(&c.rounds, "rounds", 5, "split each mode's duration into this many slices, the modes taking turns slice by slice")
+	fs.IntVar(&c.rounds, "rounds", 20, "split each mode's duration into this many slices, the modes taking turns slice by slice")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured time per mode before measuring (connections, caches, JIT of the planner)")
 	fs.StringVar(&mode, "mode", "all", "comma-separated modes: raw, http-bare, unique, replay, mixed, or all")
 	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (default $TEST_DATABASE_URL)")
