@@ -134,8 +134,12 @@ func TestDatabaseOutage(t *testing.T) {
 	if !p.alive() {
 		t.Fatal("the demo died during the outage")
 	}
+	if r := healthz(t, p); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz during the outage: %d %s, want 503", r.status, r.body)
+	}
 
 	s.Start()
+	waitFor(t, "/healthz to report the database back", time.Minute, func() bool { return healthz(t, p).status == http.StatusOK })
 	wg.Wait()
 	t.Logf("outage: load answers by status %v (%d of the 503s from the demo's handler, without Retry-After); %d probes refused",
 		statuses, handlerNoRetryAfter, len(probes))
@@ -174,4 +178,14 @@ func TestDatabaseOutage(t *testing.T) {
 	if n := d.count(`SELECT count(*) FROM idemdemo_invoices`); n != len(before)+loaders {
 		t.Errorf("%d invoices, want %d", n, len(before)+loaders)
 	}
+}
+
+func healthz(t *testing.T, p *demo) response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, p.url+"/healthz", nil)
+	r, err := send(newClient(30*time.Second), req)
+	if err != nil {
+		t.Fatalf("/healthz: %v", err)
+	}
+	return r
 }
