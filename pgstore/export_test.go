@@ -37,7 +37,14 @@ func CacheLen(s *Store) int { return s.cache.len() }
 
 // SetCacheInvalidated installs a hook called after the replay cache handled
 // a notification.
-func SetCacheInvalidated(s *Store, f func(payload string)) { s.cacheInvalidated.Store(&f) }
+// A nil f removes it.
+func SetCacheInvalidated(s *Store, f func(payload string)) {
+	if f == nil {
+		s.cacheInvalidated.Store(nil)
+		return
+	}
+	s.cacheInvalidated.Store(&f)
+}
 
 // SetCacheDropped installs a hook called after the replay cache dropped
 // everything because the LISTEN connection was lost.
