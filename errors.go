@@ -40,11 +40,14 @@ type StaleClaimError struct {
 	Current int64
 }
 
+// Error names the key by its digest ([KeyDigest]), never in clear: errors
+// end up in logs, and keys carry client data.
 func (e *StaleClaimError) Error() string {
+	digest := KeyDigest(e.Token.Scope, e.Token.Key)
 	if e.Current == 0 {
-		return fmt.Sprintf("idem: stale claim: generation %d of %q no longer holds the key", e.Token.Generation, e.Token.Key)
+		return fmt.Sprintf("idem: stale claim: generation %d of key %s no longer holds the key", e.Token.Generation, digest)
 	}
-	return fmt.Sprintf("idem: stale claim: generation %d of %q, current generation %d", e.Token.Generation, e.Token.Key, e.Current)
+	return fmt.Sprintf("idem: stale claim: generation %d of key %s, current generation %d", e.Token.Generation, digest, e.Current)
 }
 
 // Is reports whether target is [ErrStaleClaim].
@@ -60,8 +63,9 @@ type MismatchError struct {
 	Completed bool
 }
 
+// Error names the key by its digest ([KeyDigest]), never in clear.
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("idem: key %q reused for a different request", e.Key)
+	return fmt.Sprintf("idem: key %s reused for a different request", KeyDigest(e.Scope, e.Key))
 }
 
 // Is reports whether target is [ErrFingerprintMismatch].

@@ -118,13 +118,20 @@
 // the request's, so the wrapper cannot pass them in a context). When _meta
 // carries no key, the key the wrapper derived is forwarded instead (a hash
 // of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
+// The caller's Authorization and X-Api-Key travel with them, as seed 003's
+// generated servers forward them: the upstream authenticates the same
+// caller, and its own idem middleware scopes the key to that caller, so two
+// callers who send one _meta.idempotencyKey never share a result upstream.
 // [Transport] sets the headers on every upstream request whose context
 // carries a [Meta] ([NewContext]).
 //
 // # Errors
 //
 // The wrapper's own JSON-RPC errors use the codes [CodeKeyReused],
-// [CodeInFlight], [CodeUnreplayable], [CodeUnavailable] and
-// [CodeInvalidParams], each with data.reason. A store that cannot be
+// [CodeInFlight], [CodeUnreplayable], [CodeUnavailable],
+// [CodeInvalidParams] and [CodeInvalidRequest], each with data.reason. The
+// last refuses a call whose numeric id is not an integer within int64:
+// servers that hold ids as int64 (go-sdk among them) would answer it under
+// another id, which neither the client nor the wrapper could match. A store that cannot be
 // reached means the call is not run: it never runs without a claim.
 package mcphttp

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 
 	"github.com/idemkit/idem"
 )
@@ -195,16 +196,34 @@ const (
 	// data.reason "invalid_idempotency_key" for a _meta.idempotencyKey that
 	// is not 1 to 255 printable ASCII characters.
 	CodeInvalidParams = -32602
+	// CodeInvalidRequest is JSON-RPC's invalid request, answered (with
+	// HTTP 400) with data.reason "unsupported_id" for a deduplicated call
+	// whose numeric id is not an integer within int64. Servers that hold
+	// ids as int64, go-sdk among them, answer 1.5 as 1 and overflow larger
+	// ids, so neither the client nor the wrapper could recognise the
+	// response, and the call would run unrecorded. The call is not run.
+	CodeInvalidRequest = -32600
 )
 
 // Reasons in data.reason of the wrapper's errors.
 const (
-	ReasonKeyReused    = "idempotency_key_reused"
-	ReasonInFlight     = "in_flight"
-	ReasonUnreplayable = "unreplayable"
-	ReasonUnavailable  = "store_unavailable"
-	ReasonInvalidKey   = "invalid_idempotency_key"
+	ReasonKeyReused     = "idempotency_key_reused"
+	ReasonInFlight      = "in_flight"
+	ReasonUnreplayable  = "unreplayable"
+	ReasonUnavailable   = "store_unavailable"
+	ReasonInvalidKey    = "invalid_idempotency_key"
+	ReasonUnsupportedID = "unsupported_id"
 )
+
+// supportedID reports whether id survives servers that hold numeric ids as
+// int64: a string, or an integer within int64.
+func supportedID(id idem.RequestID) bool {
+	if id.IsString() {
+		return true
+	}
+	_, err := strconv.ParseInt(id.String(), 10, 64)
+	return err == nil
+}
 
 type rpcError struct {
 	Code    int       `json:"code"`

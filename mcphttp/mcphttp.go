@@ -166,6 +166,18 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
+	if !supportedID(c.id) {
+		b := errorResponse(c.rawID, rpcError{
+			Code:    CodeInvalidRequest,
+			Message: "a deduplicated call's id must be a string or an integer within int64",
+			Data:    errorData{Reason: ReasonUnsupportedID},
+		})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(b)
+		return
+	}
 	m.serveCall(w, r, c)
 }
 
@@ -453,7 +465,10 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 	// the one that will retry it, and its retry must find the response
 	// recorded, not a second execution.
 	ctx := context.WithoutCancel(r.Context())
-	ctx = NewContext(ctx, Meta{SessionID: c.sessionID, IdempotencyKey: forward})
+	ctx = NewContext(ctx, Meta{
+		SessionID: c.sessionID, IdempotencyKey: forward,
+		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
+	})
 	ir := r.Clone(ctx)
 	if !c.hasKey && forward != "" {
 		ir.Header.Set(DerivedKeyHeader, forward)
@@ -544,6 +559,7 @@ func (m *wrapper) release(ctx context.Context, r *http.Request, tok idem.Token, 
 	e := idem.Event{Kind: idem.EventReleased, Scope: tok.Scope, Key: tok.Key, Duration: time.Since(start)}
 	switch err := m.store.Release(ctx, tok); {
 	case errors.Is(err, idem.ErrStaleClaim):
+		m.log.Warn("mcphttp: claim lost while the call ran", "token", tok)
 		e.Kind, e.Err = idem.EventStale, err
 	case err != nil:
 		m.log.Warn("mcphttp: releasing claim", "token", tok, "err", err)

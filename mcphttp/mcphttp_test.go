@@ -571,7 +571,10 @@ func TestMetaForwarded(t *testing.T) {
 	if withMeta.text() != `{"idempotencyKey":"agent-key","sessionId":"conv-9"}` {
 		t.Errorf("tool saw %s", withMeta.text())
 	}
-	resp := h.post(t, session, callBody(2, "meta", nil, nil), http.Header{mcphttp.DerivedKeyHeader: {"forged"}})
+	creds := http.Header{"X-Api-Key": {"tenant-key"}, "Authorization": {"Bearer tenant-token"}}
+	resp := h.post(t, session, callBody(2, "meta", nil, nil), http.Header{
+		mcphttp.DerivedKeyHeader: {"forged"}, "X-Api-Key": creds["X-Api-Key"], "Authorization": creds["Authorization"],
+	})
 	derived := readMessages(t, resp)
 	if len(derived) != 1 {
 		t.Fatalf("got %+v", derived)
@@ -583,8 +586,8 @@ func TestMetaForwarded(t *testing.T) {
 	if k := m["idempotencyKey"]; len(k) != 64 || k == "forged" || m["sessionId"] != "" {
 		t.Errorf("tool saw %v, want a derived 64-hex key and no session", m)
 	}
-	// The retry is replayed: the upstream is not called again.
-	h.call(t, session, 2, "meta", nil, nil)
+	// The retry (same caller) is replayed: the upstream is not called again.
+	readMessages(t, h.post(t, session, callBody(2, "meta", nil, nil), creds))
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -596,6 +599,14 @@ func TestMetaForwarded(t *testing.T) {
 	}
 	if seen[1].Get("X-Session-Id") != "" || seen[1].Get("X-Idempotency-Key") != m["idempotencyKey"] {
 		t.Errorf("upstream headers %v, want X-Idempotency-Key %s", seen[1], m["idempotencyKey"])
+	}
+	// Seed 003: the caller's credentials travel with the keys, so the
+	// upstream scopes the key to the same caller.
+	if seen[0].Get("X-Api-Key") != "" || seen[0].Get("Authorization") != "" {
+		t.Errorf("credentials forwarded for a call that carried none: %v", seen[0])
+	}
+	if seen[1].Get("X-Api-Key") != "tenant-key" || seen[1].Get("Authorization") != "Bearer tenant-token" {
+		t.Errorf("upstream headers %v, want the caller's X-Api-Key and Authorization", seen[1])
 	}
 }
 

@@ -33,10 +33,21 @@ type Meta struct {
 	// upstream's own idem middleware dedupes the retry of this call too.
 	// Empty means neither, and no X-Idempotency-Key is sent.
 	IdempotencyKey string
+	// Authorization and APIKey are the Authorization and X-Api-Key
+	// headers the call carried, forwarded as seed 003's generated servers
+	// do: the upstream API authenticates the same caller, and its own idem
+	// middleware scopes the forwarded key to that caller, so two callers
+	// who send one _meta.idempotencyKey never share a result upstream.
+	// Empty means the call carried none, and the header is not sent.
+	Authorization string
+	APIKey        string
 }
 
-// SetHeaders sets X-Session-Id and X-Idempotency-Key on h for the fields
-// that are not empty. The key is sent as a bare token when it is one, and
+// APIKeyHeader is the credential header forwarded besides Authorization.
+const APIKeyHeader = "X-Api-Key"
+
+// SetHeaders sets X-Session-Id, X-Idempotency-Key, Authorization and
+// X-Api-Key on h for the fields that are not empty. The key is sent as a bare token when it is one, and
 // otherwise as an RFC 8941 string (quoted, with '"' and '\\' escaped), so a
 // key with spaces or quotes reaches the upstream's Idempotency-Key parser as
 // the same key.
@@ -46,6 +57,12 @@ func (m Meta) SetHeaders(h http.Header) {
 	}
 	if m.IdempotencyKey != "" {
 		h.Set(IdempotencyKeyHeader, keyHeaderValue(m.IdempotencyKey))
+	}
+	if m.Authorization != "" {
+		h.Set("Authorization", m.Authorization)
+	}
+	if m.APIKey != "" {
+		h.Set(APIKeyHeader, m.APIKey)
 	}
 }
 
@@ -94,8 +111,12 @@ func FromCallToolRequest(req *mcp.CallToolRequest) Meta {
 			m.IdempotencyKey = k
 		}
 	}
-	if m.IdempotencyKey == "" && req.Extra != nil && req.Extra.Header != nil {
-		m.IdempotencyKey = req.Extra.Header.Get(DerivedKeyHeader)
+	if req.Extra != nil && req.Extra.Header != nil {
+		if m.IdempotencyKey == "" {
+			m.IdempotencyKey = req.Extra.Header.Get(DerivedKeyHeader)
+		}
+		m.Authorization = req.Extra.Header.Get("Authorization")
+		m.APIKey = req.Extra.Header.Get(APIKeyHeader)
 	}
 	return m
 }
@@ -116,8 +137,8 @@ func FromContext(ctx context.Context) (Meta, bool) {
 	return m, ok
 }
 
-// Transport is an http.RoundTripper that sets X-Session-Id and
-// X-Idempotency-Key from the Meta in the request's context (see
+// Transport is an http.RoundTripper that sets X-Session-Id,
+// X-Idempotency-Key and the caller's credentials from the Meta in the request's context (see
 // [NewContext]) on every request it sends, leaving requests without one
 // untouched. Headers the request already carries are overwritten.
 //

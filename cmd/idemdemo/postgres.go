@@ -155,6 +155,8 @@ func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceR
 
 func (p *pgInvoices) unavailable(w http.ResponseWriter, err error) {
 	p.logger.Warn("invoice not created: database error", "err", err)
+	// A 5xx releases the claim, so the retry runs again: say when.
+	w.Header().Set("Retry-After", "1")
 	writeProblem(w, http.StatusServiceUnavailable, "Database unavailable",
 		"The invoice could not be created. Retry with the same Idempotency-Key.")
 }

@@ -297,6 +297,16 @@ func TestHostileMCP(t *testing.T) {
 			t.Errorf("_meta %s: %+v, want -32602 invalid_idempotency_key", meta, msgs)
 		}
 	}
+	// Numeric ids go-sdk would answer under another id (a fraction, beyond
+	// int64) are refused before the tool runs, with the id echoed.
+	for _, id := range []string{"1.5", "123456789012345678901234567890"} {
+		r := s.postRaw(toolCall(id, customer, 1, 0, ""), nil)
+		msgs := messages(r)
+		if r.status != http.StatusBadRequest || len(msgs) != 1 || msgs[0].Error == nil ||
+			msgs[0].Error.Code != -32600 || msgs[0].Error.Data.Reason != "unsupported_id" || !jsonEqual(msgs[0].ID, []byte(id)) {
+			t.Errorf("id %s: %d %s, want 400 with -32600 unsupported_id", id, r.status, r.body)
+		}
+	}
 	if invs := d.invoicesOf(customer); len(invs) != 0 {
 		t.Errorf("refused calls created invoices: %+v", invs)
 	}

@@ -240,20 +240,31 @@ func TestKeysNotLogged(t *testing.T) {
 	}
 }
 
-// TestMCPKeysNotLogged drives mcphttp into a path that logs at info level
-// with the call's token ("call's stream ended without its response": go-sdk
-// answers id 1.5 as id 1, see the known gaps) and checks that the
-// idempotency key is not in the logs.
+// TestMCPKeysNotLogged drives mcphttp into a path that logs the call's
+// token: an operator forgets the keys while the call runs, so the claim is
+// lost ("claim lost while the call ran"). The idempotency key must not be in
+// the logs (mcphttp logs key digests).
 func TestMCPKeysNotLogged(t *testing.T) {
 	t.Parallel()
-	dbURL, _ := schemaURL(t, uniq("gap-logs"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "info", "-lease", "2s"}})
+	dbURL, d := schemaURL(t, uniq("mcp-logs"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "info"}})
 	s := newMCPSession(t, p.url)
 	secret := "SECRETAGENTKEY" + uniq("")
-	// go-sdk answers id 1.5 as id 1, so mcphttp never sees the call's
-	// response and logs the token.
-	s.postRaw(toolCall("1.5", uniq("c"), 1, 0, `{"idempotencyKey":"`+secret+`"}`), nil)
-	waitFor(t, "mcphttp to log the call", time.Minute, func() bool { return strings.Contains(p.stderr.String(), "without its response") })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.postRaw(toolCall("1", uniq("c"), 1, 3000, `{"idempotencyKey":"`+secret+`"}`), nil)
+	}()
+	// Both claims, the tool call's and the REST call's it makes, are live
+	// while the REST handler sleeps: forget them.
+	waitFor(t, "the call and its REST request to be claimed", time.Minute, func() bool {
+		return d.count(`SELECT count(*) FROM idem_keys WHERE state = 'claimed'`) == 2
+	})
+	if _, err := d.pool.Exec(context.Background(), `DELETE FROM idem_keys`); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	waitFor(t, "mcphttp to log the lost claim", time.Minute, func() bool { return strings.Contains(p.stderr.String(), "claim lost") })
 	if strings.Contains(p.stderr.String(), secret) {
 		t.Errorf("the logs hold the key in clear:\n%s", p.stderr.String())
 	}
@@ -505,5 +516,28 @@ func TestLeastPrivilege(t *testing.T) {
 		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 			t.Errorf("%s as the runtime role: %v, want permission denied (42501)", q, err)
 		}
+	}
+}
+
+// TestMCPUpstreamScopedByPrincipal: the create_invoice tool forwards the
+// caller's credentials with the keys (seed 003), so the REST middleware
+// scopes the forwarded key to the caller: two principals sending one
+// _meta.idempotencyKey (and no sessionId) get two invoices, not a replay of
+// the other's.
+func TestMCPUpstreamScopedByPrincipal(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("gap-principals"))
+	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
+	a := newMCPSession(t, p.url, "X-Api-Key", "tenant-a")
+	b := newMCPSession(t, p.url, "X-Api-Key", "tenant-b")
+	key, customer := uniq("agent-key"), uniq("c")
+	meta := `{"idempotencyKey":"` + key + `"}`
+	ia := toolInvoice(t, messages(a.postRaw(toolCall("1", customer, 1, 0, meta), nil)))
+	ib := toolInvoice(t, messages(b.postRaw(toolCall("1", customer, 1, 0, meta), nil)))
+	if ia.ID == ib.ID {
+		t.Errorf("two principals with one idempotencyKey got the same invoice %d", ia.ID)
+	}
+	if n := len(d.invoicesOf(customer)); n != 2 {
+		t.Errorf("%d invoices, want 2", n)
 	}
 }
