@@ -17,12 +17,17 @@
 // database and prints a table with the ratios the performance targets are
 // stated in (unique/raw and replay/http-bare). Without -table it creates a
 // schema of its own (idembench_<random>), migrates it, and drops it at the
-// end. Every run stops by itself after -warmup plus -duration per mode.
+// end. Each mode is warmed up for -warmup, then the modes take turns in
+// -rounds slices of -duration, so that the load of a shared machine falls on
+// all of them alike; every run stops by itself. The store's replay cache
+// (pgstore.Options.ReplayCacheBytes) is on with -replay-cache bytes (64 MiB
+// by default); -replay-cache 0 measures without it.
 //
 // Usage:
 //
 //	idembench -mode all -concurrency 16 -duration 10s
-//	idembench -mode unique -cpuprofile cpu.pprof -memprofile mem.pprof
+//	idembench -mode all -replay-cache 0
+//	idembench -mode unique -rounds 1 -cpuprofile cpu.pprof -memprofile mem.pprof
 //
 // See docs/performance.md ("Load tool") for the method and the numbers.
 package main
