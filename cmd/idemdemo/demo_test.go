@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/middleware"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -124,7 +125,7 @@ func TestInFlightAndShutdownRelease(t *testing.T) {
 		t.Fatalf("in-flight duplicate: Retry-After %q", conflict.header.Get("Retry-After"))
 	}
 
-	b.stop()
+	b.Stop()
 	mustStatus(t, "request cancelled by shutdown", <-cancelled, http.StatusServiceUnavailable)
 	// Released before b exited, not left to its 30s lease: the key is
 	// absent now, and no invoice was created for it.
@@ -161,7 +162,7 @@ func TestRestartReplays(t *testing.T) {
 	first := a.do("POST", "/invoices", "restart-1", acme)
 	mustStatus(t, "create", first, http.StatusCreated)
 	mcpFirst := callTool(t, a, map[string]any{"customer": "mcp", "amount_cents": 500}, mcp.Meta{"idempotencyKey": "restart-mcp-1"})
-	a.stop()
+	a.Stop()
 
 	b := startDemo(t, dbURL)
 	retry := b.do("POST", "/invoices", "restart-1", acme)
@@ -203,7 +204,7 @@ func callToolResult(t *testing.T, d *demo, args map[string]any, meta mcp.Meta) *
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 	client := mcp.NewClient(&mcp.Implementation{Name: "idemdemo-test", Version: "1.0.0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.url + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatalf("MCP connect: %v", err)
 	}
@@ -314,7 +315,7 @@ func TestHealthMetricsAndOutage(t *testing.T) {
 		t.Fatalf("healthz body %s", h.body)
 	}
 	// The container health check.
-	if out, err := exec.Command(demoBinary, "-probe", d.url+"/healthz").CombinedOutput(); err != nil {
+	if out, err := exec.Command(demoBinary, "-probe", d.URL()+"/healthz").CombinedOutput(); err != nil {
 		t.Fatalf("-probe with the database up: %v %s", err, out)
 	}
 
@@ -351,7 +352,7 @@ func TestHealthMetricsAndOutage(t *testing.T) {
 	if !strings.Contains(string(down.body), `"status":"unavailable"`) {
 		t.Fatalf("healthz body %s", down.body)
 	}
-	if out, err := exec.Command(demoBinary, "-probe", d.url+"/healthz").CombinedOutput(); err == nil || !strings.Contains(string(out), "503") {
+	if out, err := exec.Command(demoBinary, "-probe", d.URL()+"/healthz").CombinedOutput(); err == nil || !strings.Contains(string(out), "503") {
 		t.Fatalf("-probe with the database down: %v %s; want a failure naming the 503", err, out)
 	}
 	refused := d.do("POST", "/invoices", "m-2", acme)
@@ -396,7 +397,7 @@ func TestCrashedClaimIsSwept(t *testing.T) {
 	a := startDemo(t, dbURL, "-lease", "1s")
 	go func() {
 		// Fails when a is killed; the response does not matter.
-		req, _ := http.NewRequest("POST", a.url+"/invoices", strings.NewReader(`{"customer":"crash","amount_cents":3,"delay_ms":600000}`))
+		req, _ := http.NewRequest("POST", a.URL()+"/invoices", strings.NewReader(`{"customer":"crash","amount_cents":3,"delay_ms":600000}`))
 		req.Header.Set("Idempotency-Key", "crash-1")
 		req.Header.Set("Content-Type", "application/json")
 		if resp, err := a.client.Do(req); err == nil {
@@ -404,10 +405,7 @@ func TestCrashedClaimIsSwept(t *testing.T) {
 		}
 	}()
 	waitForState(t, conn, "key/crash-1", "claimed")
-	if err := a.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-a.done
+	a.Kill()
 
 	b := startDemo(t, dbURL, "-sweep-interval", "100ms")
 	waitForState(t, conn, "key/crash-1", "")
@@ -423,8 +421,8 @@ func TestCrashedClaimIsSwept(t *testing.T) {
 func TestMemoryMode(t *testing.T) {
 	t.Parallel()
 	d := startDemo(t, "")
-	if !strings.Contains(d.stdout.String(), "(store: memory)") || !strings.Contains(d.stderr.String(), "NO DATABASE") {
-		t.Fatalf("memory mode is not announced; stdout:\n%s\nstderr:\n%s", d.stdout.String(), d.stderr.String())
+	if !strings.Contains(d.Stdout().String(), "(store: memory)") || !strings.Contains(d.Stderr().String(), "NO DATABASE") {
+		t.Fatalf("memory mode is not announced; stdout:\n%s\nstderr:\n%s", d.Stdout().String(), d.Stderr().String())
 	}
 	first := d.do("POST", "/invoices", "mem-1", acme)
 	mustStatus(t, "create", first, http.StatusCreated)
@@ -490,7 +488,7 @@ func TestShutdownEndsMCPStreams(t *testing.T) {
 	t.Parallel()
 	d := startDemo(t, "", "-shutdown-timeout", "10m")
 	post := func(body string, header ...string) *http.Response {
-		req, _ := http.NewRequest("POST", d.url+"/mcp", strings.NewReader(body))
+		req, _ := http.NewRequest("POST", d.URL()+"/mcp", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		for i := 0; i+1 < len(header); i += 2 {
@@ -511,7 +509,7 @@ func TestShutdownEndsMCPStreams(t *testing.T) {
 	}
 	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid, "MCP-Protocol-Version", "2025-06-18")
 
-	req, _ := http.NewRequest("GET", d.url+"/mcp", nil)
+	req, _ := http.NewRequest("GET", d.URL()+"/mcp", nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Mcp-Session-Id", sid)
 	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
@@ -525,12 +523,12 @@ func TestShutdownEndsMCPStreams(t *testing.T) {
 	}
 	// The stream is open on the server. Shutting down ends it, and the
 	// process exits without reaching its ten-minute bound.
-	d.stop()
+	d.Stop()
 	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
 		t.Logf("stream ended with %v", err)
 	}
-	if strings.Contains(d.stderr.String(), "shutdown bound reached") {
-		t.Fatalf("shutdown waited for the stream until its bound:\n%s", d.stderr.String())
+	if strings.Contains(d.Stderr().String(), "shutdown bound reached") {
+		t.Fatalf("shutdown waited for the stream until its bound:\n%s", d.Stderr().String())
 	}
 }
 
@@ -552,11 +550,11 @@ func TestRunInProcess(t *testing.T) {
 	var base string
 	select {
 	case line := <-lines:
-		m := listening.FindStringSubmatch(line)
-		if m == nil {
+		u, ok := demoproc.ListeningURL(line)
+		if !ok {
 			t.Fatalf("first line %q", line)
 		}
-		base = m[1]
+		base = u
 	case err := <-done:
 		t.Fatalf("run returned %v before listening", err)
 	}

@@ -1,29 +1,22 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 )
 
 // demoBinary is the idemdemo binary TestMain builds once for every test
@@ -31,147 +24,31 @@ import (
 var demoBinary string
 
 func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
+	os.Exit(demoproc.Main(m, true, &demoBinary))
 }
 
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "idemdemo-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	demoBinary = filepath.Join(dir, "idemdemo")
-	build := exec.Command("go", "build", "-race", "-o", demoBinary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building idemdemo:", err)
-		return 1
-	}
-	// goleak.VerifyTestMain would call os.Exit itself, before the deferred
-	// removal; Find checks the same after the tests ran.
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
-
-// lockedBuffer collects a process's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// demo is a running idemdemo process.
+// demo is a running idemdemo process and a client for it.
 type demo struct {
+	*demoproc.Process
 	t      *testing.T
-	cmd    *exec.Cmd
-	url    string // http://127.0.0.1:port
-	stdout *lockedBuffer
-	stderr *lockedBuffer
-	done   chan struct{} // closed when the process exited
-	err    error         // its exit status, once done
 	client *http.Client
 }
-
-var listening = regexp.MustCompile(`idemdemo listening on (http://\S+) \(store: (\w+)\)`)
 
 // startDemo runs the demo with args on a free port, with DATABASE_URL set
 // to databaseURL (empty: unset), and waits until it listens. It is stopped
 // (SIGTERM) when t ends, if it has not been already.
 func startDemo(t *testing.T, databaseURL string, args ...string) *demo {
 	t.Helper()
-	d := &demo{
-		t: t, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{}),
+	p := demoproc.Start(t, demoproc.Config{
+		Binary:      demoBinary,
+		DatabaseURL: databaseURL,
+		Args:        append([]string{"-log-level", "debug"}, args...),
+	})
+	return &demo{
+		Process: p,
+		t:       t,
 		// No keep-alive: no idle connection outlives a test (goleak).
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute},
-	}
-	d.cmd = exec.Command(demoBinary, append([]string{"-addr", "127.0.0.1:0", "-log-level", "debug"}, args...)...)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "IDEMDEMO_") {
-			env = append(env, kv)
-		}
-	}
-	if databaseURL != "" {
-		env = append(env, "DATABASE_URL="+databaseURL)
-	}
-	d.cmd.Env = env
-	out, err := d.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			_, _ = d.stdout.Write([]byte(line + "\n"))
-			if m := listening.FindStringSubmatch(line); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-		d.err = d.cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		d.stop()
-		if t.Failed() {
-			t.Logf("idemdemo stderr:\n%s", d.stderr.String())
-		}
-	})
-	select {
-	case d.url = <-found:
-	case <-d.done:
-		t.Fatalf("idemdemo exited before listening (%v); stderr:\n%s", d.err, d.stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("idemdemo did not listen within a minute; stderr:\n%s", d.stderr.String())
-	}
-	return d
-}
-
-// stop sends SIGTERM and waits for the process to exit; it reports a
-// non-zero exit as a test error.
-func (d *demo) stop() {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(60 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		d.t.Errorf("idemdemo did not stop within a minute of SIGTERM")
-		return
-	}
-	if d.err != nil {
-		d.t.Errorf("idemdemo exited with %v", d.err)
 	}
 }
 
@@ -184,7 +61,7 @@ type response struct {
 
 func (d *demo) do(method, path, key string, body string, header ...string) response {
 	d.t.Helper()
-	req, err := http.NewRequest(method, d.url+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, d.URL()+path, strings.NewReader(body))
 	if err != nil {
 		d.t.Fatal(err)
 	}

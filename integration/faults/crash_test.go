@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/jackc/pgx/v5"
 )
@@ -41,22 +42,22 @@ func TestCrashMatrix(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim")
 		dbURL, d := schemaURL(t, app)
-		p := startDemo(t, demoConfig{databaseURL: dbURL, args: crashArgs})
+		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
 		ref := reference(t, p)
 
 		key, customer := uniq("k"), uniq("c")
 		body := invoiceBody(customer, 4200, 3000) // the handler sleeps: claimed, nothing written
-		inFlight := sendInBackground(p.url, key, body)
+		inFlight := sendInBackground(p.URL(), key, body)
 		waitFor(t, "the key to be claimed", time.Minute, func() bool {
 			rs := d.keyRows(key)
 			return len(rs) == 1 && rs[0].state == "claimed"
 		})
-		p.kill()
+		p.Kill()
 		inFlight.wait(t)
 		leaseEnd := *d.keyRow(key).leaseEnd
 
 		p = p.restart()
-		r := retryUntilAnswered(t, p.url, key, body, time.Minute)
+		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
 		assertNotStuck(t, d, key, leaseEnd)
@@ -66,7 +67,7 @@ func TestCrashMatrix(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-mid")
 		dbURL, d := schemaURL(t, app)
-		p := startDemo(t, demoConfig{databaseURL: dbURL, args: crashArgs})
+		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
 		ref := reference(t, p)
 
 		// The test holds a lock that blocks the invoice INSERT: the
@@ -82,9 +83,9 @@ func TestCrashMatrix(t *testing.T) {
 		}
 		key, customer := uniq("k"), uniq("c")
 		body := invoiceBody(customer, 4200, 0)
-		inFlight := sendInBackground(p.url, key, body)
+		inFlight := sendInBackground(p.URL(), key, body)
 		d.waitForBackend(app, "INSERT INTO idemdemo_invoices", "relation")
-		p.kill()
+		p.Kill()
 		inFlight.wait(t)
 		leaseEnd := *d.keyRow(key).leaseEnd
 		if err := lock.Rollback(ctx); err != nil {
@@ -97,7 +98,7 @@ func TestCrashMatrix(t *testing.T) {
 		})
 
 		p = p.restart()
-		r := retryUntilAnswered(t, p.url, key, body, time.Minute)
+		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
 		assertNotStuck(t, d, key, leaseEnd)
@@ -132,7 +133,7 @@ func TestCrashMatrix(t *testing.T) {
 			return conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&v) == nil && v == "nobody"
 		})
 		app := uniq("crash-commit")
-		p := startDemo(t, demoConfig{databaseURL: withApp(t, s.URL, app), args: crashArgs})
+		p := startDemo(t, demoproc.Config{DatabaseURL: withApp(t, s.URL, app), Args: crashArgs})
 		ref := reference(t, p) // before the trigger: this commit is not held
 		d := admin
 		for _, q := range []string{
@@ -147,11 +148,11 @@ func TestCrashMatrix(t *testing.T) {
 
 		key, customer := uniq("k"), uniq("c")
 		body := invoiceBody(customer, 4200, 0)
-		inFlight := sendInBackground(p.url, key, body)
+		inFlight := sendInBackground(p.URL(), key, body)
 		waitFor(t, "the invoice commit to wait for the standby", time.Minute, func() bool {
 			return d.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'`, app) > 0
 		})
-		p.kill()
+		p.Kill()
 		if r, err := inFlight.result(); err == nil {
 			t.Fatalf("the client got an answer from a process killed before it answered: %d %s", r.status, r.body)
 		}
@@ -170,7 +171,7 @@ func TestCrashMatrix(t *testing.T) {
 		}
 
 		p = p.restart()
-		r := retryUntilAnswered(t, p.url, key, body, time.Minute)
+		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		if got := decodeInvoice(t, r); got != committed[0] {
 			t.Fatalf("retry answered invoice %+v, want the committed %+v", got, committed[0])
@@ -186,7 +187,7 @@ func TestCrashMatrix(t *testing.T) {
 // for comparing shapes.
 func reference(t *testing.T, p *demo) response {
 	t.Helper()
-	r := mustPost(t, p.url, "/invoices", invoiceBody(uniq("ref"), 4200, 0), "Idempotency-Key", uniq("ref"))
+	r := mustPost(t, p.URL(), "/invoices", invoiceBody(uniq("ref"), 4200, 0), "Idempotency-Key", uniq("ref"))
 	if r.status != http.StatusCreated {
 		t.Fatalf("reference POST: %d %s", r.status, r.body)
 	}
@@ -281,7 +282,7 @@ func (b *background) wait(t *testing.T) {
 func TestRestartReplaysByteForByte(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("durable"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: crashArgs})
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
 	type recorded struct {
 		key, body string
 		first     response
@@ -293,7 +294,7 @@ func TestRestartReplaysByteForByte(t *testing.T) {
 		{key: uniq("unicode"), body: invoiceBody(customer+" Ærøskøbing ✓ \u2028", 7, 0)},
 	}
 	for _, c := range cases {
-		c.first = mustPost(t, p.url, "/invoices", c.body, "Idempotency-Key", c.key)
+		c.first = mustPost(t, p.URL(), "/invoices", c.body, "Idempotency-Key", c.key)
 		if c.first.status != http.StatusCreated && c.first.status != http.StatusBadRequest {
 			t.Fatalf("first answer %d %s", c.first.status, c.first.body)
 		}
@@ -301,7 +302,7 @@ func TestRestartReplaysByteForByte(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		for _, c := range cases {
-			r := mustPost(t, p.url, "/invoices", c.body, "Idempotency-Key", c.key)
+			r := mustPost(t, p.URL(), "/invoices", c.body, "Idempotency-Key", c.key)
 			if r.status != c.first.status || !bytes.Equal(r.body, c.first.body) {
 				t.Fatalf("%s: key %s replayed %d %q, first answer was %d %q", when, c.key, r.status, r.body, c.first.status, c.first.body)
 			}
@@ -319,10 +320,10 @@ func TestRestartReplaysByteForByte(t *testing.T) {
 		}
 	}
 	check("before any restart")
-	p.kill()
+	p.Kill()
 	p = p.restart()
 	check("after SIGKILL and restart")
-	p.stop()
+	p.Stop()
 	p = p.restart()
 	check("after SIGTERM and restart")
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/demoproc"
 )
 
 // rawPost sends a POST /invoices written byte for byte, so that headers Go's
@@ -64,8 +66,8 @@ func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunk
 func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("hostile"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
-	addr := strings.TrimPrefix(p.url, "http://")
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	addr := strings.TrimPrefix(p.URL(), "http://")
 	customer := uniq("hostile")
 	body := []byte(invoiceBody(customer, 100, 0))
 
@@ -134,7 +136,7 @@ func TestHostileHTTP(t *testing.T) {
 	assertUp(t, p)
 	// And it still works.
 	key := uniq("after")
-	if r := mustPost(t, p.url, "/invoices", string(body), "Idempotency-Key", key); r.status != http.StatusCreated {
+	if r := mustPost(t, p.URL(), "/invoices", string(body), "Idempotency-Key", key); r.status != http.StatusCreated {
 		t.Fatalf("a valid request after the hostile ones: %d %s", r.status, r.body)
 	}
 }
@@ -142,10 +144,10 @@ func TestHostileHTTP(t *testing.T) {
 // assertUp checks that the process runs and answers /healthz.
 func assertUp(t *testing.T, p *demo) {
 	t.Helper()
-	if !p.alive() {
+	if !p.Alive() {
 		t.Fatal("the demo died")
 	}
-	req, _ := http.NewRequest(http.MethodGet, p.url+"/healthz", nil)
+	req, _ := http.NewRequest(http.MethodGet, p.URL()+"/healthz", nil)
 	r, err := send(newClient(30*time.Second), req)
 	if err != nil || r.status != http.StatusOK {
 		t.Fatalf("/healthz: %+v %v", r, err)
@@ -249,8 +251,8 @@ func toolCall(id, customer string, amount int64, delayMS int, meta string) strin
 func TestHostileMCP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("hostile-mcp"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn", "-lease", "2s"}})
-	s := newMCPSession(t, p.url)
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s"}})
+	s := newMCPSession(t, p.URL())
 	customer := uniq("mcp")
 
 	refused := []struct{ name, body string }{
@@ -360,11 +362,11 @@ func jsonEqual(a, b []byte) bool {
 func TestMCPStreamCut(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("sse-cut"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
-	s := newMCPSession(t, p.url)
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
+	s := newMCPSession(t, p.URL())
 
 	open := func(ctx context.Context, body string) (*http.Response, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/mcp", strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL()+"/mcp", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("MCP-Protocol-Version", mcpProtocol)

@@ -13,7 +13,6 @@
 package faults_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,207 +23,51 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 )
 
 // demoBinary is the idemdemo binary TestMain builds once.
 var demoBinary string
 
 func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
+	// Without -race: the storm runs three instances on two cores, and the
+	// demo's own tests run it with the race detector already.
+	os.Exit(demoproc.Main(m, false, &demoBinary))
 }
 
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "idem-faults")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	demoBinary = filepath.Join(dir, "idemdemo")
-	// The demo is built in the library's module (the replace target), with
-	// that module's dependencies, as its users build it. Without -race:
-	// the storm runs three instances on two cores, and the demo's own
-	// tests run it with the race detector already.
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/idemkit/idem").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "locating the idem module:", err)
-		return 1
-	}
-	build := exec.Command("go", "build", "-o", demoBinary, "./cmd/idemdemo")
-	build.Dir = strings.TrimSpace(string(root))
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building idemdemo:", err)
-		return 1
-	}
-	code := m.Run()
-	if code == 0 {
-		// goleak.VerifyTestMain would exit before the deferred removal.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// demoConfig is how a demo process is run. The address is fixed for the
-// life of the test, so that a restarted process answers where the clients
-// already retry.
-type demoConfig struct {
-	databaseURL string
-	addr        string // host:port; empty picks a free port
-	args        []string
-	env         []string
-}
-
-// demo is one idemdemo process.
+// demo is one idemdemo process, with the configuration it was started
+// with so that it can be restarted.
 type demo struct {
-	t      testing.TB
-	cfg    demoConfig
-	url    string
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{}
-	err    error
+	*demoproc.Process
+	t   testing.TB
+	cfg demoproc.Config
 }
 
-var listening = regexp.MustCompile(`idemdemo listening on (http://\S+) \(store: (\w+)\)`)
-
-// startDemo starts the demo and waits until it listens. When t ends it is
-// stopped with SIGTERM, unless it was killed before.
-func startDemo(t testing.TB, cfg demoConfig) *demo {
+// startDemo starts the demo (cfg.Binary is demoBinary) and waits until it
+// listens. The address is fixed for the life of the test (empty picks a
+// free port), so that a restarted process answers where the clients
+// already retry. When t ends it is stopped with SIGTERM, unless it was
+// killed before.
+func startDemo(t testing.TB, cfg demoproc.Config) *demo {
 	t.Helper()
-	if cfg.addr == "" {
-		cfg.addr = freeAddr(t)
+	if cfg.Addr == "" {
+		cfg.Addr = freeAddr(t)
 	}
-	d := &demo{t: t, cfg: cfg, url: "http://" + cfg.addr, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	args := append([]string{"-addr", cfg.addr, "-database-url", cfg.databaseURL}, cfg.args...)
-	d.cmd = exec.Command(demoBinary, args...)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "IDEMDEMO_") {
-			env = append(env, kv)
-		}
-	}
-	d.cmd.Env = append(env, cfg.env...)
-	out, err := d.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-		d.err = d.cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		d.stop()
-		if t.Failed() {
-			t.Logf("idemdemo (%s) stderr:\n%s", d.url, d.stderr.String())
-		}
-	})
-	select {
-	case <-found:
-	case <-d.done:
-		t.Fatalf("idemdemo exited before listening (%v); stderr:\n%s", d.err, d.stderr.String())
-	case <-time.After(time.Minute):
-		t.Fatalf("idemdemo did not listen within a minute; stderr:\n%s", d.stderr.String())
-	}
-	return d
+	cfg.Binary = demoBinary
+	return &demo{Process: demoproc.Start(t, cfg), t: t, cfg: cfg}
 }
 
 // restart starts a new process with the same configuration and address.
 func (d *demo) restart() *demo {
 	d.t.Helper()
 	return startDemo(d.t, d.cfg)
-}
-
-// kill sends SIGKILL and waits until the process is gone: nothing of it
-// runs afterwards (no deferred rollback, release or response).
-func (d *demo) kill() {
-	d.t.Helper()
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-d.done:
-	case <-time.After(time.Minute):
-		d.t.Fatal("idemdemo did not die within a minute of SIGKILL")
-	}
-}
-
-// alive reports whether the process still runs.
-func (d *demo) alive() bool {
-	select {
-	case <-d.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits; a process that does not exit cleanly is a
-// test error.
-func (d *demo) stop() {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(time.Minute):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		d.t.Errorf("idemdemo did not stop within a minute of SIGTERM")
-		return
-	}
-	if d.err != nil {
-		d.t.Errorf("idemdemo exited with %v", d.err)
-	}
 }
 
 func freeAddr(t testing.TB) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -23,7 +24,7 @@ func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	s := testdb.StartServer(t)
 	d := openDB(t, s.URL)
-	p := startDemo(t, demoConfig{databaseURL: s.URL, args: []string{
+	p := startDemo(t, demoproc.Config{DatabaseURL: s.URL, Args: []string{
 		"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
 	}})
 
@@ -34,7 +35,7 @@ func TestDatabaseOutage(t *testing.T) {
 	var beforeAnswers []response
 	for i := range 5 {
 		rc := recorded{key: fmt.Sprintf("%s-before-%d", run, i), body: invoiceBody(fmt.Sprintf("%s-before-%d", run, i), 100, 0)}
-		r := mustPost(t, p.url, "/invoices", rc.body, "Idempotency-Key", rc.key)
+		r := mustPost(t, p.URL(), "/invoices", rc.body, "Idempotency-Key", rc.key)
 		if r.status != http.StatusCreated {
 			t.Fatalf("before the outage: %d %s", r.status, r.body)
 		}
@@ -65,7 +66,7 @@ func TestDatabaseOutage(t *testing.T) {
 			first := true
 			for ctx.Err() == nil {
 				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
-				r, err := post(actx, c, p.url, "/invoices", body, "Idempotency-Key", key)
+				r, err := post(actx, c, p.URL(), "/invoices", body, "Idempotency-Key", key)
 				acancel()
 				if first {
 					first = false
@@ -115,14 +116,14 @@ func TestDatabaseOutage(t *testing.T) {
 	for i := 0; time.Now().Before(outageEnd) || i < 3; i++ {
 		key := fmt.Sprintf("%s-probe-%d", run, i)
 		probes = append(probes, key)
-		r := mustPost(t, p.url, "/invoices", invoiceBody(key, 300, 0), "Idempotency-Key", key)
+		r := mustPost(t, p.URL(), "/invoices", invoiceBody(key, 300, 0), "Idempotency-Key", key)
 		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || r.header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("during the outage: %d, Retry-After %q, Content-Type %q, body %s; want 503 problem+json with Retry-After",
 				r.status, r.header.Get("Retry-After"), r.header.Get("Content-Type"), r.body)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if !p.alive() {
+	if !p.Alive() {
 		t.Fatal("the demo died during the outage")
 	}
 	if r := healthz(t, p); r.status != http.StatusServiceUnavailable {
@@ -139,7 +140,7 @@ func TestDatabaseOutage(t *testing.T) {
 	if len(noRetryAfter) > 0 {
 		t.Errorf("%d 503 answers without Retry-After, first: %s", len(noRetryAfter), noRetryAfter[0])
 	}
-	if !p.alive() {
+	if !p.Alive() {
 		t.Fatal("the demo died; it must recover without a restart")
 	}
 
@@ -159,7 +160,7 @@ func TestDatabaseOutage(t *testing.T) {
 		}
 	}
 	for i, rc := range before {
-		r := mustPost(t, p.url, "/invoices", rc.body, "Idempotency-Key", rc.key)
+		r := mustPost(t, p.URL(), "/invoices", rc.body, "Idempotency-Key", rc.key)
 		if r.status != beforeAnswers[i].status || !bytes.Equal(r.body, beforeAnswers[i].body) || r.header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("key %s recorded before the outage replays %d %q (replayed %q), want %d %q",
 				rc.key, r.status, r.body, r.header.Get("Idempotent-Replayed"), beforeAnswers[i].status, beforeAnswers[i].body)
@@ -172,7 +173,7 @@ func TestDatabaseOutage(t *testing.T) {
 
 func healthz(t *testing.T, p *demo) response {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, p.url+"/healthz", nil)
+	req, _ := http.NewRequest(http.MethodGet, p.URL()+"/healthz", nil)
 	r, err := send(newClient(30*time.Second), req)
 	if err != nil {
 		t.Fatalf("/healthz: %v", err)

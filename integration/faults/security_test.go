@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
@@ -29,7 +30,7 @@ import (
 func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("scopes"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	key, customer := uniq("shared-key"), uniq("c")
 	body := invoiceBody(customer, 500, 0)
 	scopes := [][]string{
@@ -45,7 +46,7 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	ids := map[int64]bool{}
 	first := make([]response, len(scopes))
 	for i, h := range scopes {
-		r := mustPost(t, p.url, "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
+		r := mustPost(t, p.URL(), "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
 		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
 			t.Fatalf("scope %v: %d (replayed %q) %s, want a fresh 201", h, r.status, r.header.Get("Idempotent-Replayed"), r.body)
 		}
@@ -56,7 +57,7 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 		t.Fatalf("%d distinct invoices for %d scopes", len(ids), len(scopes))
 	}
 	for i, h := range scopes {
-		r := mustPost(t, p.url, "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
+		r := mustPost(t, p.URL(), "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
 		if string(r.body) != string(first[i].body) || r.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("scope %v: retry answered %s, want the replay of its own %s", h, r.body, first[i].body)
 		}
@@ -72,10 +73,10 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 func TestNoReplayAcrossScopesMCP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("mcp-scopes"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 
 	t.Run("same idempotencyKey, other sessionId", func(t *testing.T) {
-		s := newMCPSession(t, p.url)
+		s := newMCPSession(t, p.URL())
 		key, customer := uniq("agent-key"), uniq("c")
 		var ids []int64
 		for _, conv := range []string{"conversation-1", "conversation-2", "conversation-1"} {
@@ -91,7 +92,7 @@ func TestNoReplayAcrossScopesMCP(t *testing.T) {
 	})
 
 	t.Run("same request id, other MCP session", func(t *testing.T) {
-		a, b := newMCPSession(t, p.url), newMCPSession(t, p.url)
+		a, b := newMCPSession(t, p.URL()), newMCPSession(t, p.URL())
 		customer := uniq("c")
 		ia := toolInvoice(t, messages(a.postRaw(toolCall("7", customer, 1, 0, ""), nil)))
 		ib := toolInvoice(t, messages(b.postRaw(toolCall("7", customer, 1, 0, ""), nil)))
@@ -195,41 +196,41 @@ func TestCredentialsNeverReplayed(t *testing.T) {
 func TestKeysNotLogged(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("logs"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "info", "-wait", "100ms"}})
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-wait", "100ms"}})
 	secretKey := "SECRETKEY" + uniq("")
 	secretAgentKey := "SECRETAGENTKEY" + uniq("")
 	const apiKey = "SECRETAPIKEY-123"
 	h := []string{"Idempotency-Key", secretKey, "X-Api-Key", apiKey, "X-Session-Id", "SECRETSESSION"}
 	body := invoiceBody(uniq("c"), 1, 1500)
 
-	slow := sendInBackgroundHeaders(p.url, body, h...)
+	slow := sendInBackgroundHeaders(p.URL(), body, h...)
 	waitFor(t, "the slow request to be claimed", time.Minute, func() bool {
 		rs := d.keyRows(secretKey)
 		return len(rs) == 1 && rs[0].state == "claimed"
 	})
-	if r := mustPost(t, p.url, "/invoices", body, h...); r.status != http.StatusConflict {
+	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.status != http.StatusConflict {
 		t.Fatalf("duplicate in flight: %d %s, want 409", r.status, r.body)
 	}
 	if r, err := slow.result(); err != nil || r.status != http.StatusCreated {
 		t.Fatalf("slow request: %+v %v", r, err)
 	}
-	if r := mustPost(t, p.url, "/invoices", body, h...); r.status != http.StatusCreated {
+	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.status != http.StatusCreated {
 		t.Fatalf("replay: %d %s", r.status, r.body)
 	}
-	if r := mustPost(t, p.url, "/invoices", invoiceBody("other", 2, 0), h...); r.status != http.StatusUnprocessableEntity {
+	if r := mustPost(t, p.URL(), "/invoices", invoiceBody("other", 2, 0), h...); r.status != http.StatusUnprocessableEntity {
 		t.Fatalf("key reused: %d %s", r.status, r.body)
 	}
-	if r := mustPost(t, p.url, "/invoices", body, "Idempotency-Key", secretKey+strings.Repeat("x", 300)); r.status != http.StatusBadRequest {
+	if r := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", secretKey+strings.Repeat("x", 300)); r.status != http.StatusBadRequest {
 		t.Fatalf("invalid key: %d %s", r.status, r.body)
 	}
-	s := newMCPSession(t, p.url, "X-Api-Key", apiKey)
+	s := newMCPSession(t, p.URL(), "X-Api-Key", apiKey)
 	meta := `{"sessionId":"SECRETSESSION","idempotencyKey":"` + secretAgentKey + `"}`
 	first := toolInvoice(t, messages(s.postRaw(toolCall("1", uniq("c"), 1, 0, meta), nil)))
 	if again := toolInvoice(t, messages(s.postRaw(toolCall("2", first.Customer, 1, 0, meta), nil))); again != first {
 		t.Fatalf("MCP replay: %+v, want %+v", again, first)
 	}
 
-	logs := p.stderr.String()
+	logs := p.Stderr().String()
 	if !strings.Contains(logs, "idemdemo started") {
 		t.Fatalf("no logs captured: %q", logs)
 	}
@@ -247,8 +248,8 @@ func TestKeysNotLogged(t *testing.T) {
 func TestMCPKeysNotLogged(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("mcp-logs"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "info"}})
-	s := newMCPSession(t, p.url)
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info"}})
+	s := newMCPSession(t, p.URL())
 	secret := "SECRETAGENTKEY" + uniq("")
 	done := make(chan struct{})
 	go func() {
@@ -264,9 +265,9 @@ func TestMCPKeysNotLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	waitFor(t, "mcphttp to log the lost claim", time.Minute, func() bool { return strings.Contains(p.stderr.String(), "claim lost") })
-	if strings.Contains(p.stderr.String(), secret) {
-		t.Errorf("the logs hold the key in clear:\n%s", p.stderr.String())
+	waitFor(t, "mcphttp to log the lost claim", time.Minute, func() bool { return strings.Contains(p.Stderr().String(), "claim lost") })
+	if strings.Contains(p.Stderr().String(), secret) {
+		t.Errorf("the logs hold the key in clear:\n%s", p.Stderr().String())
 	}
 }
 
@@ -338,8 +339,8 @@ func runtimeRole(t *testing.T, owner *pgxpool.Pool, schema, app string) (role, r
 func TestLeastPrivilegeDemo(t *testing.T) {
 	t.Parallel()
 	ownerURL, d := schemaURL(t, uniq("lp-owner"))
-	owner := startDemo(t, demoConfig{databaseURL: ownerURL, args: []string{"-log-level", "warn"}})
-	owner.stop()
+	owner := startDemo(t, demoproc.Config{DatabaseURL: ownerURL, Args: []string{"-log-level", "warn"}})
+	owner.Stop()
 	schema := d.schema()
 	app := uniq("lp-demo")
 	role, roleURL := runtimeRole(t, d.pool, schema, app)
@@ -349,13 +350,13 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 		}
 	}
 
-	cfg := demoConfig{databaseURL: roleURL, args: []string{"-migrate=false", "-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
+	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
 	p := startDemo(t, cfg)
 	customer := uniq("c")
 	key := uniq("k")
 	body := invoiceBody(customer, 10, 0)
-	first := mustPost(t, p.url, "/invoices", body, "Idempotency-Key", key)
-	again := mustPost(t, p.url, "/invoices", body, "Idempotency-Key", key)
+	first := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
+	again := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
 	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
 		t.Fatalf("as the runtime role: %d %s then %d %s", first.status, first.body, again.status, again.body)
 	}
@@ -364,19 +365,19 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	// restarted process takes the key over and the sweeper runs.
 	slowKey, slowCustomer := uniq("slow"), uniq("c")
 	slowBody := invoiceBody(slowCustomer, 10, 3000)
-	inFlight := sendInBackground(p.url, slowKey, slowBody)
+	inFlight := sendInBackground(p.URL(), slowKey, slowBody)
 	waitFor(t, "the slow request to be claimed", time.Minute, func() bool {
 		rs := d.keyRows(slowKey)
 		return len(rs) == 1 && rs[0].state == "claimed"
 	})
-	if r := mustPost(t, p.url, "/invoices", slowBody, "Idempotency-Key", slowKey); r.status != http.StatusConflict {
+	if r := mustPost(t, p.URL(), "/invoices", slowBody, "Idempotency-Key", slowKey); r.status != http.StatusConflict {
 		t.Fatalf("duplicate in flight: %d %s, want 409", r.status, r.body)
 	}
-	p.kill()
+	p.Kill()
 	inFlight.wait(t)
-	logs := p.stderr.String()
+	logs := p.Stderr().String()
 	p = p.restart()
-	r := retryUntilAnswered(t, p.url, slowKey, slowBody, time.Minute)
+	r := retryUntilAnswered(t, p.URL(), slowKey, slowBody, time.Minute)
 	if r.status != http.StatusCreated {
 		t.Fatalf("after the crash: %d %s", r.status, r.body)
 	}
@@ -384,7 +385,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	if n := d.count(`SELECT count(*) FROM pg_stat_activity WHERE usename = $1`, role); n == 0 {
 		t.Fatal("the demo is not connected as the runtime role")
 	}
-	logs += p.stderr.String()
+	logs += p.Stderr().String()
 	if strings.Contains(logs, "permission denied") || strings.Contains(logs, "42501") {
 		t.Fatalf("the runtime role was refused something:\n%s", logs)
 	}
@@ -527,9 +528,9 @@ func TestLeastPrivilege(t *testing.T) {
 func TestMCPUpstreamScopedByPrincipal(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("gap-principals"))
-	p := startDemo(t, demoConfig{databaseURL: dbURL, args: []string{"-log-level", "warn"}})
-	a := newMCPSession(t, p.url, "X-Api-Key", "tenant-a")
-	b := newMCPSession(t, p.url, "X-Api-Key", "tenant-b")
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	a := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-a")
+	b := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-b")
 	key, customer := uniq("agent-key"), uniq("c")
 	meta := `{"idempotencyKey":"` + key + `"}`
 	ia := toolInvoice(t, messages(a.postRaw(toolCall("1", customer, 1, 0, meta), nil)))

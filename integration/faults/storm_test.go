@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/demoproc"
 )
 
 // TestStorm runs three demo instances on one database and sends 200
@@ -31,7 +33,7 @@ func TestStorm(t *testing.T) {
 	args := []string{"-lease", "5s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn"}
 	var demos []*demo
 	for range instances {
-		demos = append(demos, startDemo(t, demoConfig{databaseURL: dbURL, args: args}))
+		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
 	}
 
 	type keyCase struct {
@@ -67,7 +69,7 @@ func TestStorm(t *testing.T) {
 			client := newClient(0)
 			<-start
 			for ctx.Err() == nil {
-				base := demos[rand.IntN(instances)].url
+				base := demos[rand.IntN(instances)].URL()
 				timeout := 20*time.Millisecond + rand.N(1500*time.Millisecond)
 				if time.Since(began) > stormPhase {
 					// The storm is over: stragglers wait for their answer,
@@ -147,11 +149,11 @@ func TestStorm(t *testing.T) {
 		t.Errorf("%d completed keys, want %d", n, keys)
 	}
 	for _, p := range demos {
-		if !p.alive() {
+		if !p.Alive() {
 			t.Errorf("an instance died during the storm")
 		}
-		if strings.Contains(p.stderr.String(), "panic") {
-			t.Errorf("an instance logged a panic:\n%s", p.stderr.String())
+		if strings.Contains(p.Stderr().String(), "panic") {
+			t.Errorf("an instance logged a panic:\n%s", p.Stderr().String())
 		}
 	}
 }
