@@ -89,7 +89,7 @@ func TestParseRequestID(t *testing.T) {
 			t.Errorf("round trip of %s: %s -> %v, %v", raw, out, back, err)
 		}
 	}
-	for _, raw := range []string{``, `null`, `true`, `false`, `{}`, `[]`, `[1]`, `"unterminated`, `1 2`, `01x`, `-`, `NaN`, `1e1000000000000`} {
+	for _, raw := range []string{``, `null`, `true`, `false`, `{}`, `[]`, `[1]`, `"unterminated`, `1 2`, `01x`, `-`, `NaN`, `1e1000000000000`, `199e99999999`, `1e1001`, strings.Repeat("9", 257)} {
 		if id, err := ParseRequestID(json.RawMessage(raw)); !errors.Is(err, ErrInvalidRequestID) {
 			t.Errorf("ParseRequestID(%q) = %v, %v; want ErrInvalidRequestID", raw, id, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 )
 
 // ErrInvalidRequestID is returned by [ParseRequestID] for JSON that is not a
@@ -74,24 +75,48 @@ func ParseRequestID(raw json.RawMessage) (RequestID, error) {
 	}
 }
 
-// canonicalNumber renders a JSON number so that numerically equal integers
-// print the same. Integers of any size are exact; a number with a fraction or
-// an exponent that is integral is rendered as that integer.
+// Bounds on numeric ids, see canonicalNumber.
+const (
+	maxNumberLen = 256
+	maxExponent  = 1000
+)
+
+// canonicalNumber renders a JSON number exactly, so that numerically equal
+// numbers print the same: integers in decimal (1, 1.0, 1e0 and 10e-1 are
+// "1"), others as their exact decimal expansion without trailing zeros.
+// The arithmetic is exact (big.Rat): two different numbers never render the
+// same, however many digits they have.
 func canonicalNumber(s string) (string, error) {
-	if i, ok := new(big.Int).SetString(s, 10); ok {
-		return i.String(), nil
+	// Bound the work a client-chosen id can cause: a long literal costs
+	// superlinear time to convert, and a large exponent (199e99999999)
+	// would expand to millions of digits. Ids beyond these bounds are not
+	// ids anyone sends.
+	if len(s) > maxNumberLen {
+		return "", fmt.Errorf("number longer than %d characters", maxNumberLen)
 	}
-	f, _, err := big.ParseFloat(s, 10, 256, big.ToNearestEven)
-	if err != nil {
-		return "", fmt.Errorf("malformed number %q", s)
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		if exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+")); err != nil || exp > maxExponent || exp < -maxExponent {
+			return "", fmt.Errorf("number %.32q: exponent out of range", s)
+		}
 	}
-	// Only expand integral values of moderate size: 1e1000000000 is a short
-	// id that would otherwise become a billion-digit string.
-	if f.IsInt() && f.MantExp(nil) <= 4096 {
-		i, _ := f.Int(nil)
-		return i.String(), nil
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return "", fmt.Errorf("malformed number %.32q", s)
 	}
-	return f.Text('g', -1), nil
+	var text string
+	if r.IsInt() {
+		text = r.Num().String()
+	} else {
+		// A JSON number's denominator is 2^a·5^b with a, b below the
+		// literal's digits plus its exponent, so this many places are
+		// exact.
+		text = strings.TrimRight(r.FloatString(maxNumberLen+maxExponent), "0")
+	}
+	// The rendering must itself parse back (MarshalJSON writes it).
+	if len(text) > maxNumberLen {
+		return "", fmt.Errorf("number %.32q: more than %d digits", s, maxNumberLen)
+	}
+	return text, nil
 }
 
 // String renders the id as keys use it: a string id as itself, a number in
