@@ -59,6 +59,12 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	}
 	id, err := idem.ParseRequestID(w.ID)
 	if err != nil {
+		if raw := bytes.TrimSpace(w.ID); len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+			// A number too long or too large to key: refused with the
+			// ids no server could answer (see supportedID), rather than
+			// run unprotected.
+			return call{rawID: compact(w.ID), method: *w.Method}, true
+		}
 		return call{}, false // a notification, or an id nothing can key
 	}
 	c := call{id: id, rawID: compact(w.ID), method: *w.Method}
@@ -215,9 +221,12 @@ const (
 	ReasonUnsupportedID = "unsupported_id"
 )
 
-// supportedID reports whether id survives servers that hold numeric ids as
-// int64: a string, or an integer within int64.
+// supportedID reports whether id can be keyed and survives servers that
+// hold numeric ids as int64: a string, or an integer within int64.
 func supportedID(id idem.RequestID) bool {
+	if id.IsZero() {
+		return false
+	}
 	if id.IsString() {
 		return true
 	}
