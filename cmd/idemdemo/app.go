@@ -47,6 +47,7 @@ type config struct {
 	lease           time.Duration
 	wait            time.Duration
 	retention       time.Duration
+	replayCache     int
 	sweepEvery      time.Duration
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
@@ -63,6 +64,7 @@ var envVar = map[string]string{
 	"lease":            "IDEMDEMO_LEASE",
 	"wait":             "IDEMDEMO_WAIT",
 	"retention":        "IDEMDEMO_RETENTION",
+	"replay-cache":     "IDEMDEMO_REPLAY_CACHE",
 	"sweep-interval":   "IDEMDEMO_SWEEP_INTERVAL",
 	"shutdown-timeout": "IDEMDEMO_SHUTDOWN_TIMEOUT",
 	"log-level":        "IDEMDEMO_LOG_LEVEL",
@@ -80,6 +82,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it")
 	fs.DurationVar(&cfg.wait, "wait", middleware.DefaultWait, "how long a duplicate waits for an in-flight original before 409 (negative: no wait)")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long a completed result is replayed")
+	fs.IntVar(&cfg.replayCache, "replay-cache", 64<<20, "with a database, `bytes` of completed results cached in process, so a replay needs no round trip (0: no cache; forget keys with \"idem forget\", not DELETE)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often abandoned claims and expired results are swept")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled and their claims released")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error (debug logs idempotency keys in clear)")
@@ -136,6 +139,8 @@ Flags:
 		return cfg, &usageError{errors.New("-lease must be positive")}
 	case cfg.retention <= 0:
 		return cfg, &usageError{errors.New("-retention must be positive")}
+	case cfg.replayCache < 0:
+		return cfg, &usageError{errors.New("-replay-cache must not be negative")}
 	case cfg.sweepEvery <= 0:
 		return cfg, &usageError{errors.New("-sweep-interval must be positive")}
 	case cfg.shutdownTimeout <= 0:

@@ -57,6 +57,9 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		Lease:     cfg.lease,
 		Retention: cfg.retention,
 		Logger:    logger,
+		// A replay is then answered without a round trip; a key
+		// forgotten on any instance leaves every instance's cache.
+		ReplayCacheBytes: cfg.replayCache,
 	})
 	if err != nil {
 		pool.Close()
