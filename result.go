@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -43,19 +44,88 @@ type resultJSON struct {
 	Unreplayable bool                `json:"unreplayable,omitempty"`
 }
 
-// MarshalJSON encodes r as documented on [Result].
+// MarshalJSON encodes r as documented on [Result]. It writes the JSON by
+// hand into one buffer sized up front, escaping the body in place: a result
+// can be megabytes, and the generic encoder would copy it three times
+// (string conversion, encoding, growth).
 func (r Result) MarshalJSON() ([]byte, error) {
-	j := resultJSON{Status: r.Status, Header: r.Header, Unreplayable: r.Unreplayable}
-	if len(r.Body) > 0 {
-		if utf8.Valid(r.Body) && bytes.IndexByte(r.Body, 0) < 0 {
-			s := string(r.Body)
-			j.Body = &s
-		} else {
-			s := base64.StdEncoding.EncodeToString(r.Body)
-			j.BodyBase64 = &s
+	var header []byte
+	if r.Header != nil {
+		var err error
+		if header, err = json.Marshal(r.Header); err != nil {
+			return nil, fmt.Errorf("idem: encoding result header: %w", err)
 		}
 	}
-	return json.Marshal(j)
+	text := utf8.Valid(r.Body) && bytes.IndexByte(r.Body, 0) < 0
+	size := len(`{"status":,"header":,"body_base64":"","unreplayable":true}`) + 20 + len(header)
+	if text {
+		size += len(r.Body) + len(r.Body)/16 // room for a few escapes
+	} else {
+		size += base64.StdEncoding.EncodedLen(len(r.Body))
+	}
+	b := make([]byte, 0, size)
+	sep := byte('{')
+	field := func(name string) {
+		b = append(b, sep, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		sep = ','
+	}
+	if r.Status != 0 {
+		field("status")
+		b = strconv.AppendInt(b, int64(r.Status), 10)
+	}
+	if r.Header != nil {
+		field("header")
+		b = append(b, header...)
+	}
+	switch {
+	case len(r.Body) == 0:
+	case text:
+		field("body")
+		b = appendJSONString(b, r.Body)
+	default:
+		field("body_base64")
+		b = append(b, '"')
+		b = base64.StdEncoding.AppendEncode(b, r.Body)
+		b = append(b, '"')
+	}
+	if r.Unreplayable {
+		field("unreplayable")
+		b = append(b, "true"...)
+	}
+	if sep == '{' {
+		b = append(b, '{')
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s, valid UTF-8, as a JSON string: quotes,
+// backslashes and control characters escaped, everything else as is.
+func appendJSONString(b, s []byte) []byte {
+	b = append(b, '"')
+	start := 0
+	for i, c := range s {
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // UnmarshalJSON decodes what [Result.MarshalJSON] encodes.
