@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -36,11 +37,14 @@ type Result struct {
 	Unreplayable bool
 }
 
+// resultJSON is what UnmarshalJSON decodes into. The body fields stay raw:
+// decoding them as strings would copy a large body three times, where
+// unquoting the raw bytes in place copies it once.
 type resultJSON struct {
 	Status       int                 `json:"status,omitempty"`
 	Header       map[string][]string `json:"header,omitempty"`
-	Body         *string             `json:"body,omitempty"`
-	BodyBase64   *string             `json:"body_base64,omitempty"`
+	Body         json.RawMessage     `json:"body,omitempty"`
+	BodyBase64   json.RawMessage     `json:"body_base64,omitempty"`
 	Unreplayable bool                `json:"unreplayable,omitempty"`
 }
 
@@ -128,26 +132,117 @@ func appendJSONString(b, s []byte) []byte {
 	return append(b, '"')
 }
 
-// UnmarshalJSON decodes what [Result.MarshalJSON] encodes.
+// UnmarshalJSON decodes what [Result.MarshalJSON] encodes (and any other
+// valid JSON of the same shape, such as jsonb's rendering of it).
 func (r *Result) UnmarshalJSON(b []byte) error {
 	var j resultJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return fmt.Errorf("idem: decoding result: %w", err)
 	}
 	*r = Result{Status: j.Status, Header: j.Header, Unreplayable: j.Unreplayable}
+	hasBody, hasBase64 := j.Body != nil && string(j.Body) != "null", j.BodyBase64 != nil && string(j.BodyBase64) != "null"
 	switch {
-	case j.Body != nil && j.BodyBase64 != nil:
+	case hasBody && hasBase64:
 		return fmt.Errorf("idem: decoding result: both body and body_base64")
-	case j.Body != nil:
-		r.Body = []byte(*j.Body)
-	case j.BodyBase64 != nil:
-		body, err := base64.StdEncoding.DecodeString(*j.BodyBase64)
+	case hasBody:
+		body, err := unquoteInPlace(j.Body)
 		if err != nil {
 			return fmt.Errorf("idem: decoding result body: %w", err)
 		}
 		r.Body = body
+	case hasBase64:
+		enc, err := unquoteInPlace(j.BodyBase64)
+		if err != nil {
+			return fmt.Errorf("idem: decoding result body: %w", err)
+		}
+		n, err := base64.StdEncoding.Decode(enc, enc) // decoding shrinks: in place is safe
+		if err != nil {
+			return fmt.Errorf("idem: decoding result body: %w", err)
+		}
+		r.Body = enc[:n]
 	}
 	return nil
+}
+
+// unquoteInPlace decodes the JSON string q (quotes included, already
+// validated by the JSON decoder) into q's own memory and returns the
+// decoded bytes. Every escape is longer than what it decodes to, so the
+// write position never passes the read position. Invalid surrogates decode
+// to U+FFFD, as encoding/json does; bytes outside escapes are kept as they
+// are (MarshalJSON writes a body as a string only when it is valid UTF-8).
+func unquoteInPlace(q []byte) ([]byte, error) {
+	if len(q) < 2 || q[0] != '"' || q[len(q)-1] != '"' {
+		return nil, fmt.Errorf("not a JSON string")
+	}
+	s := q[1 : len(q)-1]
+	w := 0
+	for r := 0; r < len(s); {
+		c := s[r]
+		if c != '\\' {
+			s[w] = c
+			w++
+			r++
+			continue
+		}
+		if r+1 >= len(s) {
+			return nil, fmt.Errorf("truncated escape")
+		}
+		switch e := s[r+1]; e {
+		case '"', '\\', '/':
+			s[w] = e
+		case 'b':
+			s[w] = '\b'
+		case 'f':
+			s[w] = '\f'
+		case 'n':
+			s[w] = '\n'
+		case 'r':
+			s[w] = '\r'
+		case 't':
+			s[w] = '\t'
+		case 'u':
+			rn, n := decodeUEscape(s[r:])
+			if n == 0 {
+				return nil, fmt.Errorf("bad \\u escape")
+			}
+			w += utf8.EncodeRune(s[w:], rn)
+			r += n
+			continue
+		default:
+			return nil, fmt.Errorf("bad escape \\%c", e)
+		}
+		w++
+		r += 2
+	}
+	return s[:w], nil
+}
+
+// decodeUEscape decodes a \uXXXX escape at the start of s, or a surrogate
+// pair of two, and returns the rune and the bytes consumed (0: malformed).
+func decodeUEscape(s []byte) (rune, int) {
+	hex4 := func(b []byte) rune {
+		if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+			return -1
+		}
+		v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return rune(v)
+	}
+	r1 := hex4(s)
+	switch {
+	case r1 < 0:
+		return 0, 0
+	case utf16.IsSurrogate(r1):
+		if r2 := hex4(s[6:]); r2 >= 0 {
+			if rn := utf16.DecodeRune(r1, r2); rn != utf8.RuneError {
+				return rn, 12
+			}
+		}
+		return utf8.RuneError, 6
+	}
+	return r1, 6
 }
 
 // Equal reports whether r and o replay the same: same status, headers, body

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestResultJSON(t *testing.T) {
@@ -70,6 +71,31 @@ func FuzzResultJSON(f *testing.F) {
 		// UTF-8; bodies must come back exactly.
 		if string(back.Body) != string(res.Body) || back.Status != res.Status || back.Unreplayable != res.Unreplayable {
 			t.Fatalf("round trip: %+v, want %+v", back, res)
+		}
+	})
+}
+
+// FuzzUnquoteInPlace checks the in-place JSON string decoder against
+// encoding/json on any string JSON accepts: escapes of every kind,
+// surrogate pairs, lone surrogates.
+func FuzzUnquoteInPlace(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"\"\\\/\b\f\n\r\t"`, `"\u00e9\u2028<>&"`, `"\ud83d\ude00"`, `"\ud800x"`, `"\ud800\u0041"`, `"\udc00"`, `""`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, q []byte) {
+		// Bodies are stored as strings only when valid UTF-8; encoding/json
+		// would replace invalid bytes, unquoteInPlace keeps them.
+		var want string
+		if !utf8.Valid(q) || json.Unmarshal(q, &want) != nil {
+			return
+		}
+		q = []byte(strings.TrimSpace(string(q)))
+		got, err := unquoteInPlace(append([]byte(nil), q...))
+		if err != nil {
+			t.Fatalf("unquoteInPlace(%s): %v; encoding/json decodes %q", q, err, want)
+		}
+		if string(got) != want {
+			t.Fatalf("unquoteInPlace(%s) = %q, encoding/json decodes %q", q, got, want)
 		}
 	})
 }
