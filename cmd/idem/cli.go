@@ -460,6 +460,19 @@ func (k *keyFlags) resolve(cmd string) error {
 	return nil
 }
 
+// parse parses a key command's arguments, which take no positional ones,
+// and resolves the key flags.
+func (k *keyFlags) parse(fs *flag.FlagSet, args []string) error {
+	positional, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(fs, positional); err != nil {
+		return err
+	}
+	return k.resolve(fs.Name())
+}
+
 func (c *cli) inspect(ctx context.Context, args []string) error {
 	var (
 		kf     keyFlags
@@ -470,14 +483,7 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 			"abandoned) or a recorded result (status, headers, body, retention). Exits 1 if absent.")
 	kf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	positional, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, positional); err != nil {
-		return err
-	}
-	if err := kf.resolve("inspect"); err != nil {
+	if err := kf.parse(fs, args); err != nil {
 		return err
 	}
 	s, pool, err := c.store(ctx)
@@ -585,14 +591,7 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 			"and forgetting it lets a retry run the side effect a second time.")
 	kf.register(fs)
 	fs.BoolVar(&force, "force", false, "forget even a live claim")
-	positional, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, positional); err != nil {
-		return err
-	}
-	if err := kf.resolve("forget"); err != nil {
+	if err := kf.parse(fs, args); err != nil {
 		return err
 	}
 	s, pool, err := c.store(ctx)
