@@ -237,7 +237,9 @@ func (c *cli) tableName() string {
 	return c.table
 }
 
-func (c *cli) store(ctx context.Context) (*pgstore.Store, *pgxpool.Pool, error) {
+// store opens the store on the configured database; closeStore closes the
+// store and its pool.
+func (c *cli) store(ctx context.Context) (s *pgstore.Store, closeStore func(), err error) {
 	if _, err := migrations.ObjectsFor(c.table); err != nil {
 		return nil, nil, &usageError{err.Error()}
 	}
@@ -245,12 +247,11 @@ func (c *cli) store(ctx context.Context) (*pgstore.Store, *pgxpool.Pool, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := pgstore.New(pool, pgstore.Options{Table: c.table})
-	if err != nil {
+	if s, err = pgstore.New(pool, pgstore.Options{Table: c.table}); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	return s, pool, nil
+	return s, func() { s.Close(); pool.Close() }, nil
 }
 
 func (c *cli) migrate(ctx context.Context, args []string) error {
@@ -332,12 +333,11 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 	if interval <= 0 || batch <= 0 {
 		return usagef("sweep: --interval and --batch must be positive")
 	}
-	s, pool, err := c.store(ctx)
+	s, closeStore, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	defer s.Close()
+	defer closeStore()
 	logger := slog.New(slog.NewTextHandler(c.stderr, nil))
 	for {
 		var total idem.SweepStats
@@ -389,12 +389,11 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 	if err := noArgs(fs, positional); err != nil {
 		return err
 	}
-	s, pool, err := c.store(ctx)
+	s, closeStore, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	defer s.Close()
+	defer closeStore()
 	st, err := s.Stats(ctx)
 	if err != nil {
 		return c.tableError(err)
@@ -486,12 +485,11 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 	if err := kf.parse(fs, args); err != nil {
 		return err
 	}
-	s, pool, err := c.store(ctx)
+	s, closeStore, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	defer s.Close()
+	defer closeStore()
 	e, ok, err := s.Inspect(ctx, kf.scope, kf.parsedKey)
 	if err != nil {
 		return c.tableError(err)
@@ -594,12 +592,11 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 	if err := kf.parse(fs, args); err != nil {
 		return err
 	}
-	s, pool, err := c.store(ctx)
+	s, closeStore, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	defer s.Close()
+	defer closeStore()
 	removed, err := s.Forget(ctx, kf.scope, kf.parsedKey, force)
 	switch {
 	case errors.Is(err, pgstore.ErrLiveClaim):
