@@ -80,7 +80,23 @@ type Event struct {
 	Op string
 	// Err is the error of an EventStoreError or EventStale.
 	Err error
+	// Adapter names the adapter that reported the event: [AdapterHTTP] or
+	// [AdapterMCP]. Empty when the reporter does not say.
+	Adapter string
+	// Waited is how much of a claim's Duration was spent waiting for an
+	// in-flight duplicate to finish (EventClaimed, EventReplayed,
+	// EventInFlight). Zero when the first claim answered.
+	Waited time.Duration
+	// Takeover reports, on EventClaimed, that the key was taken over from
+	// a claim whose lease had run out (an owner crashed or stalled).
+	Takeover bool
 }
+
+// Adapter names, for [Event.Adapter].
+const (
+	AdapterHTTP = "http" // the net/http Idempotency-Key middleware
+	AdapterMCP  = "mcp"  // the MCP Streamable HTTP adapter
+)
 
 // KeyDigest is how a (scope, key) appears in logs: the first 16 hex digits
 // of SHA-256 over scope, a NUL byte and key, enough to correlate log lines
