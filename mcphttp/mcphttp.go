@@ -44,7 +44,7 @@ type Options struct {
 	// Lease is the lease of a call's claim, renewed every third of it while
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
 	// process's claim runs out. Zero means [idem.DefaultLease]; negative
-	// panics.
+	// or less than a millisecond panics.
 	Lease time.Duration
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through
@@ -99,6 +99,11 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	}
 	if opts.Lease < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
 		panic("mcphttp: negative Lease, MaxInspectBytes or MaxRecordBytes")
+	}
+	if opts.Lease != 0 && opts.Lease < time.Millisecond {
+		// The lease is renewed every third of it: a ticker of zero would
+		// panic in the first call's renewal goroutine.
+		panic(fmt.Sprintf("mcphttp: Options.Lease %v is shorter than a millisecond", opts.Lease))
 	}
 	methods := map[string]bool{}
 	if opts.Methods == nil {
@@ -314,8 +319,12 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 		if errors.As(err, &ue) && ue.RetryAfter > 0 {
 			retry = ue.RetryAfter
 		}
+		msg := "idempotency store unavailable; the call was not run, retry it"
+		if errors.Is(err, idem.ErrCapacity) {
+			msg = "idempotency store full; the call was not run, retry it later"
+		}
 		return errorResponse(c.rawID, rpcError{
-			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
+			Code: CodeUnavailable, Message: msg,
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: retry.Milliseconds()},
 		})
 	case claim.Status == idem.Completed && claim.Result.Unreplayable:
