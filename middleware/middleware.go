@@ -65,6 +65,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	scope, err := h.cfg.scoper.scope(r)
+	if err != nil {
+		h.refuse(w, r, err)
+		return
+	}
+
 	body, err := readBody(w, r, h.cfg.maxBody)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -80,7 +86,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	req := idem.ClaimRequest{
-		Scope:       h.cfg.scope(r),
+		Scope:       scope,
 		Key:         key,
 		Fingerprint: h.cfg.fingerprint(r, body),
 		Lease:       h.cfg.lease,
