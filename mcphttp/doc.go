@@ -24,10 +24,16 @@
 //
 // # Keys
 //
-// Every key lives in a scope: the principal ([Options.Principal], by
-// default the Authorization and X-Api-Key credentials), plus the call's
-// _meta.sessionId when it carries one (seed 003). Scope parts are hashed.
-// Callers without credentials share one principal, so between them a
+// Every key lives in a scope: who is calling, plus the call's
+// _meta.sessionId when it carries one (seed 003), as a keyed hash
+// (HMAC-SHA-256 with [Options.ScopeSecret]; SHA-256 without one). Who is
+// calling is the principal [Options.Principal] returns, else the
+// credentials: the Authorization and X-Api-Key headers and the cookies
+// named in [Options.SessionCookies]. A call that carries cookies but none of
+// these, to a server that has not named its session cookies, is refused
+// ([CodeInternalError], [ReasonUnscopedCookies]): the cookie may be the
+// credential, and ignoring it would give one caller another's result.
+// Callers without credentials share one identity, so between them a
 // _meta.idempotencyKey is only as private as its value: one derived with
 // [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
 //

@@ -58,11 +58,25 @@ type Options struct {
 	// [CodeUnreplayable]. Zero means [DefaultMaxRecordBytes]; negative
 	// panics.
 	MaxRecordBytes int
-	// Principal returns who is calling, for the scope of every key. Nil
-	// means the credentials: the Authorization and X-Api-Key headers
-	// (anonymous callers share one principal). The value is hashed, never
-	// stored.
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the server's auth
+	// middleware filled. Non-empty, it alone is the caller's identity in
+	// the scope of every key; empty, or a nil Principal, means the
+	// credentials: the Authorization and X-Api-Key headers and the
+	// SessionCookies. Callers with none of these share one identity. The
+	// identity is hashed, never stored.
 	Principal func(*http.Request) string
+	// SessionCookies names the cookies whose values identify a caller.
+	// Nil means not configured: a call that carries a Cookie header but
+	// no principal and no credential is refused ([CodeInternalError],
+	// [ReasonUnscopedCookies]) and not run. An empty, non-nil slice
+	// declares that no cookie identifies a caller: cookies are ignored. A
+	// name that is not a cookie name panics.
+	SessionCookies []string
+	// ScopeSecret keys the hash of the scope (HMAC-SHA-256), so that
+	// credentials cannot be recovered from the table by hashing guesses.
+	// Nil means plain SHA-256. See middleware.Options.ScopeSecret.
+	ScopeSecret []byte
 	// Owner names this process in claims, for operators. Optional.
 	Owner string
 	// Logger receives store failures and lost claims, with keys as
@@ -83,7 +97,7 @@ type wrapper struct {
 	lease      time.Duration
 	maxInspect int64
 	maxRecord  int
-	principal  func(*http.Request) string
+	scope      *scoper
 	owner      string
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
@@ -130,9 +144,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if opts.MaxRecordBytes == 0 {
 		opts.MaxRecordBytes = DefaultMaxRecordBytes
 	}
-	if opts.Principal == nil {
-		opts.Principal = credentials
-	}
+	scope := newScoper(opts)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -141,13 +153,9 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		return &wrapper{
 			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
-			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
+			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
 		}
 	}
-}
-
-func credentials(r *http.Request) string {
-	return r.Header.Get("Authorization") + "\x00" + r.Header.Get("X-Api-Key")
 }
 
 func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -201,16 +209,15 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 }
 
 // identify returns the claim for a call, the key forwarded upstream, and
-// whether the call can be deduplicated at all.
+// whether the call can be deduplicated at all; keyErr is an invalid key or a
+// caller the scope cannot name (see [scoper]).
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward string, ok bool, keyErr error) {
-	h := sha256.Sum256([]byte(m.principal(r)))
-	scope := "mcp:" + hex.EncodeToString(h[:16])
-	if c.sessionID != "" {
-		s := sha256.Sum256([]byte(c.sessionID))
-		scope += ":" + hex.EncodeToString(s[:16])
-	}
+	scope, scopeErr := m.scope.scope(r, c.sessionID)
 	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
 	if c.hasKey {
+		if scopeErr != nil {
+			return req, "", true, scopeErr
+		}
 		k, err := idem.ParseKey(c.idemKey)
 		if err != nil {
 			return req, "", true, err
@@ -224,6 +231,9 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		// clients' id 1 would be one key, and one would be answered with
 		// the other's result.
 		return req, "", false, nil
+	}
+	if scopeErr != nil {
+		return req, "", true, scopeErr
 	}
 	// The argument digest joins the tool name in the key's target, not
 	// only the fingerprint: under a reused id, a call with other arguments
@@ -241,10 +251,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	if keyErr != nil {
-		m.answer(w, r, c, errorResponse(c.rawID, rpcError{
-			Code: CodeInvalidParams, Message: "invalid _meta.idempotencyKey: " + keyErr.Error(),
-			Data: errorData{Reason: ReasonInvalidKey},
-		}), false)
+		m.answer(w, r, c, m.refusal(r, c, keyErr), false)
 		return
 	}
 	ctx := r.Context()
