@@ -125,11 +125,14 @@
 // carries no key, the key the wrapper derived is forwarded instead (a hash
 // of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
 // The caller's Authorization and X-Api-Key travel with them, as seed 003's
-// generated servers forward them: the upstream authenticates the same
-// caller, and its own idem middleware scopes the key to that caller, so two
-// callers who send one _meta.idempotencyKey never share a result upstream.
-// [Transport] sets the headers on every upstream request whose context
-// carries a [Meta] ([NewContext]).
+// generated servers forward them, but only to the upstream origins
+// [Transport.Upstreams] names and never on a redirect to another origin:
+// the upstream authenticates the same caller, and its own idem middleware
+// scopes the key to that caller, so two callers who send one
+// _meta.idempotencyKey never share a result upstream. [Transport] sets the
+// headers on every upstream request whose context carries a [Meta]
+// ([NewContext]); its documentation relates this to the MCP authorization
+// specification's rule against token passthrough.
 //
 // # Errors
 //
