@@ -90,6 +90,10 @@ func TestSessionCookieScopes(t *testing.T) {
 		// Alice's token was refreshed between her retries: same principal.
 		wantReplay(t, first, serve(h, newReq("POST", "/a", `{}`, hdr("Authorization", "alice:token-2"), key("k"))))
 		wantCalls(t, f, 2)
+		// No principal and only cookies (what an auth middleware mounted
+		// after idem looks like): refused, not scoped with everyone.
+		wantProblem(t, serve(h, newReq("POST", "/a", `{}`, cookie("session", "carol"), key("k"))), http.StatusInternalServerError, middleware.TypeUnscopedCookies)
+		wantCalls(t, f, 2)
 	})
 }
 
