@@ -1,8 +1,6 @@
 package memstore_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -20,16 +18,10 @@ func TestContract(t *testing.T) {
 	})
 }
 
-// TestBoundedModel: a store bounded to four keys behaves as a table bounded
-// to four keys, ErrCapacity included, under random operations.
-func TestBoundedModel(t *testing.T) {
-	t.Parallel()
-	for seed := range uint64(idemtest.ModelSeeds) {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			t.Parallel()
-			clock := idemtest.NewClock()
-			s := memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention, Capacity: 4})
-			idemtest.RunBoundedModel(t, context.Background(), s, clock, seed, idemtest.ModelSteps, 4)
-		})
-	}
+// TestBoundedContract: the bounded-resource rule, and the model test
+// against a bounded table.
+func TestBoundedContract(t *testing.T) {
+	idemtest.RunBounded(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
+		return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention, Capacity: idemtest.BoundedCapacity})
+	})
 }
