@@ -29,6 +29,7 @@ import (
 	"hash"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // ErrUnscopedCookies reports a request that carries cookies but no
@@ -55,7 +56,20 @@ type Identifier struct {
 	principal func(*http.Request) string
 	cookies   []string
 	named     bool // SessionCookies was set, possibly empty
+	// scratch holds *scratch: a message buffer and, with a secret, an HMAC
+	// to reset, so a scope costs one allocation (the string) in the
+	// common case.
+	scratch sync.Pool
 }
+
+type scratch struct {
+	msg []byte
+	mac hash.Hash // nil without a secret
+}
+
+// maxPooledMessage bounds the buffer kept for reuse, so that one request
+// with huge credentials does not pin its buffer.
+const maxPooledMessage = 4 << 10
 
 // New validates cfg and returns its Identifier. A cookie name that is empty
 // or not an RFC 6265 token is an error.
@@ -65,12 +79,20 @@ func New(cfg Config) (*Identifier, error) {
 			return nil, fmt.Errorf("session cookie name %q is not a cookie name", name)
 		}
 	}
-	return &Identifier{
+	id := &Identifier{
 		secret:    append([]byte(nil), cfg.Secret...),
 		principal: cfg.Principal,
 		cookies:   append([]string(nil), cfg.SessionCookies...),
 		named:     cfg.SessionCookies != nil,
-	}, nil
+	}
+	id.scratch.New = func() any {
+		s := &scratch{msg: make([]byte, 0, 512)}
+		if len(id.secret) > 0 {
+			s.mac = hmac.New(sha256.New, id.secret)
+		}
+		return s
+	}
+	return id, nil
 }
 
 // Scope returns the hex hash of r's identity followed by extra (the
@@ -86,8 +108,32 @@ func New(cfg Config) (*Identifier, error) {
 // message is the one DefaultScope hashed before keyed hashing existed, so
 // such deployments keep their scopes across the upgrade.
 func (id *Identifier) Scope(r *http.Request, extra ...string) (string, error) {
-	var arr [512]byte
-	b := arr[:0]
+	s := id.scratch.Get().(*scratch)
+	defer func() {
+		if cap(s.msg) <= maxPooledMessage {
+			id.scratch.Put(s)
+		}
+	}()
+	msg, err := id.message(s.msg[:0], r, extra)
+	s.msg = msg
+	if err != nil {
+		return "", err
+	}
+	var sum [sha256.Size]byte
+	if s.mac == nil {
+		sum = sha256.Sum256(msg)
+	} else {
+		s.mac.Reset()
+		s.mac.Write(msg)
+		s.mac.Sum(sum[:0])
+	}
+	var dst [2 * sha256.Size]byte
+	hex.Encode(dst[:], sum[:])
+	return string(dst[:]), nil
+}
+
+// message appends to b the message Scope hashes.
+func (id *Identifier) message(b []byte, r *http.Request, extra []string) ([]byte, error) {
 	if p := id.principalOf(r); p != "" {
 		b = appendField(b, p)
 	} else {
@@ -104,13 +150,13 @@ func (id *Identifier) Scope(r *http.Request, extra ...string) (string, error) {
 			b = appendField(b, string(values))
 		}
 		if !known && !id.named && r.Header.Get("Cookie") != "" {
-			return "", ErrUnscopedCookies
+			return nil, ErrUnscopedCookies
 		}
 	}
 	for _, f := range extra {
 		b = appendField(b, f)
 	}
-	return id.sum(b), nil
+	return b, nil
 }
 
 func (id *Identifier) principalOf(r *http.Request) string {
@@ -118,20 +164,6 @@ func (id *Identifier) principalOf(r *http.Request) string {
 		return ""
 	}
 	return id.principal(r)
-}
-
-// sum is HMAC-SHA-256 with the secret, or SHA-256 without one, in hex.
-func (id *Identifier) sum(b []byte) string {
-	var sum []byte
-	if len(id.secret) == 0 {
-		s := sha256.Sum256(b)
-		sum = s[:]
-	} else {
-		var h hash.Hash = hmac.New(sha256.New, id.secret)
-		h.Write(b)
-		sum = h.Sum(nil)
-	}
-	return hex.EncodeToString(sum)
 }
 
 func appendField(b []byte, s string) []byte {
