@@ -65,6 +65,7 @@ type Identifier struct {
 type scratch struct {
 	msg []byte
 	mac hash.Hash // nil without a secret
+	sum [sha256.Size]byte
 }
 
 // maxPooledMessage bounds the buffer kept for reuse, so that one request
@@ -119,16 +120,15 @@ func (id *Identifier) Scope(r *http.Request, extra ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var sum [sha256.Size]byte
 	if s.mac == nil {
-		sum = sha256.Sum256(msg)
+		s.sum = sha256.Sum256(msg)
 	} else {
 		s.mac.Reset()
 		s.mac.Write(msg)
-		s.mac.Sum(sum[:0])
+		s.mac.Sum(s.sum[:0])
 	}
 	var dst [2 * sha256.Size]byte
-	hex.Encode(dst[:], sum[:])
+	hex.Encode(dst[:], s.sum[:])
 	return string(dst[:]), nil
 }
 
