@@ -52,9 +52,9 @@ func (e *Entry) expired(now time.Time) bool {
 // would run its side effect again, and anyone able to send new keys could
 // flush every other client's results). When a claim for a new key would
 // exceed a bound, the table first reclaims what the protocol no longer
-// protects, results past retention and claims whose lease ran out; if that
-// frees no room, Claim fails with [ErrCapacity] and changes nothing. Keys
-// already present are always answered.
+// protects, results past retention and claims whose lease ran out (as a
+// sweep would); if that frees no room, Claim fails with [ErrCapacity] and
+// claims nothing. Keys already present are always answered.
 type TableConfig struct {
 	// Capacity bounds the number of present keys. Zero or less means no
 	// bound on the count.
@@ -89,11 +89,12 @@ type completion struct {
 }
 
 // Table is the transition table of docs/design.md, and nothing else: a map,
-// the claim operations, and one bounded-resource rule (see [TableConfig]). It has no lock, no I/O and
-// no clock: every operation that needs the time is given it, so the table can
-// be tested as a state machine and serves as the model stores are checked
-// against. A Table is not safe for concurrent use; memstore puts it behind a
-// lock, which is what makes its claims atomic.
+// the claim operations, and one bounded-resource rule (see [TableConfig]).
+// It has no lock, no I/O and no clock: every operation that needs the time
+// is given it, so the table can be tested as a state machine and serves as
+// the model stores are checked against. A Table is not safe for concurrent
+// use; memstore puts it behind a lock, which is what makes its claims
+// atomic.
 //
 // Generations come from one counter for the whole table, so a generation is
 // never reused for a key, whatever happened to the key in between.
