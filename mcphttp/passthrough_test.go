@@ -131,6 +131,9 @@ func TestNewPanics(t *testing.T) {
 		// A lease of 2ns renews every 0ns: time.NewTicker(0) used to panic
 		// in the renewal goroutine of the first call, killing the process.
 		"lease under a millisecond": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: 2}) },
+		"session cookie name with a space": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{SessionCookies: []string{"my session"}})
+		},
 		"negative record":           func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{MaxRecordBytes: -1}) },
 		"initialize deduped": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Methods: []string{"initialize"}})
