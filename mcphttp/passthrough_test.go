@@ -134,7 +134,7 @@ func TestNewPanics(t *testing.T) {
 		"session cookie name with a space": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{SessionCookies: []string{"my session"}})
 		},
-		"negative record":           func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{MaxRecordBytes: -1}) },
+		"negative record": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{MaxRecordBytes: -1}) },
 		"initialize deduped": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Methods: []string{"initialize"}})
 		},
