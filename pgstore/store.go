@@ -404,7 +404,7 @@ func (s *Store) Release(ctx context.Context, tok idem.Token) error {
 	)
 	err := s.pool.QueryRow(ctx, s.sql.release,
 		[]byte(tok.Scope), tok.Key.String(), tok.Generation,
-	).Scan(&deleted, &current)
+	).Scan(&deleted, &current, nil)
 	if err != nil {
 		return unavailable("release", err)
 	}
@@ -423,7 +423,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired)
+	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired, nil)
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)
 	}
