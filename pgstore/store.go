@@ -345,15 +345,19 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return err
 	}
-	// MarshalJSON directly, not json.Marshal (which would validate and
-	// copy its output again), and the bytes as they are, not as a string:
-	// for a large body each copy counts.
-	body, err := res.MarshalJSON()
+	// The body goes as its own bytea parameter and the statement builds
+	// the JSON around it (see sql.go): for a large body each copy counts.
+	// The rest of the result is small JSON, sent as text, so that no
+	// query exec mode sends it as bytea.
+	body := res.Body
+	res.Body = nil
+	meta, err := res.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
 	_, err = db.Exec(ctx, s.sql.complete,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation, body, s.retentionMicros(), s.nowArg())
+		[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(meta), s.retentionMicros(), s.nowArg(),
+		body, idem.IsText(body))
 	if err != nil {
 		if se, ok := staleFrom(err, tok); ok {
 			return se
