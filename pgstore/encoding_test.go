@@ -1,6 +1,8 @@
 package pgstore_test
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,10 @@ func TestResultsInEveryQueryExecMode(t *testing.T) {
 		"bytes header":   {Status: 200, Header: map[string][]string{"X-Latin1": {"caf\xe9"}}},
 		"NUL in name":    {Status: 200, Header: map[string][]string{"X\x00": {"v"}}},
 		"many encodings": {Status: 200, Header: map[string][]string{"A": {"\x00", "ok"}}, Body: []byte{0}},
+		// From pgstore's large-body size on, Complete encodes its
+		// parameters itself (execLarge).
+		"large text":   {Status: 201, Header: map[string][]string{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é\"\\\n", 40<<10))},
+		"large binary": {Status: 201, Body: bytes.Repeat([]byte{0, 0xff, 'a'}, 100<<10)},
 	}
 	for _, mode := range []pgx.QueryExecMode{
 		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,

@@ -355,9 +355,13 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	if err != nil {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
-	_, err = db.Exec(ctx, s.sql.complete,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(meta), s.retentionMicros(), s.nowArg(),
-		body, idem.IsText(body))
+	args := completeArgs{[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(meta), s.retentionMicros(), s.nowArg(),
+		body, idem.IsText(body)}
+	if len(body) >= largeBody {
+		err = execLarge(ctx, db, s.sql.complete, args)
+	} else {
+		_, err = db.Exec(ctx, s.sql.complete, args.list()...)
+	}
 	if err != nil {
 		if se, ok := staleFrom(err, tok); ok {
 			return se
