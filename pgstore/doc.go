@@ -102,7 +102,8 @@
 //     a duplicate that starts waiting for the key after the snapshot was
 //     taken (Wait marks the row; see Waiting): run the business
 //     transaction at READ COMMITTED, or expect such a duplicate to cost the
-//     original a rollback and the duplicate a takeover after the release.
+//     original a rollback and the duplicate a takeover after the release
+//     (TestWaiterAfterRepeatableReadSnapshot).
 //
 // # Waiting
 //

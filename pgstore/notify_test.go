@@ -2,10 +2,12 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -394,5 +396,46 @@ func TestWaitMarksOnce(t *testing.T) {
 	f.claim(t, "a", time.Hour)
 	if _, waited := rowVersion(t, f.ctx, f.pool, "a"); waited {
 		t.Fatal("a new claim of the key starts marked")
+	}
+}
+
+// TestWaiterAfterRepeatableReadSnapshot pins down the price documented in
+// the package: a waiter that marks the row after a REPEATABLE READ business
+// transaction took its snapshot makes that transaction's CompleteTx fail
+// with a serialization error. It is a rollback, so nothing half-done
+// commits: the claim is still held, the waiter still blocked, and a
+// completion at READ COMMITTED wakes it.
+func TestWaiterAfterRepeatableReadSnapshot(t *testing.T) {
+	f := newNotifyFixture(t)
+	tok := f.claim(t, "a", time.Hour)
+	tx, err := f.pool.BeginTx(f.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(f.ctx, `INSERT INTO invoices VALUES ('inv')`); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	errc := f.waitBlocked(t, "a")
+	err = f.holder.CompleteTx(f.ctx, tx, tok, idem.Result{Status: 201})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("CompleteTx after a waiter marked the row = %v, want a serialization failure (40001)", err)
+	}
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("Wait returned %v although nothing completed", err)
+	default:
+	}
+	if err := f.holder.Complete(f.ctx, tok, idem.Result{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	wantWoken(t, errc)
+	var invoices int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM invoices`).Scan(&invoices); err != nil || invoices != 0 {
+		t.Fatalf("invoices = %d, %v; want 0 (the failed transaction rolled back)", invoices, err)
 	}
 }
