@@ -127,7 +127,7 @@ func TestRunAllModes(t *testing.T) {
 		seen[row[0]+","+row[2]+","+row[3]+","+row[5]] = true
 	}
 	for _, want := range []string{"unique,1,throughput,req/s", "unique,1,ratio,of floor", "demo,1,ratio,of demo-floor",
-		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "wait-complete-0,2,p99,ms"} {
+		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms"} {
 		if !seen[want] {
 			t.Errorf("CSV lacks a row %q; has %v", want, seen)
 		}

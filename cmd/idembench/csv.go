@@ -14,9 +14,11 @@ import (
 //	unique,16,1,ratio,0.85,of floor
 //	wait-wake-8,16,3,p99,4.2,ms
 //
-// series is the mode (wait: "wait-wake-W" and "wait-complete-W" for W
-// waiters per key); clients is -concurrency; instances is 1 except in the
-// wait mode. A nil *csvOut (no -csv) writes nothing.
+// series is the mode; the wait mode writes "wait-wake-W" (a waiter's wake
+// after the commit) and "complete-waiters-W" (Complete's own latency) for W
+// waiters per key, so that charts of wait* series show wake latencies only.
+// clients is -concurrency; instances is 1 except in the wait mode. A nil
+// *csvOut (no -csv) writes nothing.
 type csvOut struct {
 	f   *os.File
 	w   *csv.Writer
@@ -66,7 +68,7 @@ func (o *csvOut) results(cfg config, rs []result) {
 
 func (o *csvOut) wait(cfg config, rs []waitResult) {
 	for _, r := range rs {
-		series := "wait-complete-" + strconv.Itoa(r.waiters)
+		series := "complete-waiters-" + strconv.Itoa(r.waiters)
 		o.measure(series, cfg.concurrency, r.instances, "p50", ms(percentile(r.complete, 0.50)), "ms")
 		o.measure(series, cfg.concurrency, r.instances, "p99", ms(percentile(r.complete, 0.99)), "ms")
 		if r.waiters > 0 {
