@@ -144,6 +144,20 @@
 // or taken over meanwhile is re-checked and left alone. [Store.Run] sweeps
 // on an interval with jitter.
 //
+// # Isolation
+//
+// The statements are written for READ COMMITTED, PostgreSQL's default,
+// where two writers racing on a row are settled by one waiting for the
+// other. A connection whose default_transaction_isolation is REPEATABLE
+// READ or SERIALIZABLE (a role or database setting) settles the same race
+// with a serialization failure, SQLSTATE 40001, and nothing of the failed
+// statement commits: the store runs it again, after a short random pause,
+// on a new snapshot, where it decides as under READ COMMITTED (40P01,
+// a deadlock, likewise). A claim race therefore still ends in one Acquired
+// and InFlight for the others, never in unavailable
+// (TestStrictDefaultIsolation). CompleteTx runs in the caller's
+// transaction and is never retried: its 40001 is the caller's to roll back.
+//
 // # Errors
 //
 // Invalid keys (and scopes over [MaxScopeLen] bytes) are rejected before

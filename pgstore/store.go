@@ -44,6 +44,10 @@ const DefaultSweepBatch = 1000
 // sees a newer snapshot, so in practice the second attempt decides.
 const maxClaimAttempts = 100
 
+// maxSerializationAttempts bounds the runs of a statement that keeps failing
+// with a serialization failure or a deadlock (see [retryable]).
+const maxSerializationAttempts = 20
+
 // ErrLiveClaim is returned by [Store.Forget] for a key held by a claim whose
 // lease has not run out, unless forced.
 var ErrLiveClaim = errors.New("pgstore: key holds a live claim")
@@ -216,6 +220,46 @@ func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	return se, true
 }
 
+// retryable reports whether err is a serialization failure (SQLSTATE 40001)
+// or a deadlock (40P01). Either rolled the statement's transaction back, so
+// nothing of it committed and running it again is safe. pgstore's statements
+// are written for READ COMMITTED, where a race on a row is settled by waiting
+// for the other writer; a connection whose default_transaction_isolation is
+// REPEATABLE READ or SERIALIZABLE (a role or database setting some teams use)
+// settles it with 40001 instead, and the statement, run again on a new
+// snapshot, decides as it would have. It is not used inside a caller's
+// transaction (CompleteTx): there the caller must roll back and retry.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// pauseBeforeRetry waits a short random time before the attempt-th retry
+// of a statement that failed [retryable], so that the writers that collided
+// do not collide again in step. It reports false if ctx is done first.
+func pauseBeforeRetry(ctx context.Context, attempt int) bool {
+	d := time.Duration(rand.N(int64(time.Millisecond) << min(attempt, 5)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retrying runs op, a single statement outside any caller's transaction,
+// again while it fails [retryable], up to maxSerializationAttempts times.
+func retrying(ctx context.Context, op func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || !retryable(err) || attempt == maxSerializationAttempts || !pauseBeforeRetry(ctx, attempt) {
+			return err
+		}
+	}
+}
+
 // Claim implements [idem.Store]. It sends one statement in the common case;
 // see the package documentation for the SQL and the rare second round trip.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
@@ -239,6 +283,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		payload = notifyPayload(req.Scope, req.Key)
 	}
 	lease := s.leaseOf(req.Lease).Microseconds()
+	serializationFailures := 0
 	for range maxClaimAttempts {
 		if s.cache != nil {
 			// Taken before the statement is sent: its answer is cached
@@ -262,6 +307,14 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			// The conflicting row is not in our snapshot: it committed
 			// after the statement began. Look again.
 			continue
+		case retryable(err) && serializationFailures < maxSerializationAttempts:
+			// The same race under a stricter isolation level: the
+			// statement was rolled back. Look again.
+			serializationFailures++
+			if pauseBeforeRetry(ctx, serializationFailures) {
+				continue
+			}
+			return idem.Claim{}, unavailable("claim", err)
 		case err != nil:
 			return idem.Claim{}, unavailable("claim", err)
 		case inserted:
@@ -313,7 +366,7 @@ func mismatch(stored, asked string) bool {
 // Complete implements [idem.Store] in one statement: the completion function,
 // which notifies waiters.
 func (s *Store) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
-	return s.complete(ctx, s.pool, "complete", tok, res)
+	return retrying(ctx, func() error { return s.complete(ctx, s.pool, "complete", tok, res) })
 }
 
 // CompleteTx records res for tok's claim inside the caller's transaction tx,
@@ -373,9 +426,11 @@ func (s *Store) Renew(ctx context.Context, tok idem.Token, lease time.Duration) 
 		leaseEnd *time.Time
 		current  *int64
 	)
-	err := s.pool.QueryRow(ctx, s.sql.renew,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation, s.leaseOf(lease).Microseconds(), s.nowArg(),
-	).Scan(&leaseEnd, &current)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.renew,
+			[]byte(tok.Scope), tok.Key.String(), tok.Generation, s.leaseOf(lease).Microseconds(), s.nowArg(),
+		).Scan(&leaseEnd, &current)
+	})
 	if err != nil {
 		return time.Time{}, unavailable("renew", err)
 	}
@@ -402,9 +457,11 @@ func (s *Store) Release(ctx context.Context, tok idem.Token) error {
 		deleted int64
 		current *int64
 	)
-	err := s.pool.QueryRow(ctx, s.sql.release,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation,
-	).Scan(&deleted, &current)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.release,
+			[]byte(tok.Scope), tok.Key.String(), tok.Generation,
+		).Scan(&deleted, &current)
+	})
 	if err != nil {
 		return unavailable("release", err)
 	}
@@ -423,7 +480,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired)
+	})
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)
 	}
@@ -498,7 +557,9 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 		return ctx.Err()
 	}
 	var remaining *int64 // microseconds left on a live claim's lease
-	err := s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&remaining)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&remaining)
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
@@ -557,8 +618,10 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 		leaseEnd, completed, expiresAt *time.Time
 		result                         []byte
 	)
-	err := s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
-		&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
+			&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Entry{}, false, nil
 	}
@@ -598,7 +661,9 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 		deleted int64
 		present bool
 	)
-	err := s.pool.QueryRow(ctx, s.sql.forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	})
 	if err != nil {
 		return false, unavailable("forget", err)
 	}
@@ -643,8 +708,10 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		st                  Stats
 		oldest, oldestAband *time.Time
 	)
-	err := s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
-		&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
+			&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	})
 	if err != nil {
 		return Stats{}, unavailable("stats", err)
 	}
