@@ -6,8 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -88,4 +90,65 @@ func TestStrictDefaultIsolation(t *testing.T) {
 func isStale(err error) bool {
 	var se *idem.StaleClaimError
 	return errors.As(err, &se)
+}
+
+func TestNewValidatesListenOptions(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Pool(t)
+	for name, opts := range map[string]pgstore.Options{
+		"negative heartbeat":          {Heartbeat: -time.Second},
+		"replay cache without LISTEN": {NoListen: true, ReplayCacheBytes: 1 << 20},
+	} {
+		if s, err := pgstore.New(pool, opts); err == nil {
+			s.Close()
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+}
+
+// Without LISTEN/NOTIFY (CockroachDB, Citus workers, a pooled endpoint
+// alone) the contract and the model-based test hold, with waits polling.
+func TestContractWithoutListen(t *testing.T) {
+	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
+		pool, _ := migrated(t)
+		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention,
+			PollInterval: 50 * time.Millisecond, NoListen: true})
+	})
+}
+
+// With NoListen no connection ever LISTENs, and a duplicate still learns of
+// the completion by polling, long before the hour-long poll interval.
+func TestNoListenPolls(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, schema := migrated(t)
+	cfg := testdb.Config(t, schema)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "nolisten-" + schema
+	waiter := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{NoListen: true, PollInterval: time.Hour})
+	holder := newStore(t, pool, pgstore.Options{})
+	c := mustClaim(t, ctx, holder, idem.ClaimRequest{Scope: "s", Key: key("a"), Lease: time.Hour}, idem.Acquired)
+	polled := make(chan struct{})
+	var once sync.Once
+	pgstore.SetWaitPolled(waiter, func() { once.Do(func() { close(polled) }) })
+	result := make(chan idem.Claim, 1)
+	go func() {
+		got, err := idem.ClaimWait(ctx, waiter, idem.ClaimRequest{Scope: "s", Key: key("a")}, 30*time.Second)
+		if err != nil {
+			t.Errorf("ClaimWait: %v", err)
+		}
+		result <- got
+	}()
+	// Once the waiter has polled, complete the key.
+	<-polled
+	if err := holder.Complete(ctx, c.Token, idem.Result{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-result; got.Status != idem.Completed {
+		t.Fatalf("ClaimWait = %v, want the completed result", got.Status)
+	}
+	var listening int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'`,
+		"nolisten-"+schema).Scan(&listening); err != nil || listening != 0 {
+		t.Fatalf("%d LISTEN connections with NoListen (%v), want 0", listening, err)
+	}
 }

@@ -36,6 +36,14 @@ const DefaultRetention = 24 * time.Hour
 // Options.PollInterval is zero.
 const DefaultPollInterval = time.Second
 
+// DefaultHeartbeat is how often the LISTEN connection proves it still hears
+// when Options.Heartbeat is zero.
+const DefaultHeartbeat = 10 * time.Second
+
+// firstPollDelay is a polling wait's first pause; each next pause doubles,
+// up to the poll interval.
+const firstPollDelay = 10 * time.Millisecond
+
 // DefaultSweepBatch is the batch a Sweep with limit <= 0 removes at most.
 const DefaultSweepBatch = 1000
 
@@ -68,6 +76,34 @@ type Options struct {
 	// a waiter notices a lease running out or a lost notification. Zero
 	// means [DefaultPollInterval]; negative is an error.
 	PollInterval time.Duration
+	// ListenConfig is the connection the store LISTENs on. Nil means a
+	// connection taken out of the pool and kept, which is right when the
+	// pool reaches PostgreSQL directly or through a pooler in session
+	// mode. Behind a pooler in transaction mode (PgBouncer's
+	// pool_mode=transaction), where a LISTEN lasts only as long as the
+	// transaction that sent it, set it to a direct connection to the same
+	// database. The channel is looked up through the pool, so this
+	// connection's search_path does not matter. Unused with NoListen.
+	ListenConfig *pgx.ConnConfig
+	// NoListen turns LISTEN off, for engines and endpoints that lack it
+	// (CockroachDB, Citus workers, a pooled endpoint without a direct
+	// one). Wait then polls the key: it looks again after 10ms, then after
+	// twice as long each time, up to PollInterval, and returns as soon as
+	// the key is not held by a live claim. A duplicate therefore learns of
+	// a completion up to one pause late (docs/performance.md measures
+	// it). The replay cache needs LISTEN to hear other instances' Forget,
+	// so NoListen with ReplayCacheBytes > 0 is an error at [New]. False
+	// (the zero value) means LISTEN, with polling only while the LISTEN
+	// connection is down.
+	NoListen bool
+	// Heartbeat is how often the LISTEN connection proves that it still
+	// hears the statements' channel: the store sends a notification to
+	// it through the pool and expects it back within the same interval;
+	// otherwise the connection is deaf (half-open, or listening on the
+	// channel of a table dropped and created again) and is replaced,
+	// waking every waiter and dropping the replay cache. Zero means
+	// [DefaultHeartbeat]; negative is an error.
+	Heartbeat time.Duration
 	// Logger receives the store's rare warnings (listener reconnects,
 	// sweeper errors). Nil means discard.
 	Logger *slog.Logger
@@ -100,8 +136,11 @@ type Store struct {
 	lease     time.Duration
 	retention time.Duration // negative: forever
 	poll      time.Duration
+	heartbeat time.Duration
 	log       *slog.Logger
-	now       func() time.Time
+
+	listenConfig *pgx.ConnConfig // nil: hijack a pool connection
+	now          func() time.Time
 
 	sql      statements
 	listener *listener
@@ -115,6 +154,9 @@ type Store struct {
 	// waitBlocked, when set (tests only), is called when Wait has seen a
 	// live claim and is about to block on a notification.
 	waitBlocked func()
+	// waitPolled, when set (tests only), is called when Wait, not
+	// listening, has seen a live claim and pauses before looking again.
+	waitPolled func()
 }
 
 // New returns a store on pool. It validates opts but does not touch the
@@ -136,6 +178,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: negative poll interval %v", opts.PollInterval)
 	case opts.ReplayCacheBytes < 0:
 		return nil, fmt.Errorf("pgstore: negative replay cache size %d", opts.ReplayCacheBytes)
+	case opts.Heartbeat < 0:
+		return nil, fmt.Errorf("pgstore: negative heartbeat %v", opts.Heartbeat)
+	case opts.NoListen && opts.ReplayCacheBytes > 0:
+		return nil, errors.New("pgstore: the replay cache needs LISTEN (it hears other instances' Forget): set ReplayCacheBytes to 0 with NoListen")
 	}
 	s := &Store{
 		pool:      pool,
@@ -143,6 +189,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		lease:     cmpOr(opts.Lease, idem.DefaultLease),
 		retention: cmpOr(opts.Retention, DefaultRetention),
 		poll:      cmpOr(opts.PollInterval, DefaultPollInterval),
+		heartbeat: cmpOr(opts.Heartbeat, DefaultHeartbeat),
 		log:       opts.Logger,
 		now:       opts.Now,
 		sql:       buildStatements(obj),
@@ -153,7 +200,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if opts.ReplayCacheBytes > 0 {
 		s.cache = newReplayCache(opts.ReplayCacheBytes)
 	}
-	s.listener = newListener(s)
+	if opts.ListenConfig != nil {
+		s.listenConfig = opts.ListenConfig.Copy()
+	}
+	s.listener = newListener(s, opts.NoListen)
 	return s, nil
 }
 
@@ -530,9 +580,13 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) error {
 }
 
 // Wait implements [idem.Store]. It returns at once if the key is no longer
-// held by a live claim; otherwise it blocks until a completion or release of
-// the key is notified (from any instance), the holder's lease runs out, the
-// poll interval passes, or ctx is done.
+// held by a live claim. Otherwise, while the LISTEN connection is in effect,
+// it blocks until a completion or release of the key is notified (from any
+// instance), the holder's lease runs out, the poll interval passes, or ctx
+// is done. While it is not (connecting, reconnecting, deaf, or NoListen), it
+// polls the key with a doubling pause, from 10ms up to the poll interval,
+// until the key is no longer held by a live claim or ctx is done; if the
+// LISTEN comes up meanwhile, it switches to waiting for notifications.
 func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -543,50 +597,90 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	ch, ready, unsubscribe := s.listener.subscribe(notifyPayload(scope, key))
 	defer unsubscribe()
 
-	timer := time.NewTimer(s.poll)
-	defer timer.Stop()
-	// Look at the key only once the listener is up, so that a completion
-	// between our look and the notification cannot be missed.
-	select {
-	case <-ready:
-	case <-ch:
-		return nil
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	var remaining *int64 // microseconds left on a live claim's lease
-	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&remaining)
-	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil
-	case err != nil:
-		if ctx.Err() != nil {
-			return ctx.Err()
+	pause := min(firstPollDelay, s.poll)
+	for {
+		// Look at the key only once the listener is up, so that a
+		// completion between our look and the notification cannot be
+		// missed; before that, each look is a poll.
+		listening := isClosed(ready)
+		left, live, err := s.leaseLeft(ctx, scope, key)
+		if err != nil || !live {
+			return err
 		}
-		return unavailable("wait", err)
-	case remaining == nil:
-		return nil
+		timeout := s.poll
+		if !listening {
+			timeout = pause
+			pause = min(2*pause, s.poll)
+		}
+		// Under the Now test hook the lease runs out on the test's clock,
+		// not the wall clock; the poll interval covers it.
+		if s.now == nil && left < timeout {
+			timeout = left
+		}
+		switch {
+		case listening && s.waitBlocked != nil:
+			s.waitBlocked()
+		case !listening && s.waitPolled != nil:
+			s.waitPolled()
+		}
+		comesUp := ready
+		if listening {
+			comesUp = nil
+		}
+		timer := time.NewTimer(timeout)
+		select {
+		case <-ch:
+			timer.Stop()
+			return nil
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+			if listening {
+				return nil
+			}
+		case <-comesUp:
+			// The LISTEN came up while polling: look again, then block.
+			timer.Stop()
+		}
 	}
-	// Under the Now test hook the lease runs out on the test's clock, not
-	// the wall clock; the poll interval covers it.
-	if left := time.Duration(*remaining) * time.Microsecond; s.now == nil && left < s.poll {
-		timer.Reset(left)
-	}
-	if s.waitBlocked != nil {
-		s.waitBlocked()
+}
+
+// isClosed reports whether ch is closed; a nil ch is not.
+func isClosed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
 	}
 	select {
 	case <-ch:
-		return nil
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		return true
+	default:
+		return false
 	}
+}
+
+// leaseLeft is Wait's look at the key: whether it is held by a live claim,
+// and for how much longer. It tells the listener which channel the
+// statements use, so that a LISTEN on a dropped table's channel is replaced.
+func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key) (left time.Duration, live bool, err error) {
+	var (
+		channel   string
+		remaining *int64 // microseconds left on a live claim's lease
+	)
+	err = retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&channel, &remaining)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, false, ctx.Err()
+		}
+		return 0, false, unavailable("wait", err)
+	}
+	s.listener.follow(channel)
+	if remaining == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*remaining) * time.Microsecond, true, nil
 }
 
 // notifyPayload is the NOTIFY payload naming (scope, key), as the SQL
