@@ -74,7 +74,7 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	ctx := testCtx(t)
 	pool, schema := testdb.Pool(t)
 	table := schema + ".claims"
-	if err := migrationsUp(ctx, pool, table); err != nil {
+	if err := migrationsUp(ctx, sessionPool(t, pool, schema), table); err != nil {
 		t.Fatal(err)
 	}
 	s := newStore(t, pool, pgstore.Options{Table: table})

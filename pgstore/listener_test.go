@@ -41,8 +41,9 @@ func waitBlocking(t *testing.T, ctx context.Context, s *pgstore.Store) <-chan er
 
 // recreateTable rolls every migration back (dropping the table) and
 // applies them again: the table gets a new oid, so a new channel.
-func recreateTable(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+func recreateTable(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema string) {
 	t.Helper()
+	pool = sessionPool(t, pool, schema)
 	st, err := migrations.Status(ctx, pool, migrations.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestListenerFollowsRecreatedTable(t *testing.T) {
 	if err := pgstore.CacheReady(ctx, waiter); err != nil {
 		t.Fatal(err)
 	}
-	recreateTable(t, ctx, pool)
+	recreateTable(t, ctx, pool, schema)
 
 	c := mustClaim(t, ctx, holder, idem.ClaimRequest{Scope: "s", Key: key("a"), Lease: time.Hour}, idem.Acquired)
 	// The first wait finds the listener on the old channel: it is woken
@@ -104,8 +105,8 @@ func TestListenerHeartbeatReplacesHalfOpenConnection(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, schema := migrated(t)
-	proxy := newFreezingProxy(t, testdb.Config(t, schema).ConnConfig)
-	lcfg := testdb.Config(t, schema).ConnConfig
+	proxy := newFreezingProxy(t, testdb.DirectConfig(t, schema).ConnConfig)
+	lcfg := testdb.DirectConfig(t, schema).ConnConfig
 	lcfg.Host, lcfg.Port = proxy.host, proxy.port
 	const heartbeat = 300 * time.Millisecond
 	waiter := newStore(t, secondPool(t, schema), pgstore.Options{

@@ -23,15 +23,33 @@ func migrated(t testing.TB) (*pgxpool.Pool, string) {
 	pool, schema := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+	if err := migrations.Up(ctx, sessionPool(t, pool, schema), migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
 	}
 	return pool, schema
 }
 
-// newStore opens a store on pool, closed when t ends.
+// sessionPool returns pool, or, when the tests run through a
+// transaction-mode pooler, a direct pool on schema: migrations need a
+// session (goose holds an advisory lock across statements).
+func sessionPool(t testing.TB, pool *pgxpool.Pool, schema string) *pgxpool.Pool {
+	t.Helper()
+	if testdb.PoolerURL() == "" {
+		return pool
+	}
+	return testdb.NewPool(t, testdb.DirectConfig(t, schema))
+}
+
+// newStore opens a store on pool, closed when t ends. When the tests run
+// through a transaction-mode pooler and pool goes through it, the store
+// LISTENs on a direct connection (named like the pool's connections), as
+// a service behind such a pooler must.
 func newStore(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.Store {
 	t.Helper()
+	if lc := testdb.ListenConfig(t); lc != nil && !opts.NoListen && opts.ListenConfig == nil && throughPooler(t, pool) {
+		lc.RuntimeParams["application_name"] = pool.Config().ConnConfig.RuntimeParams["application_name"]
+		opts.ListenConfig = lc
+	}
 	s, err := pgstore.New(pool, opts)
 	if err != nil {
 		t.Fatalf("pgstore.New: %v", err)
@@ -49,4 +67,15 @@ func TestContract(t *testing.T) {
 
 func migrationsUp(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	return migrations.Up(ctx, pool, migrations.Options{Table: table})
+}
+
+// throughPooler reports whether pool connects to TEST_POOLER_URL.
+func throughPooler(t testing.TB, pool *pgxpool.Pool) bool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.PoolerURL())
+	if err != nil {
+		t.Fatalf("parse TEST_POOLER_URL: %v", err)
+	}
+	c := pool.Config().ConnConfig
+	return c.Host == cfg.ConnConfig.Host && c.Port == cfg.ConnConfig.Port
 }

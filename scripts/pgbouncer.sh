@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Start a PgBouncer in transaction pooling mode in front of a PostgreSQL DSN,
+# on a free loopback port, and print the DSN that reaches the database
+# through it.
+#
+#   scripts/pgbouncer.sh start 'postgres://idem:idem@127.0.0.1:5432/idem_test?sslmode=disable' DIR
+#   scripts/pgbouncer.sh stop DIR
+#
+# DIR holds the configuration, the log and the pid file (created if
+# missing; the caller removes it). The printed DSN keeps the user, password,
+# database and query parameters of the given one. PgBouncer authenticates
+# clients with SCRAM: the DSN's user and password are in its auth file, and
+# any other role is looked up in pg_shadow through that user (auth_query),
+# so the DSN's user must be a superuser or have read access to pg_shadow.
+# With SCRAM from the client, PgBouncer logs in to PostgreSQL as the same
+# role with the client's SCRAM keys.
+#
+# Needs the pgbouncer binary (Debian: apt-get install pgbouncer). As root it
+# runs PgBouncer as the postgres user, which it refuses to be run as root.
+set -euo pipefail
+
+usage() { echo "usage: $0 start DSN DIR | stop DIR" >&2; exit 2; }
+
+stop() {
+	local dir=$1
+	[[ -f $dir/pgbouncer.pid ]] || return 0
+	local pid
+	pid=$(cat "$dir/pgbouncer.pid")
+	kill "$pid" 2>/dev/null || true
+	for _ in $(seq 1 50); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	kill -9 "$pid" 2>/dev/null || true
+}
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# parse DSN into user, password, host, port, db, query (URL form only).
+parse() {
+	python3 - "$1" <<'PY'
+import sys, urllib.parse as u
+d = u.urlsplit(sys.argv[1])
+if d.scheme not in ("postgres", "postgresql"):
+    sys.exit("pgbouncer.sh: want a postgres:// URL")
+print(u.unquote(d.username or ""), u.unquote(d.password or ""), d.hostname or "127.0.0.1",
+      d.port or 5432, d.path.lstrip("/") or (d.username or ""), d.query, sep="\n")
+PY
+}
+
+start() {
+	local dsn=$1 dir=$2
+	command -v pgbouncer >/dev/null || { echo "pgbouncer.sh: pgbouncer not found (apt-get install pgbouncer)" >&2; exit 1; }
+	mapfile -t f < <(parse "$dsn")
+	local user=${f[0]} password=${f[1]} host=${f[2]} port=${f[3]} db=${f[4]} query=${f[5]}
+	[[ -n $user && -n $password ]] || { echo "pgbouncer.sh: the DSN needs a user and a password" >&2; exit 1; }
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	local listen
+	listen=$(free_port)
+	# Quote for the auth file: a double quote is written twice.
+	printf '"%s" "%s"\n' "${user//\"/\"\"}" "${password//\"/\"\"}" >"$dir/userlist.txt"
+	cat >"$dir/pgbouncer.ini" <<EOF
+[databases]
+$db = host=$host port=$port dbname=$db
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $listen
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $dir/userlist.txt
+auth_user = $user
+auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename = \$1
+pool_mode = transaction
+; Few server connections per (database, role) pool, closed soon when idle:
+; the server's max_connections is shared.
+default_pool_size = 8
+max_client_conn = 1000
+server_idle_timeout = 10
+server_lifetime = 600
+; pgx sends no startup parameter PgBouncer does not know.
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+	local runas=()
+	if [[ $(id -u) == 0 ]]; then
+		chown -R postgres "$dir"
+		runas=(-u postgres)
+	fi
+	pgbouncer -d "${runas[@]}" "$dir/pgbouncer.ini"
+	for _ in $(seq 1 50); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$listen") 2>/dev/null; then
+			local q=""
+			[[ -n $query ]] && q="?$query"
+			printf 'postgres://%s:%s@127.0.0.1:%s/%s%s\n' \
+				"$(python3 -c 'import sys, urllib.parse as u; print(u.quote(sys.argv[1], safe=""))' "$user")" \
+				"$(python3 -c 'import sys, urllib.parse as u; print(u.quote(sys.argv[1], safe=""))' "$password")" \
+				"$listen" "$db" "$q"
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "pgbouncer.sh: pgbouncer did not start; its log:" >&2
+	cat "$dir/pgbouncer.log" >&2 || true
+	exit 1
+}
+
+case ${1:-} in
+start) [[ $# == 3 ]] || usage; start "$2" "$3" ;;
+stop) [[ $# == 2 ]] || usage; stop "$2" ;;
+*) usage ;;
+esac
