@@ -13,7 +13,7 @@ import (
 // string), key is text, and $now is a nullable timestamptz: null means the
 // database clock, statement_timestamp().
 type statements struct {
-	claim, complete, renew, release, sweep, waitCheck, inspect, forget, stats, channel, heartbeat string
+	claim, complete, renew, release, sweep, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
 }
 
 // nowSQL is "now" in every statement.
@@ -133,14 +133,23 @@ WITH abandoned AS (
 )
 SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM del WHERE NOT abandoned)`, "$2"),
 
-		// Wait's look at the key: the channel the statements notify on
-		// (so that a listener on the channel of a dropped table is
-		// noticed), and the microseconds left on a live claim's lease,
-		// null if the key is not held by a live claim.
+		// Wait's look at the key, before it blocks on a notification: the
+		// channel the statements notify on (so that a LISTEN on the
+		// channel of a dropped table is noticed), and the microseconds
+		// left on a live claim's lease, null if the key is not held by a
+		// live claim; no row if absent.
 		waitCheck: r(`
-SELECT {CH}, (SELECT CASE WHEN state = 'claimed' AND lease_end > {NOW}
-                          THEN (extract(epoch FROM lease_end - {NOW}) * 1000000)::bigint END
-                FROM {T} WHERE scope = $1 AND key = $2)`, "$3"),
+SELECT {CH}, CASE WHEN state = 'claimed' AND lease_end > {NOW}
+                  THEN (extract(epoch FROM lease_end - {NOW}) * 1000000)::bigint END
+  FROM {T} WHERE scope = $1 AND key = $2`, "$3"),
+
+		// A polling Wait's look at the key (no LISTEN in effect, or
+		// NoListen): the same, reading only, since nobody will hear a
+		// notification for it.
+		pollCheck: r(`
+SELECT {CH}, CASE WHEN state = 'claimed' AND lease_end > {NOW}
+                  THEN (extract(epoch FROM lease_end - {NOW}) * 1000000)::bigint END
+  FROM {T} WHERE scope = $1 AND key = $2`, "$3"),
 
 		inspect: r(`
 SELECT state, generation, fingerprint, owner, created_at, lease_end, completed_at, expires_at, result

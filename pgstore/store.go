@@ -603,7 +603,7 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 		// completion between our look and the notification cannot be
 		// missed; before that, each look is a poll.
 		listening := isClosed(ready)
-		left, live, err := s.leaseLeft(ctx, scope, key)
+		left, live, err := s.leaseLeft(ctx, scope, key, listening)
 		if err != nil || !live {
 			return err
 		}
@@ -660,16 +660,24 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 // leaseLeft is Wait's look at the key: whether it is held by a live claim,
-// and for how much longer. It tells the listener which channel the
+// and for how much longer. listening says whether Wait will then block on a
+// notification, or poll. It tells the listener which channel the
 // statements use, so that a LISTEN on a dropped table's channel is replaced.
-func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key) (left time.Duration, live bool, err error) {
+func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key, listening bool) (left time.Duration, live bool, err error) {
 	var (
 		channel   string
 		remaining *int64 // microseconds left on a live claim's lease
 	)
+	check := s.sql.pollCheck
+	if listening {
+		check = s.sql.waitCheck
+	}
 	err = retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&channel, &remaining)
+		return s.pool.QueryRow(ctx, check, []byte(scope), key.String(), s.nowArg()).Scan(&channel, &remaining)
 	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false, ctx.Err()
