@@ -26,7 +26,9 @@ func TestStrictDefaultIsolation(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t)
 			_, schema := migrated(t)
-			cfg := testdb.Config(t, schema)
+			// Directly, even when the suite runs through a pooler:
+			// PgBouncer refuses this startup parameter.
+			cfg := testdb.DirectConfig(t, schema)
 			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
 			cfg.MaxConns = 32
 			pool := testdb.NewPool(t, cfg)

@@ -23,8 +23,12 @@ func migrated(t testing.TB) (*pgxpool.Pool, string) {
 	pool, schema := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := migrations.Up(ctx, sessionPool(t, pool, schema), migrations.Options{}); err != nil {
+	session := sessionPool(t, pool, schema)
+	if err := migrations.Up(ctx, session, migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
+	}
+	if session != pool {
+		session.Close() // early: the server's connections are shared
 	}
 	return pool, schema
 }

@@ -15,6 +15,9 @@
 # With SCRAM from the client, PgBouncer logs in to PostgreSQL as the same
 # role with the client's SCRAM keys.
 #
+# PGBOUNCER_MAX_DB_CONNECTIONS caps its connections to PostgreSQL (default
+# 12).
+#
 # Needs the pgbouncer binary (Debian: apt-get install pgbouncer). As root it
 # runs PgBouncer as the postgres user, which it refuses to be run as root.
 set -euo pipefail
@@ -75,11 +78,13 @@ auth_file = $dir/userlist.txt
 auth_user = $user
 auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename = \$1
 pool_mode = transaction
-; Few server connections per (database, role) pool, closed soon when idle:
-; the server's max_connections is shared.
-default_pool_size = 8
+; Few server connections per (database, role) pool, and few in all (an
+; idle one of another role's pool is closed to make room), closed soon when
+; idle: the server's max_connections is shared. Tests make a role each.
+default_pool_size = 4
+max_db_connections = ${PGBOUNCER_MAX_DB_CONNECTIONS:-12}
 max_client_conn = 1000
-server_idle_timeout = 10
+server_idle_timeout = 5
 server_lifetime = 600
 ; pgx sends no startup parameter PgBouncer does not know.
 logfile = $dir/pgbouncer.log
