@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -114,6 +115,29 @@ func DirectConfig(t testing.TB, schema string) *pgxpool.Config {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	return cfg
+}
+
+// PoolerURLFor returns TEST_POOLER_URL as schema's role (made by [Schema]),
+// with default_query_exec_mode=exec unless the URL names a mode: the URL a
+// process under test (the demo) uses to reach schema through the pooler.
+// It fails t if TEST_POOLER_URL is unset.
+func PoolerURLFor(t testing.TB, schema string) string {
+	t.Helper()
+	password, ok := passwords.Load(schema)
+	if PoolerURL() == "" || !ok {
+		t.Fatalf("testdb: no pooler role for schema %q (is TEST_POOLER_URL set?)", schema)
+	}
+	u, err := url.Parse(PoolerURL())
+	if err != nil {
+		t.Fatalf("testdb: parse TEST_POOLER_URL: %v", err)
+	}
+	u.User = url.UserPassword(schema, password.(string))
+	q := u.Query()
+	if q.Get("default_query_exec_mode") == "" {
+		q.Set("default_query_exec_mode", "exec")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // ListenConfig returns, when tests run through a pooler, a direct
