@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,37 +38,14 @@ func TestStrictDefaultIsolation(t *testing.T) {
 			s := newStore(t, pool, pgstore.Options{})
 			for round := range 3 {
 				k := key(fmt.Sprint("hot", round))
-				var acquired, inFlight atomic.Int32
-				var winner atomic.Pointer[idem.Token]
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for range 32 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						c, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: k, Fingerprint: "fp"})
-						switch {
-						case err != nil:
-							t.Errorf("claim: %v", err)
-						case c.Status == idem.Acquired:
-							acquired.Add(1)
-							winner.Store(&c.Token)
-						case c.Status == idem.InFlight:
-							inFlight.Add(1)
-						default:
-							t.Errorf("claim = %v", c.Status)
-						}
-					}()
-				}
-				close(start)
-				wg.Wait()
-				if acquired.Load() != 1 || inFlight.Load() != 31 {
-					t.Fatalf("round %d: %d acquired, %d in flight; want 1 and 31", round, acquired.Load(), inFlight.Load())
+				acquired, inFlight, tok := claimRace(t, 32, func(int) (idem.Claim, error) {
+					return s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: k, Fingerprint: "fp"})
+				})
+				if acquired != 1 || inFlight != 31 {
+					t.Fatalf("round %d: %d acquired, %d in flight; want 1 and 31", round, acquired, inFlight)
 				}
 				// Writers racing on the winner's row: renewals against
 				// the completion. Each either succeeds or is stale.
-				tok := *winner.Load()
 				var rw sync.WaitGroup
 				for range 8 {
 					rw.Add(1)

@@ -101,8 +101,10 @@ type Options struct {
 	// it through the pool and expects it back within the same interval;
 	// otherwise the connection is deaf (half-open, or listening on the
 	// channel of a table dropped and created again) and is replaced,
-	// waking every waiter and dropping the replay cache. Zero means
-	// [DefaultHeartbeat]; negative is an error.
+	// waking every waiter and dropping the replay cache. A heartbeat that
+	// cannot be sent within the interval (the pool exhausted, the
+	// database down) counts as missed. Zero means [DefaultHeartbeat];
+	// negative is an error.
 	Heartbeat time.Duration
 	// Logger receives the store's rare warnings (listener reconnects,
 	// sweeper errors). Nil means discard.
