@@ -14,6 +14,9 @@ import (
 // database clock, statement_timestamp().
 type statements struct {
 	claim, complete, renew, release, sweep, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
+	// nobody LISTENs, and the engine may have no pg_notify.
+	forgetQuiet string
 }
 
 // nowSQL is "now" in every statement.
@@ -34,7 +37,7 @@ func buildStatements(o migrations.Objects) statements {
 			"{PAYLOAD}", payloadSQL,
 		).Replace(strings.ReplaceAll(sql, "{NOW}", nowSQL))
 	}
-	return statements{
+	st := statements{
 		// Claim: read the row; if it holds a live claim or a retained
 		// result, answer from it without writing (a replay or a duplicate
 		// takes no lock and writes no WAL). Otherwise insert, or take over a
@@ -184,4 +187,10 @@ SELECT count(*) FILTER (WHERE state = 'claimed' AND lease_end > {NOW}),
        pg_total_relation_size('{T}')
   FROM {T}`, "$1"),
 	}
+	notify := r(`SELECT pg_notify({CH}, {PAYLOAD}) FROM del`, "")
+	st.forgetQuiet = strings.Replace(st.forget, notify, `SELECT FROM del`, 1)
+	if strings.Contains(st.forgetQuiet, "pg_notify") {
+		panic("pgstore: the forget statement's NOTIFY was not found")
+	}
+	return st
 }

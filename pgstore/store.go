@@ -92,7 +92,8 @@ type Options struct {
 	// the key is not held by a live claim. A duplicate therefore learns of
 	// a completion up to one pause late (docs/performance.md measures
 	// it). The replay cache needs LISTEN to hear other instances' Forget,
-	// so NoListen with ReplayCacheBytes > 0 is an error at [New]. False
+	// so NoListen with ReplayCacheBytes > 0 is an error at [New]. Forget
+	// then sends no NOTIFY, and a polling waiter never asks for one. False
 	// (the zero value) means LISTEN, with polling only while the LISTEN
 	// connection is down.
 	NoListen bool
@@ -765,8 +766,12 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 		deleted int64
 		present bool
 	)
+	forget := s.sql.forget
+	if s.listener.off {
+		forget = s.sql.forgetQuiet
+	}
 	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+		return s.pool.QueryRow(ctx, forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
 	})
 	if err != nil {
 		return false, unavailable("forget", err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -82,4 +83,27 @@ func throughPooler(t testing.TB, pool *pgxpool.Pool) bool {
 	}
 	c := pool.Config().ConnConfig
 	return c.Host == cfg.ConnConfig.Host && c.Port == cfg.ConnConfig.Port
+}
+
+// listenConn returns a connection a test can LISTEN on, closed when t ends:
+// one taken out of pool, or a direct one when pool goes through a
+// transaction-mode pooler.
+func listenConn(t testing.TB, ctx context.Context, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	var conn *pgx.Conn
+	if lc := testdb.ListenConfig(t); lc != nil && throughPooler(t, pool) {
+		c, err := pgx.ConnectConfig(ctx, lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn = c
+	} else {
+		pc, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn = pc.Hijack()
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
 }
