@@ -1,14 +1,11 @@
 package pgstore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -135,9 +132,7 @@ func TestNoListenPolls(t *testing.T) {
 }
 
 // With NoListen, Forget sends no NOTIFY (the engine may have no pg_notify);
-// without it, Forget notifies the other instances' replay caches. A LISTEN
-// of the test's own reads up to a sentinel sent after each Forget, so the
-// absence of a notification is seen without a timeout.
+// without it, Forget notifies the other instances' replay caches.
 func TestNoListenForgetsQuietly(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -147,47 +142,20 @@ func TestNoListenForgetsQuietly(t *testing.T) {
 		want     int
 	}{{true, 0}, {false, 1}} {
 		s := newStore(t, pool, pgstore.Options{NoListen: tc.noListen})
-		var channel string
-		if err := pool.QueryRow(ctx, pgstore.ChannelSQL(s)).Scan(&channel); err != nil {
-			t.Fatal(err)
-		}
-		conn := listenConn(t, ctx, pool)
-		if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-			t.Fatal(err)
-		}
+		n := listenTo(t, ctx, pool, s)
 		k := key(fmt.Sprint("forget-", tc.noListen))
 		c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: k}, idem.Acquired)
 		if err := s.Complete(ctx, c.Token, idem.Result{Status: 201}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel); err != nil {
-			t.Fatal(err)
+		if got := n.since(t, ctx); len(got) != 0 {
+			t.Fatalf("a completion nobody waited for notified %q", got)
 		}
-		readUpTo(t, ctx, conn, "sentinel") // whatever the completion sent
 		if ok, err := s.Forget(ctx, "s", k, false); !ok || err != nil {
 			t.Fatalf("forget = %v, %v", ok, err)
 		}
-		if _, err := pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, channel); err != nil {
-			t.Fatal(err)
-		}
-		if got := readUpTo(t, ctx, conn, "sentinel"); len(got) != tc.want {
+		if got := n.since(t, ctx); len(got) != tc.want {
 			t.Errorf("NoListen %v: Forget sent %q, want %d notifications", tc.noListen, got, tc.want)
 		}
-	}
-}
-
-// readUpTo returns the payloads conn receives before sentinel.
-func readUpTo(t *testing.T, ctx context.Context, conn *pgx.Conn, sentinel string) []string {
-	t.Helper()
-	var got []string
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			t.Fatalf("waiting for the sentinel: %v", err)
-		}
-		if n.Payload == sentinel {
-			return got
-		}
-		got = append(got, n.Payload)
 	}
 }
