@@ -37,27 +37,34 @@ stop() {
 	kill -9 "$pid" 2>/dev/null || true
 }
 
+# free_port prints a loopback port nothing listens on.
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	local port
+	for _ in $(seq 1 100); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	echo "pgbouncer.sh: no free port found" >&2
+	exit 1
 }
 
-# parse DSN into user, password, host, port, db, query (URL form only).
-parse() {
-	python3 - "$1" <<'PY'
-import sys, urllib.parse as u
-d = u.urlsplit(sys.argv[1])
-if d.scheme not in ("postgres", "postgresql"):
-    sys.exit("pgbouncer.sh: want a postgres:// URL")
-print(u.unquote(d.username or ""), u.unquote(d.password or ""), d.hostname or "127.0.0.1",
-      d.port or 5432, d.path.lstrip("/") or (d.username or ""), d.query, sep="\n")
-PY
-}
+# urldecode decodes %XX escapes.
+urldecode() { local s=$1; printf '%b' "${s//%/\\x}"; }
 
 start() {
 	local dsn=$1 dir=$2
 	command -v pgbouncer >/dev/null || { echo "pgbouncer.sh: pgbouncer not found (apt-get install pgbouncer)" >&2; exit 1; }
-	mapfile -t f < <(parse "$dsn")
-	local user=${f[0]} password=${f[1]} host=${f[2]} port=${f[3]} db=${f[4]} query=${f[5]}
+	# postgres://user:password@host[:port]/db[?query], the URL form only.
+	local re='^postgres(ql)?://([^:@/]+):([^@/]*)@([^:/?]+)(:([0-9]+))?/([^?]*)(\?(.*))?$'
+	[[ $dsn =~ $re ]] || { echo "pgbouncer.sh: want postgres://user:password@host[:port]/db[?...]" >&2; exit 1; }
+	local rawuser=${BASH_REMATCH[2]} rawpassword=${BASH_REMATCH[3]} host=${BASH_REMATCH[4]}
+	local port=${BASH_REMATCH[6]:-5432} db=${BASH_REMATCH[7]} query=${BASH_REMATCH[9]}
+	local user password
+	user=$(urldecode "$rawuser")
+	password=$(urldecode "$rawpassword")
 	[[ -n $user && -n $password ]] || { echo "pgbouncer.sh: the DSN needs a user and a password" >&2; exit 1; }
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
@@ -100,10 +107,7 @@ EOF
 		if (exec 3<>"/dev/tcp/127.0.0.1/$listen") 2>/dev/null; then
 			local q=""
 			[[ -n $query ]] && q="?$query"
-			printf 'postgres://%s:%s@127.0.0.1:%s/%s%s\n' \
-				"$(python3 -c 'import sys, urllib.parse as u; print(u.quote(sys.argv[1], safe=""))' "$user")" \
-				"$(python3 -c 'import sys, urllib.parse as u; print(u.quote(sys.argv[1], safe=""))' "$password")" \
-				"$listen" "$db" "$q"
+			printf 'postgres://%s:%s@127.0.0.1:%s/%s%s\n' "$rawuser" "$rawpassword" "$listen" "$db" "$q"
 			return 0
 		fi
 		sleep 0.1
