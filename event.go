@@ -41,6 +41,14 @@ const (
 	// EventStoreError: a store call failed. Op names it ("claim", "renew",
 	// "complete", "release"); Err holds the error.
 	EventStoreError
+	// EventLeaseLost: the work's claim could no longer be trusted while it
+	// ran, so its context was cancelled with cause [ErrLeaseLost]: the
+	// lease was about to run out without a confirmed renewal (renewals
+	// failed or hung), or a renewal found the claim stale. Nothing the
+	// work answers is recorded. Err holds the reason; Duration is how
+	// long the work had run. Reported once per request, from the
+	// renewal's goroutine.
+	EventLeaseLost
 )
 
 func (k EventKind) String() string {
@@ -61,6 +69,8 @@ func (k EventKind) String() string {
 		return "stale"
 	case EventStoreError:
 		return "store error"
+	case EventLeaseLost:
+		return "lease lost"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

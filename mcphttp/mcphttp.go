@@ -46,6 +46,10 @@ type Options struct {
 	// process's claim runs out. Zero means [idem.DefaultLease]; negative
 	// panics.
 	Lease time.Duration
+	// StoreTimeout bounds each store call made once a call runs (renew,
+	// complete, release), which must not hang on a store outage. Zero
+	// means [engine.DefaultStoreTimeout]; negative panics.
+	StoreTimeout time.Duration
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through
 	// to the inner handler intact and is not deduplicated. Zero means

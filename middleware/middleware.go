@@ -16,12 +16,11 @@ import (
 
 const defaultLease = idem.DefaultLease
 
-// ErrLeaseLost is the cause ([context.Cause]) with which a handler's request
-// context is cancelled when its claim is lost while it runs: the lease could
-// not be renewed and another request took the key over, or an operator
-// forgot the key. The handler should stop and not start further side
-// effects; whatever it answers is not recorded.
-var ErrLeaseLost = errors.New("middleware: idempotency claim lost while the handler ran")
+// ErrLeaseLost is [idem.ErrLeaseLost], the cause ([context.Cause]) with
+// which a handler's request context is cancelled when its claim can no
+// longer be trusted. It is the same error value, kept here for existing
+// callers.
+var ErrLeaseLost = idem.ErrLeaseLost
 
 // New returns the Idempotency-Key middleware, deduplicating requests through
 // store. It panics if store is nil or opts is invalid (see [Options]); it
