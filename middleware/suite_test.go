@@ -976,8 +976,8 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	if useCommit {
 		wantProblem(t, late, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
 	}
-	if events.count(idem.EventStale) != 1 {
-		t.Fatalf("events %v, want one stale", events.kinds())
+	if events.count(idem.EventLeaseLost) != 1 {
+		t.Fatalf("events %v, want one lease lost", events.kinds())
 	}
 	// The late answer was not recorded over the new owner's claim.
 	if err := kit.store.Complete(ctx, taken.Token, idem.Result{Status: 202, Body: []byte("new owner")}); err != nil {
