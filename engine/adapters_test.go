@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
@@ -44,6 +45,7 @@ type work func(ctx context.Context) (string, error)
 type mountOptions struct {
 	lease        time.Duration
 	storeTimeout time.Duration
+	shutdown     context.Context
 	observe      func(idem.Event)
 }
 
@@ -64,7 +66,7 @@ var adapters = []adapter{
 	{
 		name: idem.AdapterHTTP,
 		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
-			opts := middleware.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Scope: func(*http.Request) string { return "tenant" }}
+			opts := middleware.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown, Scope: func(*http.Request) string { return "tenant" }}
 			if o.observe != nil {
 				opts.Observer = func(_ *http.Request, e idem.Event) { o.observe(e) }
 			}
@@ -96,11 +98,10 @@ var adapters = []adapter{
 	{
 		name: idem.AdapterMCP,
 		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
-			opts := mcphttp.Options{Lease: o.lease}
+			opts := mcphttp.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown}
 			if o.observe != nil {
 				opts.Observer = func(_ *http.Request, e idem.Event) { o.observe(e) }
 			}
-			opts.StoreTimeout = o.storeTimeout
 			return mcphttp.New(store, opts)(fakeMCP(w))
 		},
 		request: func(ctx context.Context, url, key string) *http.Request {
@@ -264,6 +265,9 @@ func TestSituations(t *testing.T) {
 		{"renewal hangs: the work's context ends within the lease", situationRenewHangs},
 		{"client hangs up: the work runs to completion and the retry replays it", situationClientHangsUp},
 		{"work panics: the key is released and the retry runs again", situationPanic},
+		{"renewal finds the claim taken over: the work's context ends at once", situationTakenOver},
+		{"server shuts down: the work's context ends, the key is released", situationShutdown},
+		{"events: every event names the adapter; a wait and a takeover are reported", situationEvents},
 	}
 	for _, a := range adapters {
 		for _, s := range situations {
@@ -393,5 +397,151 @@ func situationPanic(t *testing.T, a adapter) {
 	}
 	if e.events.count(idem.EventReleased) != 1 {
 		t.Fatalf("events %v, want one release", e.events.kinds())
+	}
+}
+
+// staleRenew is a store whose every Renew finds the claim taken over.
+type staleRenew struct{ idem.Store }
+
+func (staleRenew) Renew(_ context.Context, tok idem.Token, _ time.Duration) (time.Time, error) {
+	return time.Time{}, &idem.StaleClaimError{Token: tok, Current: tok.Generation + 1}
+}
+
+// situationTakenOver: the first renewal finds a newer generation: the
+// work's context ends then, long before the lease, and nothing is recorded.
+func situationTakenOver(t *testing.T, a adapter) {
+	const lease = 3 * time.Second
+	cause := make(chan error, 1)
+	start := time.Now()
+	e := newEnv(t, a, staleRenew{memstore.New(memstore.Options{})}, mountOptions{lease: lease},
+		func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return "too late", nil
+		})
+	if _, _, _, err := e.send(context.Background(), "taken-over"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want idem.ErrLeaseLost", err)
+	}
+	if took := time.Since(start); took > lease/2 {
+		t.Fatalf("the work ended after %v; the first renewal (at %v) found the claim stale", took, lease/3)
+	}
+	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 0 {
+		t.Fatalf("events %v, want one lease lost and no completion", e.events.kinds())
+	}
+}
+
+// situationShutdown: Options.Shutdown ends running work with
+// engine.ErrShutdown; the work is not recorded, its key is released, and
+// the retry (on another instance, here the same store) runs it again.
+func situationShutdown(t *testing.T, a adapter) {
+	shutdown, stop := context.WithCancel(context.Background())
+	defer stop()
+	store := memstore.New(memstore.Options{})
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	var once sync.Once
+	e := newEnv(t, a, store, mountOptions{shutdown: shutdown}, func(ctx context.Context) (string, error) {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return "", nil
+		}
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return "cut off", nil // answered as if whole: must still not be recorded
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.send(context.Background(), "shutdown")
+	}()
+	<-started
+	stop()
+	if err := <-cause; !errors.Is(err, engine.ErrShutdown) {
+		t.Fatalf("cause = %v, want engine.ErrShutdown", err)
+	}
+	<-done
+	if e.events.count(idem.EventReleased) != 1 || e.events.count(idem.EventCompleted) != 0 {
+		t.Fatalf("events %v, want one release and no completion", e.events.kinds())
+	}
+	other := newEnv(t, a, store, mountOptions{}, func(context.Context) (string, error) { return "", nil })
+	text, replayed, ok, err := other.send(context.Background(), "shutdown")
+	if err != nil || !ok || replayed || text != "run #1" {
+		t.Fatalf("retry on another instance got %q replayed=%v ok=%v err=%v; want a fresh run", text, replayed, ok, err)
+	}
+}
+
+// abandonOnce is a store whose first claim is handed out with a lease
+// that has already run out, as if its owner had crashed: the next claim of
+// the key takes it over.
+type abandonOnce struct {
+	idem.Store
+	once sync.Once
+}
+
+func (s *abandonOnce) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	abandon := false
+	s.once.Do(func() { abandon = true })
+	if abandon {
+		req.Lease = time.Millisecond
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+// situationEvents: the events of a takeover, a duplicate that waited, and
+// its replay each name the adapter, and carry Takeover and Waited.
+func situationEvents(t *testing.T, a adapter) {
+	store := &abandonOnce{Store: memstore.New(memstore.Options{})}
+	proceed := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	e := newEnv(t, a, store, mountOptions{}, func(ctx context.Context) (string, error) {
+		entered <- struct{}{}
+		<-proceed
+		return "", nil
+	})
+	// The first request claims with the abandoned lease and is left
+	// running; the second takes the key over once that lease is gone.
+	results := make(chan bool, 3)
+	go func() {
+		_, _, ok, _ := e.send(context.Background(), "events")
+		results <- ok
+	}()
+	<-entered
+	time.Sleep(20 * time.Millisecond)
+	go func() {
+		_, _, ok, _ := e.send(context.Background(), "events")
+		results <- ok
+	}()
+	<-entered
+	// A third waits for the second's result.
+	go func() {
+		_, replayed, ok, _ := e.send(context.Background(), "events")
+		results <- ok && replayed
+	}()
+	time.Sleep(50 * time.Millisecond)
+	close(proceed)
+	for range 3 {
+		<-results
+	}
+	e.events.mu.Lock()
+	defer e.events.mu.Unlock()
+	var takeover, waited bool
+	for _, ev := range e.events.events {
+		if ev.Adapter != a.name {
+			t.Errorf("event %v names adapter %q, want %q", ev.Kind, ev.Adapter, a.name)
+		}
+		if ev.Kind == idem.EventClaimed && ev.Takeover {
+			takeover = true
+		}
+		if ev.Kind == idem.EventReplayed && ev.Waited > 0 {
+			waited = true
+		}
+	}
+	if !takeover || !waited {
+		t.Errorf("events %+v: want a claim with Takeover and a replay with Waited", e.events.events)
 	}
 }

@@ -135,9 +135,9 @@ func (x *Execution) Err() error {
 // Do runs work under the execution and finishes it with the verdict work
 // returns. If work panics, Do finishes the execution and panics again with
 // the same value: with [http.ErrAbortHandler], the verdict aborted returns
-// (the adapter knows whether what it captured is whole); with anything
-// else, or runtime.Goexit, the key is released, since a panicking work
-// answered nothing it meant to.
+// (the adapter knows whether what it captured is whole; nil means release);
+// with anything else, or runtime.Goexit, the key is released, since a
+// panicking work answered nothing it meant to.
 func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Verdict) {
 	done := false
 	defer func() {
@@ -148,7 +148,7 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 		v := Verdict{Action: Release, Why: "the work panicked"}
 		if p == nil {
 			v.Why = "the work exited its goroutine (runtime.Goexit)"
-		} else if p == http.ErrAbortHandler { // compared as net/http compares it
+		} else if p == http.ErrAbortHandler && aborted != nil { // compared as net/http compares it
 			v = aborted()
 		}
 		x.Finish(v)

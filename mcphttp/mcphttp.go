@@ -46,6 +46,12 @@ type Options struct {
 	// renewal is bounded further by the time left on the lease. Zero
 	// means [engine.DefaultStoreTimeout]; negative panics.
 	StoreTimeout time.Duration
+	// Shutdown, when done, ends the context of every call the wrapper
+	// runs with cause [engine.ErrShutdown]; a call so cut off is not
+	// recorded and its key is released. Calls run on a context detached
+	// from the client's, so closing the HTTP server does not end them:
+	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	Shutdown context.Context
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through
 	// to the inner handler intact and is not deduplicated. Zero means
@@ -138,6 +144,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		Lease:        opts.Lease,
 		Wait:         opts.Wait,
 		StoreTimeout: opts.StoreTimeout,
+		Shutdown:     opts.Shutdown,
 		Owner:        opts.Owner,
 		Logger:       logger,
 	})
