@@ -468,6 +468,9 @@ func situationShutdown(t *testing.T, a adapter) {
 	if e.events.count(idem.EventReleased) != 1 || e.events.count(idem.EventCompleted) != 0 {
 		t.Fatalf("events %v, want one release and no completion", e.events.kinds())
 	}
+	if text, _, ok, _ := e.send(context.Background(), "after-shutdown"); ok || e.runs.Load() != 1 {
+		t.Fatalf("a request after the shutdown ran (%q, %d runs); want it refused", text, e.runs.Load())
+	}
 	other := newEnv(t, a, store, mountOptions{}, func(context.Context) (string, error) { return "", nil })
 	text, replayed, ok, err := other.send(context.Background(), "shutdown")
 	if err != nil || !ok || replayed || text != "run #1" {

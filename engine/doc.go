@@ -49,10 +49,12 @@
 // what keeps the cancelled work from overlapping a new owner, which can only
 // take the key over once the store's clock says the lease ended.
 //
-// A work whose lease was lost is never recorded, and its claim is left: its
-// lease is at its end, so a retry takes the key over. Fencing by generation
-// keeps a late completion harmless anyway: a store refuses a token once
-// another claim took the key over.
+// A work whose lease was lost is never recorded: it was cancelled, so what
+// it answers is no answer to the request. Once it returned, its key is
+// released (unless a renewal found it taken over already), so a retry runs
+// it again at once instead of waiting for the lease to run out. The release
+// is fenced by the generation, like every store call with a token: it does
+// nothing if another request took the key over meanwhile.
 //
 // # Client hang-ups
 //
@@ -79,7 +81,7 @@
 //
 //	the work ...                                          engine does
 //	recorded its result itself (in its own transaction)  reports the completion
-//	lost its lease while it ran                          nothing: never recorded, claim left
+//	lost its lease while it ran                          releases (fenced): never recorded
 //	was cut off by Shutdown (or the client, with          releases: never recorded
 //	  CancelWithClient)
 //	panicked (other than http.ErrAbortHandler), or        releases

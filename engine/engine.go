@@ -84,7 +84,7 @@ type Options struct {
 
 	// Shutdown, when done, ends the context of all running work with
 	// cause [ErrShutdown]; work so cut off is not recorded and its key is
-	// released. Cancel it when a graceful shutdown gives up (after
+	// released, and claims made after it are answered Unavailable. Cancel it when a graceful shutdown gives up (after
 	// http.Server.Shutdown returned an error, before http.Server.Close):
 	// since the work's context no longer ends with the client's
 	// connection, closing the server does not end it. Nil means never.
@@ -197,7 +197,8 @@ const (
 	// InvalidKey: the store rejected the key or scope (too long). Refuse
 	// as bad input; Decision.Err says why.
 	InvalidKey
-	// Unavailable: the store failed or is full; Decision.Err says how.
+	// Unavailable: the store failed or is full, or Options.Shutdown is
+	// done (Decision.Err is then [ErrShutdown]); Decision.Err says how.
 	// The work must not run under no claim (unless the adapter's user
 	// chose to fail open); tell the client to retry after
 	// Decision.RetryAfter.
@@ -266,6 +267,11 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 	req.Claim.Lease, req.Claim.Owner = e.lease, e.owner
 	if req.start.IsZero() {
 		req.start = time.Now()
+	}
+	if e.shutdown != nil && e.shutdown.Err() != nil {
+		// Work started now would be cut off at once, and released: a
+		// retry must go elsewhere.
+		return Decision{Outcome: Unavailable, Err: ErrShutdown, RetryAfter: e.retryAfter}
 	}
 	cctx, cancel := context.WithTimeout(ctx, e.storeTimeout)
 	claim, err := e.store.Claim(cctx, req.Claim)

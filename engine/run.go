@@ -78,6 +78,7 @@ type Execution struct {
 	mu         sync.Mutex
 	finished   bool
 	lost       bool
+	lostStale  bool // lost because a renewal found the claim stale
 	deadline   time.Time   // lease end minus the margin, on the process clock
 	leaseTimer *time.Timer // fires at deadline: the lease is lost
 	renewTimer *time.Timer
@@ -163,14 +164,15 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 
 // Finish ends the execution: it stops the lease renewal (waiting for one in
 // progress), then applies v, unless the engine's own rules say otherwise:
-// work whose lease was lost is never recorded and its claim is left (its
-// lease is over); work cut off by Options.Shutdown, or by the client with
-// Options.CancelWithClient, is never recorded and its key is released.
-// Call it exactly once.
+// work whose lease was lost, or that was cut off by Options.Shutdown (or by
+// the client, with Options.CancelWithClient), is never recorded, and its
+// key is released (a release is fenced by the generation: it does nothing
+// if another request took the key over). Call it exactly once, after the
+// work returned.
 func (x *Execution) Finish(v Verdict) {
 	x.mu.Lock()
 	x.finished = true
-	lost := x.lost
+	lost, lostStale := x.lost, x.lostStale
 	x.leaseTimer.Stop()
 	x.renewTimer.Stop()
 	stop := x.stopRenew
@@ -189,16 +191,20 @@ func (x *Execution) Finish(v Verdict) {
 	switch {
 	case v.Action == Recorded:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: v.Result.Status, Duration: ran})
+	case lostStale:
+		x.e.log(x.logCtx, slog.LevelInfo, "the work of a claim taken over ended; nothing recorded", x.req)
 	case lost:
-		x.e.log(x.logCtx, slog.LevelInfo, "the work of a lost claim ended; nothing recorded", x.req)
+		// Reported as lost already: a release that finds the key taken
+		// over is not reported again.
+		x.release("the claim was lost while the work ran; nothing recorded", idem.ErrLeaseLost, false, ran)
 	case cutOff:
-		x.release(fmt.Sprintf("the work was cut off (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), ran)
+		x.release(fmt.Sprintf("the work was cut off (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
 	case v.Action == Record:
 		x.complete(v.Result, ran)
 	case v.Action == Leave:
 		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	default:
-		x.release(v.Why, nil, ran)
+		x.release(v.Why, nil, true, ran)
 	}
 }
 
@@ -229,7 +235,10 @@ func (x *Execution) complete(res idem.Result, ran time.Duration) {
 	}
 }
 
-func (x *Execution) release(why string, cause error, ran time.Duration) {
+// release releases the key; cause is the reason the work was cut off, if it
+// was. A release that finds the claim stale reports EventStale only if
+// reportStale.
+func (x *Execution) release(why string, cause error, reportStale bool, ran time.Duration) {
 	ctx, cancel := x.storeCtx()
 	err := x.e.store.Release(ctx, x.tok)
 	cancel()
@@ -240,7 +249,9 @@ func (x *Execution) release(why string, cause error, ran time.Duration) {
 	case errors.Is(err, idem.ErrStaleClaim):
 		// Lost already, or completed (an in-transaction commit that
 		// reported failure but did commit): not ours to release.
-		x.stale(err, ran)
+		if reportStale {
+			x.stale(err, ran)
+		}
 	default:
 		// The claim stays until its lease runs out; then a retry runs.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "release", Err: err, Duration: ran})
@@ -321,7 +332,7 @@ func (x *Execution) lose(why error) {
 		x.mu.Unlock()
 		return
 	}
-	x.lost = true
+	x.lost, x.lostStale = true, errors.Is(why, idem.ErrStaleClaim)
 	x.renewTimer.Stop()
 	x.mu.Unlock()
 	x.cancel(idem.ErrLeaseLost)

@@ -118,8 +118,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		detail := "The idempotency store could not be reached, so the request was not processed. Retry later with the same key."
-		if errors.Is(d.Err, idem.ErrCapacity) {
+		switch {
+		case errors.Is(d.Err, idem.ErrCapacity):
 			detail = "The idempotency store is full, so the request was not processed. Retry later with the same key."
+		case errors.Is(d.Err, engine.ErrShutdown):
+			detail = "The server is shutting down, so the request was not processed. Retry with the same key."
 		}
 		writeProblem(w, problem{Type: TypeStoreUnavailable, Status: http.StatusServiceUnavailable, Detail: detail}, retryAfterSeconds(d.RetryAfter))
 	case engine.Gone:

@@ -952,8 +952,9 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	go func() { done <- serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
 	<-stall.stalled
 
-	// The lease runs out while the renewal stalls: another caller takes
-	// the key over.
+	// The lease runs out while the renewal stalls: the handler is
+	// cancelled before it does, and its key released, and another caller
+	// claims it (or takes it over, if the release came after the lease).
 	k, _ := idem.ParseKey("k")
 	ctx := context.Background()
 	var taken idem.Claim
@@ -964,10 +965,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 			t.Fatal(err)
 		}
 	}
-	if !taken.Takeover {
-		t.Fatal("the key was not taken over")
-	}
-	close(stall.proceed) // the renewal now finds its claim stale
+	close(stall.proceed)
 
 	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {
 		t.Fatalf("handler's context cause = %v, want ErrLeaseLost", err)
