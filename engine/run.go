@@ -78,7 +78,7 @@ type Execution struct {
 	mu         sync.Mutex
 	finished   bool
 	lost       bool
-	lostStale  bool // lost because a renewal found the claim stale
+	lostStale  bool        // lost because a renewal found the claim stale
 	deadline   time.Time   // lease end minus the margin, on the process clock
 	leaseTimer *time.Timer // fires at deadline: the lease is lost
 	renewTimer *time.Timer
