@@ -31,9 +31,11 @@
 // The lease of a claim is measured by the store, on its clock (for pgstore,
 // the database's). The engine renews it every third of the lease. It never
 // waits for a renewal to fail to decide the claim is gone: it keeps, on the
-// process's clock, an upper bound of the lease end (the moment the claim or
-// the last confirmed renewal was sent, plus the lease), and a timer fires
-// at that bound minus a safety margin if no renewal was confirmed since. The
+// process's clock, an estimate of the lease end that is never later than the
+// store's (the moment the claim or the last confirmed renewal was sent, plus
+// the lease: the store starts the lease after that moment), and a timer
+// fires at that estimate minus a safety margin if no renewal was confirmed
+// since. The
 // timer cancels the work's context with cause [idem.ErrLeaseLost] and
 // reports [idem.EventLeaseLost]. Each renewal is bounded by the time left
 // until that moment as well as by Options.StoreTimeout, so a renewal that
@@ -42,8 +44,8 @@
 //
 // The margin is min(lease/5, [MaxLeaseMargin]): 200 ms for a 1 s lease,
 // 2 s for the 30 s default. It exists because the two ends of the lease are
-// measured by different clocks. The bound is conservative in time (the store
-// starts the lease after the claim was sent), but the clocks may run at
+// measured by different clocks. The estimate is early by the claim's round
+// trip, but the clocks may run at
 // slightly different rates, the timer fires late under load or a GC pause,
 // and the work needs time to notice its context and stop. The margin is
 // what keeps the cancelled work from overlapping a new owner, which can only

@@ -174,6 +174,7 @@ type Request struct {
 	Observe func(idem.Event)
 
 	start  time.Time     // when the first claim was sent
+	sent   time.Time     // when the last claim was sent: its lease starts after
 	waited time.Duration // time spent waiting for an in-flight duplicate
 }
 
@@ -274,12 +275,13 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		return Decision{Outcome: Unavailable, Err: ErrShutdown, RetryAfter: e.retryAfter}
 	}
 	cctx, cancel := context.WithTimeout(ctx, e.storeTimeout)
+	req.sent = time.Now()
 	claim, err := e.store.Claim(cctx, req.Claim)
 	cancel()
 	if err == nil && claim.Status == idem.InFlight && wait > 0 {
 		began := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, wait+e.storeTimeout)
-		claim, err = idem.ClaimWait(cctx, e.store, req.Claim, wait)
+		claim, err = idem.ClaimWait(cctx, sendTimer{e.store, &req.sent}, req.Claim, wait)
 		cancel()
 		req.waited += time.Since(began)
 	}
@@ -318,6 +320,18 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 	}
 	return Decision{Outcome: Unavailable, Claim: claim, RetryAfter: e.retryAfter,
 		Err: fmt.Errorf("engine: store returned an unknown claim status %v", claim.Status)}
+}
+
+// sendTimer notes when each claim is sent: the lease of the claim that
+// acquires starts after that moment, on the store's clock.
+type sendTimer struct {
+	idem.Store
+	sent *time.Time
+}
+
+func (s sendTimer) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	*s.sent = time.Now()
+	return s.Store.Claim(ctx, req)
 }
 
 // Report reports d as an [idem.Event] and logs it. [Engine.Claim] reports

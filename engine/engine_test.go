@@ -134,3 +134,37 @@ func TestPanics(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseFromTheClaimThatAcquired: a duplicate that waited longer than
+// the lease for the holder, then acquired, has a whole lease: the deadline
+// counts from the claim that acquired, not from the first.
+func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	store := memstore.New(memstore.Options{})
+	k, _ := idem.ParseKey("k")
+	holder, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(2*lease, func() { store.Release(context.Background(), holder.Token) })
+
+	eng := engine.New(store, engine.Options{Lease: lease, Wait: time.Minute})
+	var kinds []idem.EventKind
+	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
+	d := eng.Claim(context.Background(), req)
+	if d.Outcome != engine.Run {
+		t.Fatalf("outcome %v, want run", d.Outcome)
+	}
+	eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+		select {
+		case <-ctx.Done():
+			t.Errorf("the work's context ended (%v) right after a waited claim acquired", context.Cause(ctx))
+		case <-time.After(lease / 4):
+		}
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 200}}
+	}, nil)
+	if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
+		t.Fatalf("events %v, want claimed, completed", kinds)
+	}
+}

@@ -102,11 +102,12 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 	if e.shutdown != nil {
 		x.stopOff = context.AfterFunc(e.shutdown, func() { x.cancel(ErrShutdown) })
 	}
-	// The store started the lease when it ran the claim, after req.start
-	// on this process's clock: req.start plus the lease is an upper bound
-	// on the lease end, and the margin covers the two clocks' drift, the
-	// timer's latency and the time the work takes to notice.
-	x.deadline = req.start.Add(e.lease - e.margin)
+	// The store started the lease when it ran the claim, after the claim
+	// was sent: the moment it was sent plus the lease is never later than
+	// the lease end, but for the two clocks' drift, which the margin
+	// covers along with the timer's latency and the time the work takes
+	// to notice.
+	x.deadline = req.sent.Add(e.lease - e.margin)
 	x.mu.Lock()
 	x.leaseTimer = time.AfterFunc(time.Until(x.deadline), func() {
 		x.lose(errors.New("the lease was about to run out without a confirmed renewal"))
@@ -296,7 +297,7 @@ func (x *Execution) renew() {
 	next := x.e.renewEvery
 	if err == nil {
 		// The store extended the lease from a moment after sent, on its
-		// clock: sent plus the lease is again an upper bound.
+		// clock: sent plus the lease is again never later than its end.
 		if x.leaseTimer.Stop() {
 			x.deadline = sent.Add(x.e.lease - x.e.margin)
 			x.leaseTimer.Reset(time.Until(x.deadline))
