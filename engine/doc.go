@@ -67,7 +67,10 @@
 // completion; the adapter drops what it writes to the gone client without
 // telling it, and records the whole answer. The work's context still ends
 // on lease loss, and on server shutdown: when Options.Shutdown is done
-// (cause [ErrShutdown]).
+// (cause [ErrShutdown]; from then on claims are answered Unavailable, so a
+// retry goes to another instance). Work cut off by shutdown is released:
+// work must honour its context for that to be safe, as for any
+// cancellation.
 //
 // Options.CancelWithClient restores the context of the client: a hang-up
 // cancels the work, which is then released, not recorded, so the retry runs
