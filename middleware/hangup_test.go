@@ -41,6 +41,21 @@ func postKey(ctx context.Context, url, k string) (*http.Response, error) {
 	return oneShotClient.Do(r)
 }
 
+// retry posts k again and reads the whole answer.
+func retry(t *testing.T, url, k string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := postKey(context.Background(), url, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
 // TestReverseProxyHangUp: idem in front of httputil.ReverseProxy, whose
 // upstream takes 300 ms and answers 201 with 256 KiB. A client that hangs up
 // before the upstream answers, or after 4 KiB of its body, retries a second
@@ -98,15 +113,7 @@ func TestReverseProxyHangUp(t *testing.T) {
 
 			tc.hangUp(t, front.URL)
 			time.Sleep(time.Second)
-			resp, err := postKey(context.Background(), front.URL, "proxied")
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp, body := retry(t, front.URL, "proxied")
 			if n := calls.Load(); n != 1 {
 				t.Fatalf("the upstream ran %d times, want 1", n)
 			}
@@ -155,15 +162,7 @@ func TestCopyTruncatedByHangUp(t *testing.T) {
 	resp.Body.Close()
 	<-copied
 
-	resp, err = postKey(context.Background(), front.URL, "copied")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := retry(t, front.URL, "copied")
 	if resp.StatusCode/100 == 2 && len(body) != size {
 		t.Fatalf("retry got %d with %d bytes (replayed %q); a 2xx must carry the whole %d bytes",
 			resp.StatusCode, len(body), resp.Header.Get(middleware.ReplayedHeader), size)
