@@ -157,23 +157,18 @@ type Options struct {
 	// [DefaultRetryAfter]. Negative panics.
 	RetryAfter time.Duration
 
-	// CancelWithClient ends the handler's context when the client hangs
-	// up, and releases the key of a handler so cut off, so that the
-	// retry runs it again. False means the handler runs to completion
-	// whatever the client does: its context is detached from the
-	// client's, writes to a client that is gone are dropped silently, and
-	// the response is recorded for the retry. True is safe only for a
-	// handler whose side effects do not survive its context ending (all
-	// in one transaction that commits only on a live context, with
-	// nothing sent elsewhere first); otherwise a retry after a hang-up
-	// runs them again.
+	// CancelWithClient makes a client's hang-up end the handler's context
+	// and release its key. False means the handler runs to completion
+	// whatever the client does, its writes to a gone client are dropped
+	// silently, and its response is recorded for the retry. When true is
+	// safe: see [engine.Options].CancelWithClient.
 	CancelWithClient bool
 
-	// Shutdown, when done, ends the context of every running handler
-	// with cause [engine.ErrShutdown]; a handler so cut off is not
-	// recorded and its key is released. Since handlers no longer end with
-	// their client's connection, http.Server.Close does not end them:
-	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	// Shutdown, when done, ends every running handler's context (cause
+	// [engine.ErrShutdown]) and releases its key; later requests are
+	// answered 503. Handlers do not end with their connections, so
+	// http.Server.Close does not end them: cancel Shutdown when a graceful
+	// shutdown gives up. Nil means never.
 	Shutdown context.Context
 
 	// FailOpen runs the handler, unprotected and unrecorded, when the
