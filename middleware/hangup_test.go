@@ -171,3 +171,44 @@ func TestCopyTruncatedByHangUp(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want 1", n)
 	}
 }
+
+// TestCancelWithClient: with the option, a client that hangs up ends the
+// handler's context, and the handler so cut off is released, not recorded:
+// the retry runs it again.
+func TestCancelWithClient(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	started := make(chan struct{}, 2)
+	front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{CancelWithClient: true})(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			n := calls.Add(1)
+			started <- struct{}{}
+			if n == 1 {
+				<-r.Context().Done()
+			}
+			w.WriteHeader(http.StatusCreated) // answered as if whole: must not be recorded
+		})))
+	ctx, cancel := context.WithCancel(context.Background())
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := postKey(ctx, front.URL, "cancelled")
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	<-started
+	cancel()
+	<-sent
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, _ := retry(t, front.URL, "cancelled")
+		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
+			if resp.StatusCode != http.StatusCreated || resp.Header.Get(middleware.ReplayedHeader) != "" || calls.Load() != 2 {
+				t.Fatalf("retry got %d (replayed %q) after %d runs; want a fresh run", resp.StatusCode, resp.Header.Get(middleware.ReplayedHeader), calls.Load())
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
