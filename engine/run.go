@@ -336,7 +336,9 @@ func (x *Execution) lose(why error) {
 	x.lost, x.lostStale = true, errors.Is(why, idem.ErrStaleClaim)
 	x.renewTimer.Stop()
 	x.mu.Unlock()
-	x.cancel(idem.ErrLeaseLost)
+	// Reported before the work is cancelled, so that the loss comes
+	// before the release that follows the work's return.
 	x.e.observe(x.req, idem.Event{Kind: idem.EventLeaseLost, Err: why, Duration: time.Since(x.began)})
-	x.e.log(x.logCtx, slog.LevelWarn, "idempotency claim lost while the work ran; it was cancelled and will not be recorded", x.req, slog.Any("err", why))
+	x.e.log(x.logCtx, slog.LevelWarn, "idempotency claim lost while the work ran; it is cancelled and will not be recorded", x.req, slog.Any("err", why))
+	x.cancel(idem.ErrLeaseLost)
 }

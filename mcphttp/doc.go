@@ -83,7 +83,11 @@
 // idem's adapters, built once in package [engine] and documented there.
 // go-sdk runs a stateful session's tool handlers on the session's context,
 // so for them a cancelled request context ends the call's stream, not the
-// tool; the claim is then left to its lease. A tool that never ends keeps
+// tool: when the engine cancels a call (lease lost, shutdown), the wrapper
+// also sends the inner handler a notifications/cancelled for the call's id
+// on the same session, as a client would, which cancels the tool. A
+// stateless go-sdk server handles that notice in a fresh session, so there
+// the tool runs on (a known gap). A tool that never ends keeps
 // its request's goroutine, as it keeps go-sdk's own; a session that closes
 // ends both.
 //

@@ -11,7 +11,6 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -404,22 +403,7 @@ func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
 		b.WriteByte('}')
 	}
 	b.WriteByte('}')
-	pr := r.Clone(r.Context())
-	pr.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
-	pr.ContentLength = int64(b.Len())
-	pr.GetBody = nil
-	if pr.Header.Get("Content-Length") != "" {
-		pr.Header.Set("Content-Length", strconv.Itoa(b.Len()))
-	}
-	if pr.Header.Get("Mcp-Method") != "" {
-		pr.Header.Set("Mcp-Method", "ping")
-	}
-	pr.Header.Del("Mcp-Name")
-	for k := range pr.Header {
-		if strings.HasPrefix(k, "Mcp-Param-") {
-			delete(pr.Header, k)
-		}
-	}
+	pr := sibling(r.Context(), r, b.Bytes(), "ping")
 	capt := newCapture(m.maxRecord)
 	m.next.ServeHTTP(capt, pr)
 	if capt.status == 0 {
@@ -466,6 +450,8 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 	}
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord}
 	x.Do(func(context.Context) engine.Verdict {
+		stop := m.cancelOnEngineStop(x.Context(), r, c)
+		defer stop()
 		m.next.ServeHTTP(rec, ir)
 		return rec.verdict()
 	}, rec.verdict)
