@@ -1,0 +1,341 @@
+package idemotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of idemotel's tracer and meter.
+const ScopeName = "github.com/idemkit/idem/idemotel"
+
+// Outcomes of a claim, the values of the idem.outcome attribute.
+const (
+	OutcomeAcquired    = "acquired"    // the request claimed its key; the work runs
+	OutcomeTakeover    = "takeover"    // acquired from an owner whose lease ran out
+	OutcomeReplayed    = "replayed"    // the recorded result was replayed
+	OutcomeInFlight    = "in_flight"   // a duplicate still ran after the wait; told to retry
+	OutcomeMismatch    = "mismatch"    // the key was used for a different request
+	OutcomeUnavailable = "unavailable" // the store could not be asked
+)
+
+// Attribute keys. None carries a key or a scope in clear.
+const (
+	AttrOutcome           = attribute.Key("idem.outcome")
+	AttrAdapter           = attribute.Key("idem.adapter")
+	AttrStore             = attribute.Key("idem.store")
+	AttrKeyDigest         = attribute.Key("idem.key.digest")
+	AttrWaitDuration      = attribute.Key("idem.wait.duration")
+	AttrExecutionDuration = attribute.Key("idem.execution.duration")
+	AttrExecutionOutcome  = attribute.Key("idem.execution.outcome")
+	AttrResultStatus      = attribute.Key("idem.result.status_code")
+	AttrStoreOperation    = attribute.Key("idem.store.operation")
+	AttrSweepKind         = attribute.Key("idem.sweep.kind")
+	AttrErrorType         = attribute.Key("error.type")
+)
+
+// durationBuckets are the histogram boundaries in seconds: a claim answered
+// from memory takes tens of microseconds, one through PostgreSQL a
+// millisecond, a wait up to the adapters' Wait (seconds).
+var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// Options configures [New].
+type Options struct {
+	// TracerProvider makes the tracer. Nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the meter. Nil means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Store names the store in the idem.store attribute ("postgres",
+	// "memory"). Empty means the attribute is omitted.
+	Store string
+}
+
+// Observer turns [idem.Event]s into spans and metrics. Its Observe method
+// is the Observer of the middleware and of mcphttp. It is safe for
+// concurrent use.
+type Observer struct {
+	tracer trace.Tracer
+	store  string
+
+	requests       metric.Int64Counter
+	claimTime      metric.Float64Histogram
+	waitTime       metric.Float64Histogram
+	executionTime  metric.Float64Histogram
+	activeClaims   metric.Int64UpDownCounter
+	takeovers      metric.Int64Counter
+	leasesLost     metric.Int64Counter
+	storeErrors    metric.Int64Counter
+	sweeps         metric.Int64Counter
+	sweptEntries   metric.Int64Counter
+	active         activeSet
+	sweepAbandoned metric.MeasurementOption // precomputed attribute sets
+	sweepExpired   metric.MeasurementOption
+	storeOnly      metric.MeasurementOption
+}
+
+// New makes an Observer. It fails only if the meter refuses an instrument.
+func New(opts Options) (*Observer, error) {
+	tp, mp := opts.TracerProvider, opts.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(ScopeName)
+	o := &Observer{tracer: tp.Tracer(ScopeName), store: opts.Store}
+	o.active.claims = make(map[string]int)
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		errs = append(errs, err)
+		return h
+	}
+	o.requests = counter("idem.requests", "{request}", "Requests carrying an idempotency key, by outcome.")
+	o.claimTime = histogram("idem.claim.duration", "Time to claim a key, waiting for an in-flight duplicate included, by outcome.")
+	o.waitTime = histogram("idem.wait.duration", "Time a request waited for an in-flight duplicate to finish, by outcome.")
+	o.executionTime = histogram("idem.execution.duration", "Time the protected work ran under its claim, by whether its result was recorded.")
+	o.takeovers = counter("idem.takeovers", "{claim}", "Claims taken over from an owner whose lease ran out.")
+	o.leasesLost = counter("idem.leases.lost", "{claim}", "Claims lost while the work ran (taken over or forgotten); their results were not recorded.")
+	o.storeErrors = counter("idem.store.errors", "{error}", "Store calls that failed, by operation.")
+	o.sweeps = counter("idem.sweeps", "{sweep}", "Sweeper passes.")
+	o.sweptEntries = counter("idem.sweep.entries", "{entry}", "Entries removed by the sweeper: abandoned claims and expired results.")
+	var err error
+	o.activeClaims, err = meter.Int64UpDownCounter("idem.active_claims", metric.WithUnit("{claim}"),
+		metric.WithDescription("Claims taken by this process whose end has not been reported yet."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("idemotel: %w", err)
+	}
+	o.storeOnly = metric.WithAttributeSet(attribute.NewSet(o.storeAttrs()...))
+	o.sweepAbandoned = metric.WithAttributeSet(attribute.NewSet(append(o.storeAttrs(), AttrSweepKind.String("abandoned"))...))
+	o.sweepExpired = metric.WithAttributeSet(attribute.NewSet(append(o.storeAttrs(), AttrSweepKind.String("expired"))...))
+	return o, nil
+}
+
+func (o *Observer) storeAttrs() []attribute.KeyValue {
+	if o.store == "" {
+		return nil
+	}
+	return []attribute.KeyValue{AttrStore.String(o.store)}
+}
+
+// Observe records e: pass it as the Observer of middleware.Options and
+// mcphttp.Options. r is the request the event belongs to; its context holds
+// the span that is annotated.
+func (o *Observer) Observe(r *http.Request, e idem.Event) {
+	ctx := r.Context()
+	span := trace.SpanFromContext(ctx)
+	tracing := span.IsRecording()
+
+	// Attributes shared by metrics (bounded: adapter, store) and spans
+	// (plus the key's digest).
+	common := make([]attribute.KeyValue, 0, 6)
+	if e.Adapter != "" {
+		common = append(common, AttrAdapter.String(e.Adapter))
+	}
+	common = append(common, o.storeAttrs()...)
+	// Full, so that every append below copies instead of sharing.
+	common = common[:len(common):len(common)]
+	digest := idem.KeyDigest(e.Scope, e.Key)
+	digestAttr := AttrKeyDigest.String(digest)
+	// A measurement context that cannot be cancelled: the request's may
+	// already be, and a cancelled context must not drop a point.
+	mctx := context.WithoutCancel(ctx)
+
+	switch e.Kind {
+	case idem.EventClaimed, idem.EventReplayed, idem.EventInFlight, idem.EventMismatch:
+		outcome := claimOutcome(e)
+		o.claimed(mctx, e, outcome, common)
+		if e.Kind == idem.EventClaimed {
+			o.active.add(e.Adapter, digest)
+			o.activeClaims.Add(mctx, 1, metric.WithAttributes(common...))
+		}
+		if tracing {
+			o.claimSpan(ctx, e, outcome, append(common, digestAttr), nil)
+		}
+		return
+	case idem.EventStoreError:
+		canceled := errors.Is(e.Err, context.Canceled)
+		if e.Op == "claim" {
+			if !canceled {
+				o.claimed(mctx, e, OutcomeUnavailable, common)
+			}
+			if tracing {
+				o.claimSpan(ctx, e, OutcomeUnavailable, append(common, digestAttr), e.Err)
+			}
+			return
+		}
+		if !canceled {
+			o.storeErrors.Add(mctx, 1, metric.WithAttributes(append(common, AttrStoreOperation.String(e.Op))...))
+		}
+		if tracing {
+			span.AddEvent("idem.store_error", trace.WithAttributes(append(common, digestAttr,
+				AttrStoreOperation.String(e.Op), AttrErrorType.String(errorType(e.Err)))...))
+		}
+	case idem.EventCompleted:
+		o.executionTime.Record(mctx, e.Duration.Seconds(), metric.WithAttributes(append(common, AttrExecutionOutcome.String("completed"))...))
+		if tracing {
+			span.AddEvent("idem.complete", trace.WithAttributes(append(common, digestAttr,
+				AttrResultStatus.Int(e.Status), AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
+		}
+	case idem.EventReleased:
+		o.executionTime.Record(mctx, e.Duration.Seconds(), metric.WithAttributes(append(common, AttrExecutionOutcome.String("released"))...))
+		if tracing {
+			span.AddEvent("idem.release", trace.WithAttributes(append(common, digestAttr,
+				AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
+		}
+	case idem.EventStale:
+		o.leasesLost.Add(mctx, 1, metric.WithAttributes(common...))
+		if tracing {
+			span.AddEvent("idem.lease_lost", trace.WithAttributes(append(common, digestAttr)...))
+		}
+	}
+	if ends(e) && o.active.remove(e.Adapter, digest) {
+		o.activeClaims.Add(mctx, -1, metric.WithAttributes(common...))
+	}
+}
+
+// claimed records the metrics of a claim's outcome.
+func (o *Observer) claimed(ctx context.Context, e idem.Event, outcome string, common []attribute.KeyValue) {
+	attrs := metric.WithAttributes(append(common, AttrOutcome.String(outcome))...)
+	o.requests.Add(ctx, 1, attrs)
+	o.claimTime.Record(ctx, e.Duration.Seconds(), attrs)
+	if e.Waited > 0 {
+		o.waitTime.Record(ctx, e.Waited.Seconds(), attrs)
+	}
+	if outcome == OutcomeTakeover {
+		o.takeovers.Add(ctx, 1, metric.WithAttributes(common...))
+	}
+	if outcome == OutcomeUnavailable {
+		o.storeErrors.Add(ctx, 1, metric.WithAttributes(append(common, AttrStoreOperation.String("claim"))...))
+	}
+}
+
+// claimSpan adds the idem.claim child span, backdated by the claim's
+// duration, and its idem.wait child when the claim waited.
+func (o *Observer) claimSpan(ctx context.Context, e idem.Event, outcome string, attrs []attribute.KeyValue, err error) {
+	end := time.Now()
+	attrs = append(attrs, AttrOutcome.String(outcome))
+	if e.Waited > 0 {
+		attrs = append(attrs, AttrWaitDuration.Float64(e.Waited.Seconds()))
+	}
+	ctx, span := o.tracer.Start(ctx, "idem.claim", trace.WithTimestamp(end.Add(-e.Duration)),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	if e.Waited > 0 {
+		_, wait := o.tracer.Start(ctx, "idem.wait", trace.WithTimestamp(end.Add(-e.Waited)),
+			trace.WithSpanKind(trace.SpanKindInternal))
+		wait.End(trace.WithTimestamp(end))
+	}
+	if err != nil {
+		span.SetAttributes(AttrErrorType.String(errorType(err)))
+		span.SetStatus(codes.Error, "idem: store unavailable")
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// Swept records a sweeper pass that removed st.
+func (o *Observer) Swept(ctx context.Context, st idem.SweepStats) {
+	ctx = context.WithoutCancel(ctx)
+	o.sweeps.Add(ctx, 1, o.storeOnly)
+	o.sweptEntries.Add(ctx, int64(st.Abandoned), o.sweepAbandoned)
+	o.sweptEntries.Add(ctx, int64(st.Expired), o.sweepExpired)
+}
+
+func claimOutcome(e idem.Event) string {
+	switch e.Kind {
+	case idem.EventClaimed:
+		if e.Takeover {
+			return OutcomeTakeover
+		}
+		return OutcomeAcquired
+	case idem.EventReplayed:
+		return OutcomeReplayed
+	case idem.EventInFlight:
+		return OutcomeInFlight
+	case idem.EventMismatch:
+		return OutcomeMismatch
+	}
+	return OutcomeUnavailable
+}
+
+// ends reports whether e reports the end of a claim this process held.
+func ends(e idem.Event) bool {
+	switch e.Kind {
+	case idem.EventCompleted, idem.EventReleased, idem.EventStale:
+		return true
+	case idem.EventStoreError:
+		return e.Op == "complete" || e.Op == "release"
+	}
+	return false
+}
+
+// errorType names an error for error.type without its message, which could
+// carry client data.
+func errorType(err error) string {
+	var unavailable *idem.UnavailableError
+	switch {
+	case err == nil:
+		return "_OTHER"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	case errors.Is(err, idem.ErrStaleClaim):
+		return "stale_claim"
+	case errors.Is(err, idem.ErrCapacity):
+		return "capacity"
+	case errors.As(err, &unavailable), errors.Is(err, idem.ErrUnavailable):
+		return "unavailable"
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// activeSet counts, per adapter and key, the claims this process took and
+// has not seen end, so that idem.active_claims moves by exactly one per
+// claim: an end reported twice (a lost lease seen by the renewal, then by
+// the completion) or for a claim taken before the Observer existed does not
+// drive the count below what it added.
+type activeSet struct {
+	mu     sync.Mutex
+	claims map[string]int // adapter + NUL + key digest -> claims held
+}
+
+func (a *activeSet) add(adapter, digest string) {
+	a.mu.Lock()
+	a.claims[adapter+"\x00"+digest]++
+	a.mu.Unlock()
+}
+
+// remove forgets one claim of (adapter, digest) and reports whether there
+// was one.
+func (a *activeSet) remove(adapter, digest string) bool {
+	id := adapter + "\x00" + digest
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch n := a.claims[id]; {
+	case n > 1:
+		a.claims[id] = n - 1
+	case n == 1:
+		delete(a.claims, id)
+	default:
+		return false
+	}
+	return true
+}

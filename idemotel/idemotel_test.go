@@ -1,0 +1,550 @@
+package idemotel_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The scope and key the tests use: distinctive strings that must never
+// show up in an attribute.
+const (
+	secretScope = "tenant-7f3a-scope-in-clear"
+	secretKey   = "key-b9e1-in-clear"
+)
+
+// fixture is an Observer on the SDK's in-memory span recorder and manual
+// metric reader, mounted on the middleware over a memstore, behind a
+// handler that starts the request's server span (what otelhttp does).
+type fixture struct {
+	t       *testing.T
+	spans   *tracetest.SpanRecorder
+	reader  *sdkmetric.ManualReader
+	obs     *idemotel.Observer
+	clock   *idemtest.Clock
+	tracer  trace.Tracer // the recorder's, for server spans
+	handler http.Handler
+
+	mu     sync.Mutex
+	events []idem.Event // every event the Observer saw
+}
+
+func setup(t *testing.T, mwOpts middleware.Options, work http.HandlerFunc) *fixture {
+	t.Helper()
+	f := &fixture{t: t, spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), clock: idemtest.NewClock()}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	obs, err := idemotel.New(idemotel.Options{TracerProvider: tp, MeterProvider: mp, Store: "memory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.obs = obs
+	mwOpts.Scope = func(*http.Request) string { return secretScope }
+	mwOpts.Observer = f.observe
+	store := memstore.New(memstore.Options{Now: f.clock.Now})
+	protected := middleware.New(store, mwOpts)(work)
+	f.tracer = tp.Tracer("test")
+	f.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := f.tracer.Start(r.Context(), "POST /invoices", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		protected.ServeHTTP(w, r.WithContext(ctx))
+	})
+	return f
+}
+
+func (f *fixture) observe(r *http.Request, e idem.Event) {
+	f.mu.Lock()
+	f.events = append(f.events, e)
+	f.mu.Unlock()
+	f.obs.Observe(r, e)
+}
+
+func (f *fixture) post(body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/invoices", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", secretKey)
+	rec := httptest.NewRecorder()
+	f.handler.ServeHTTP(rec, req)
+	return rec
+}
+
+func ok(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"id":1}`)
+}
+
+// claimSpans returns the idem.claim spans, in the order they ended.
+func (f *fixture) claimSpans() []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range f.spans.Ended() {
+		if s.Name() == "idem.claim" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// spanEvents returns the names of the events on the server spans.
+func (f *fixture) spanEvents() []string {
+	var out []string
+	for _, s := range f.spans.Ended() {
+		if s.SpanKind() == trace.SpanKindServer {
+			for _, e := range s.Events() {
+				out = append(out, e.Name)
+			}
+		}
+	}
+	return out
+}
+
+func attr(kvs []attribute.KeyValue, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range kvs {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func wantAttr(t *testing.T, what string, kvs []attribute.KeyValue, k attribute.Key, want string) {
+	t.Helper()
+	v, found := attr(kvs, k)
+	if !found {
+		t.Errorf("%s: no %s attribute in %v", what, k, kvs)
+		return
+	}
+	if got := v.Emit(); got != want {
+		t.Errorf("%s: %s = %q, want %q", what, k, got, want)
+	}
+}
+
+// metrics collects the reader's metrics by name.
+func (f *fixture) metrics() map[string]metricdata.Aggregation {
+	f.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &rm); err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != idemotel.ScopeName {
+			f.t.Errorf("metric scope %q, want %q", sm.Scope.Name, idemotel.ScopeName)
+		}
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+// sum returns the value of the integer sum metric name at the point whose
+// attributes include all of match (an attribute key and its value).
+func (f *fixture) sum(name string, match ...attribute.KeyValue) int64 {
+	f.t.Helper()
+	data, found := f.metrics()[name]
+	if !found {
+		return 0
+	}
+	s, isSum := data.(metricdata.Sum[int64])
+	if !isSum {
+		f.t.Fatalf("%s is %T, want an int64 sum", name, data)
+	}
+	var total int64
+	for _, p := range s.DataPoints {
+		if hasAll(p.Attributes, match) {
+			total += p.Value
+		}
+	}
+	return total
+}
+
+// histogramCount returns the number of observations of histogram name at
+// the points whose attributes include all of match.
+func (f *fixture) histogramCount(name string, match ...attribute.KeyValue) (count uint64, sum float64) {
+	f.t.Helper()
+	data, found := f.metrics()[name]
+	if !found {
+		return 0, 0
+	}
+	h, isHist := data.(metricdata.Histogram[float64])
+	if !isHist {
+		f.t.Fatalf("%s is %T, want a float64 histogram", name, data)
+	}
+	for _, p := range h.DataPoints {
+		if hasAll(p.Attributes, match) {
+			count += p.Count
+			sum += p.Sum
+		}
+	}
+	return count, sum
+}
+
+func hasAll(set attribute.Set, match []attribute.KeyValue) bool {
+	for _, kv := range match {
+		if v, found := set.Value(kv.Key); !found || v != kv.Value {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	store   = idemotel.AttrStore.String("memory")
+	outcome = idemotel.AttrOutcome.String
+)
+
+// noClearText checks that no attribute of any span, span event or metric
+// point carries a scope or a key the Observer was given, in clear.
+func (f *fixture) noClearText() {
+	f.t.Helper()
+	f.mu.Lock()
+	secrets := []string{secretScope, secretKey}
+	for _, e := range f.events {
+		secrets = append(secrets, e.Scope, e.Key.String())
+	}
+	f.mu.Unlock()
+	check := func(where string, kvs []attribute.KeyValue) {
+		for _, kv := range kvs {
+			for _, s := range secrets {
+				if s != "" && strings.Contains(kv.Value.Emit(), s) {
+					f.t.Errorf("%s: attribute %s = %q carries %q in clear", where, kv.Key, kv.Value.Emit(), s)
+				}
+			}
+		}
+	}
+	for _, s := range f.spans.Ended() {
+		check("span "+s.Name(), s.Attributes())
+		for _, e := range s.Events() {
+			check("span event "+e.Name, e.Attributes)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &rm); err != nil {
+		f.t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					check("metric "+m.Name, p.Attributes.ToSlice())
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					check("metric "+m.Name, p.Attributes.ToSlice())
+				}
+			default:
+				f.t.Errorf("metric %s has unexpected data %T", m.Name, m.Data)
+			}
+		}
+	}
+}
+
+// A replay through the middleware: the first request's claim span says
+// acquired and its server span gets idem.complete; the retry's claim span
+// says replayed; the counters and histograms follow.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	for range 2 {
+		if rec := f.post(`{"amount":1}`); rec.Code != http.StatusCreated {
+			t.Fatalf("status %d, want 201", rec.Code)
+		}
+	}
+
+	claims := f.claimSpans()
+	if len(claims) != 2 {
+		t.Fatalf("%d idem.claim spans, want 2", len(claims))
+	}
+	wantAttr(t, "first claim", claims[0].Attributes(), idemotel.AttrOutcome, "acquired")
+	wantAttr(t, "retry's claim", claims[1].Attributes(), idemotel.AttrOutcome, "replayed")
+	digest := idem.KeyDigest(f.events[0].Scope, f.events[0].Key)
+	for _, s := range claims {
+		wantAttr(t, "claim", s.Attributes(), idemotel.AttrKeyDigest, digest)
+		wantAttr(t, "claim", s.Attributes(), idemotel.AttrStore, "memory")
+		if !s.Parent().IsValid() || s.Parent().SpanID() == s.SpanContext().SpanID() {
+			t.Errorf("claim span has no parent: %v", s.Parent())
+		}
+		if s.EndTime().Before(s.StartTime()) {
+			t.Errorf("claim span ends %v before it starts %v", s.EndTime(), s.StartTime())
+		}
+	}
+	if got, want := strings.Join(f.spanEvents(), ","), "idem.complete"; got != want {
+		t.Errorf("server span events %q, want %q", got, want)
+	}
+	for _, s := range f.spans.Ended() {
+		for _, e := range s.Events() {
+			if e.Name == "idem.complete" {
+				wantAttr(t, "idem.complete", e.Attributes, idemotel.AttrResultStatus, "201")
+			}
+		}
+	}
+
+	if n := f.sum("idem.requests", store, outcome("acquired")); n != 1 {
+		t.Errorf("idem.requests{acquired} = %d, want 1", n)
+	}
+	if n := f.sum("idem.requests", store, outcome("replayed")); n != 1 {
+		t.Errorf("idem.requests{replayed} = %d, want 1", n)
+	}
+	if n, _ := f.histogramCount("idem.claim.duration", outcome("replayed")); n != 1 {
+		t.Errorf("idem.claim.duration{replayed} count = %d, want 1", n)
+	}
+	if n, _ := f.histogramCount("idem.execution.duration", idemotel.AttrExecutionOutcome.String("completed")); n != 1 {
+		t.Errorf("idem.execution.duration{completed} count = %d, want 1", n)
+	}
+	if n := f.sum("idem.active_claims"); n != 0 {
+		t.Errorf("idem.active_claims = %d after the request ended, want 0", n)
+	}
+	f.noClearText()
+}
+
+// A key reused for another body is refused: outcome mismatch, no second
+// execution.
+func TestMismatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	f.post(`{"amount":1}`)
+	if rec := f.post(`{"amount":2}`); rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("status %d, want 422", rec.Code)
+	}
+	claims := f.claimSpans()
+	if len(claims) != 2 {
+		t.Fatalf("%d idem.claim spans, want 2", len(claims))
+	}
+	wantAttr(t, "reused key's claim", claims[1].Attributes(), idemotel.AttrOutcome, "mismatch")
+	if n := f.sum("idem.requests", outcome("mismatch")); n != 1 {
+		t.Errorf("idem.requests{mismatch} = %d, want 1", n)
+	}
+	if n, _ := f.histogramCount("idem.execution.duration"); n != 1 {
+		t.Errorf("idem.execution.duration count = %d, want 1 (the mismatch must not run)", n)
+	}
+	f.noClearText()
+}
+
+// A duplicate that arrives while the original runs waits for it and
+// replays its result; while the original runs its claim is active.
+func TestWaitThenReplay(t *testing.T) {
+	t.Parallel()
+	running, finish := make(chan struct{}), make(chan struct{})
+	f := setup(t, middleware.Options{Wait: 10 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		close(running)
+		<-finish
+		ok(w, r)
+	})
+	first := make(chan int)
+	go func() { first <- f.post(`{"amount":1}`).Code }()
+	<-running
+	if n := f.sum("idem.active_claims", store); n != 1 {
+		t.Errorf("idem.active_claims = %d while the original runs, want 1", n)
+	}
+	const held = 50 * time.Millisecond
+	time.AfterFunc(held, func() { close(finish) })
+	dup := f.post(`{"amount":1}`)
+	if code := <-first; code != http.StatusCreated || dup.Code != http.StatusCreated {
+		t.Fatalf("statuses %d and %d, want 201 twice", code, dup.Code)
+	}
+	if dup.Header().Get(middleware.ReplayedHeader) == "" {
+		t.Fatalf("the duplicate was not a replay")
+	}
+
+	claims := f.claimSpans()
+	if len(claims) != 2 {
+		t.Fatalf("%d idem.claim spans, want 2", len(claims))
+	}
+	wantAttr(t, "waiting duplicate's claim", claims[1].Attributes(), idemotel.AttrOutcome, "replayed")
+	if d := claims[1].EndTime().Sub(claims[1].StartTime()); d < held/2 {
+		t.Errorf("the waiting claim's span lasts %v, want at least %v (it covers the wait)", d, held/2)
+	}
+	if n, secs := f.histogramCount("idem.claim.duration", outcome("replayed")); n != 1 || secs < (held/2).Seconds() {
+		t.Errorf("idem.claim.duration{replayed}: count %d sum %vs, want 1 observation of at least %v", n, secs, held/2)
+	}
+	if n := f.sum("idem.active_claims", store); n != 0 {
+		t.Errorf("idem.active_claims = %d after both ended, want 0", n)
+	}
+	f.noClearText()
+}
+
+// A request whose lease runs out while it runs loses its key to a retry
+// that takes it over; its server span gets idem.lease_lost and
+// idem.leases.lost counts it.
+func TestLeaseLoss(t *testing.T) {
+	t.Parallel()
+	const lease = time.Minute
+	running, finish := make(chan struct{}), make(chan struct{})
+	var calls sync.Mutex
+	n := 0
+	f := setup(t, middleware.Options{Lease: lease, Wait: -1}, func(w http.ResponseWriter, r *http.Request) {
+		calls.Lock()
+		n++
+		slow := n == 1
+		calls.Unlock()
+		if slow {
+			close(running)
+			<-finish
+		}
+		ok(w, r)
+	})
+	first := make(chan int)
+	go func() { first <- f.post(`{"amount":1}`).Code }()
+	<-running
+	f.clock.Advance(2 * lease) // the store's clock: the first claim's lease ran out
+	if rec := f.post(`{"amount":1}`); rec.Code != http.StatusCreated {
+		t.Fatalf("the takeover answered %d, want 201", rec.Code)
+	}
+	close(finish)
+	<-first
+
+	lost := 0
+	for _, name := range f.spanEvents() {
+		if name == "idem.lease_lost" {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Errorf("server span events %v, want one idem.lease_lost", f.spanEvents())
+	}
+	if n := f.sum("idem.leases.lost", store); n != 1 {
+		t.Errorf("idem.leases.lost = %d, want 1", n)
+	}
+	if n := f.sum("idem.requests", outcome("acquired")) + f.sum("idem.requests", outcome("takeover")); n != 2 {
+		t.Errorf("idem.requests{acquired or takeover} = %d, want 2", n)
+	}
+	if n := f.sum("idem.active_claims"); n != 0 {
+		t.Errorf("idem.active_claims = %d after both ended, want 0", n)
+	}
+	f.noClearText()
+}
+
+// Events with the fields the shared engine fills (Adapter, Waited,
+// Takeover) and the kinds today's adapters produce only under faults (a
+// failed claim, a failed completion), constructed and observed directly.
+func TestEventFields(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	scope, key := secretScope, idem.KeyFromRequestID(idem.StringRequestID(secretKey))
+	unavailable := &idem.UnavailableError{Op: "claim", Err: errors.New("dial tcp 10.0.0.1: " + secretKey)}
+
+	for _, e := range []idem.Event{
+		{Kind: idem.EventReplayed, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Duration: 300 * time.Millisecond, Waited: 250 * time.Millisecond},
+		{Kind: idem.EventClaimed, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Duration: 2 * time.Millisecond, Takeover: true},
+		{Kind: idem.EventStoreError, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Op: "complete", Err: unavailable},
+		{Kind: idem.EventStoreError, Adapter: idem.AdapterHTTP, Scope: scope, Key: key, Op: "claim", Err: unavailable, Duration: time.Millisecond},
+		{Kind: idem.EventStoreError, Adapter: idem.AdapterHTTP, Scope: scope, Key: key, Op: "claim", Err: context.Canceled},
+	} {
+		ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+		r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
+		f.observe(r, e)
+		span.End()
+	}
+
+	mcp := idemotel.AttrAdapter.String("mcp")
+	claims := f.claimSpans()
+	if len(claims) != 4 {
+		t.Fatalf("%d idem.claim spans, want 4", len(claims))
+	}
+	wantAttr(t, "waited replay", claims[0].Attributes(), idemotel.AttrAdapter, "mcp")
+	wantAttr(t, "waited replay", claims[0].Attributes(), idemotel.AttrWaitDuration, "0.25")
+	wantAttr(t, "takeover", claims[1].Attributes(), idemotel.AttrOutcome, "takeover")
+	wantAttr(t, "failed claim", claims[2].Attributes(), idemotel.AttrOutcome, "unavailable")
+	wantAttr(t, "failed claim", claims[2].Attributes(), idemotel.AttrErrorType, "unavailable")
+	if claims[2].Status().Code != codes.Error {
+		t.Errorf("failed claim's span status %v, want Error", claims[2].Status())
+	}
+	wantAttr(t, "cancelled claim", claims[3].Attributes(), idemotel.AttrErrorType, "canceled")
+	var waits []sdktrace.ReadOnlySpan
+	for _, s := range f.spans.Ended() {
+		if s.Name() == "idem.wait" {
+			waits = append(waits, s)
+		}
+	}
+	if len(waits) != 1 || waits[0].Parent().SpanID() != claims[0].SpanContext().SpanID() ||
+		waits[0].EndTime().Sub(waits[0].StartTime()) != 250*time.Millisecond {
+		t.Errorf("want one idem.wait span of 250ms under the waited claim, got %d", len(waits))
+	}
+
+	if n, secs := f.histogramCount("idem.wait.duration", mcp, outcome("replayed")); n != 1 || secs != 0.25 {
+		t.Errorf("idem.wait.duration{mcp, replayed}: count %d sum %v, want 1 and 0.25", n, secs)
+	}
+	if n := f.sum("idem.takeovers", mcp); n != 1 {
+		t.Errorf("idem.takeovers{mcp} = %d, want 1", n)
+	}
+	if n := f.sum("idem.requests", idemotel.AttrAdapter.String("http"), outcome("unavailable")); n != 1 {
+		t.Errorf("idem.requests{http, unavailable} = %d, want 1 (a cancelled claim is not the store's fault)", n)
+	}
+	if n := f.sum("idem.store.errors", idemotel.AttrStoreOperation.String("complete")); n != 1 {
+		t.Errorf("idem.store.errors{complete} = %d, want 1", n)
+	}
+	if n := f.sum("idem.store.errors", idemotel.AttrStoreOperation.String("claim")); n != 1 {
+		t.Errorf("idem.store.errors{claim} = %d, want 1", n)
+	}
+	// The takeover's claim ended with the failed completion.
+	if n := f.sum("idem.active_claims", mcp); n != 0 {
+		t.Errorf("idem.active_claims{mcp} = %d, want 0", n)
+	}
+	f.noClearText()
+}
+
+// An end reported twice (the renewal and the completion both see the lost
+// lease) moves idem.active_claims once.
+func TestActiveClaimsEndOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	key := idem.KeyFromRequestID(idem.StringRequestID(secretKey))
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	for _, e := range []idem.Event{
+		{Kind: idem.EventClaimed, Adapter: idem.AdapterHTTP, Scope: "a", Key: key},
+		{Kind: idem.EventClaimed, Adapter: idem.AdapterHTTP, Scope: "b", Key: key},
+		{Kind: idem.EventStale, Adapter: idem.AdapterHTTP, Scope: "a", Key: key},
+		{Kind: idem.EventStale, Adapter: idem.AdapterHTTP, Scope: "a", Key: key},
+	} {
+		f.observe(r, e)
+	}
+	if n := f.sum("idem.active_claims"); n != 1 {
+		t.Errorf("idem.active_claims = %d, want 1 (b's claim)", n)
+	}
+	if len(f.spans.Ended()) != 0 {
+		t.Errorf("%d spans recorded for a request without a span, want none", len(f.spans.Ended()))
+	}
+}
+
+func TestSwept(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	f.obs.Swept(context.Background(), idem.SweepStats{Abandoned: 2, Expired: 5})
+	f.obs.Swept(context.Background(), idem.SweepStats{Expired: 1})
+	if n := f.sum("idem.sweeps", store); n != 2 {
+		t.Errorf("idem.sweeps = %d, want 2", n)
+	}
+	if n := f.sum("idem.sweep.entries", idemotel.AttrSweepKind.String("abandoned")); n != 2 {
+		t.Errorf("idem.sweep.entries{abandoned} = %d, want 2", n)
+	}
+	if n := f.sum("idem.sweep.entries", idemotel.AttrSweepKind.String("expired")); n != 6 {
+		t.Errorf("idem.sweep.entries{expired} = %d, want 6", n)
+	}
+}
