@@ -68,6 +68,8 @@
 //	idem.sweeps              Counter {sweep}: sweeper passes ([Observer.Swept]).
 //	idem.sweep.entries       Counter {entry}: entries swept, by
 //	                         idem.sweep.kind (abandoned, expired).
+//	idem.replay_cache.hits   Counter {hit}: claims answered from the store's
+//	                         replay cache (Options.ReplayCacheHits).
 //
 // The outcomes (idem.outcome) are acquired, takeover, replayed, in_flight,
 // mismatch and unavailable (the claim itself failed in the store).

@@ -58,6 +58,11 @@ type Options struct {
 	// Store names the store in the idem.store attribute ("postgres",
 	// "memory"). Empty means the attribute is omitted.
 	Store string
+	// ReplayCacheHits, read at each collection, is how many claims a replay
+	// cache has answered so far: pass (*pgstore.Store).ReplayCacheHits. It
+	// must be safe for concurrent use and never decrease. Nil means
+	// idem.replay_cache.hits is not reported.
+	ReplayCacheHits func() int64
 }
 
 // Observer turns [idem.Event]s into spans and metrics. Its Observe method
@@ -120,6 +125,16 @@ func New(opts Options) (*Observer, error) {
 	o.activeClaims, err = meter.Int64UpDownCounter("idem.active_claims", metric.WithUnit("{claim}"),
 		metric.WithDescription("Claims taken by this process whose end has not been reported yet."))
 	errs = append(errs, err)
+	if hits := opts.ReplayCacheHits; hits != nil {
+		attrs := metric.WithAttributes(o.storeAttrs()...)
+		_, err = meter.Int64ObservableCounter("idem.replay_cache.hits", metric.WithUnit("{hit}"),
+			metric.WithDescription("Claims answered from the store's in-process replay cache, without a round trip."),
+			metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
+				obs.Observe(hits(), attrs)
+				return nil
+			}))
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}

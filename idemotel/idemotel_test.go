@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -530,6 +531,26 @@ func TestActiveClaimsEndOnce(t *testing.T) {
 	}
 	if len(f.spans.Ended()) != 0 {
 		t.Errorf("%d spans recorded for a request without a span, want none", len(f.spans.Ended()))
+	}
+}
+
+func TestReplayCacheHits(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	var hits atomic.Int64
+	if _, err := idemotel.New(idemotel.Options{MeterProvider: mp, Store: "postgres", ReplayCacheHits: hits.Load}); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, reader: reader}
+	hits.Store(7)
+	if n := f.sum("idem.replay_cache.hits", idemotel.AttrStore.String("postgres")); n != 7 {
+		t.Errorf("idem.replay_cache.hits = %d, want 7", n)
+	}
+	hits.Store(9)
+	if n := f.sum("idem.replay_cache.hits"); n != 9 {
+		t.Errorf("idem.replay_cache.hits = %d after two more hits, want 9", n)
 	}
 }
 
