@@ -59,7 +59,7 @@ func Example() {
 				Key   string
 				Value struct{ Value any }
 			}
-			Events     []struct{ Name string }
+			Events []struct{ Name string }
 		}
 		if err := dec.Decode(&span); err != nil {
 			panic(err)
