@@ -41,6 +41,12 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
 bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
+CSV ?= docs/performance.csv
+
+.PHONY: charts
+charts: ## Draw docs/*.svg from the load tool's CSV (CSV=docs/performance.csv; see docs/performance.md).
+	$(GO) run ./cmd/idemcharts -csv $(CSV) -out $(dir $(CSV))
+
 .PHONY: db
 db: ## Start PostgreSQL for local development (docker compose).
 	docker compose up -d --wait postgres
