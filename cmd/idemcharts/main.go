@@ -2,10 +2,11 @@
 // the load tool writes (cmd/idembench -csv FILE, header
 // "series,clients,instances,metric,value,unit"):
 //
-//	throughput.svg  throughput against clients: unique, the same-work floor
-//	                and every other throughput series but replay and http-bare
-//	replay.svg      replay against http-bare
-//	wake.svg        waiter wake latency (the wait* series), by instances
+//	performance-throughput.svg  throughput against clients: unique, the
+//	                            same-work floor and every other throughput
+//	                            series but replay and http-bare
+//	performance-replay.svg      replay against http-bare
+//	performance-wake.svg        waiter wake latency (the wait* series)
 //
 // A chart without rows is not written. Usage:
 //

@@ -13,7 +13,7 @@ import (
 
 // Chart is one figure of docs/performance.md.
 type Chart struct {
-	File  string // "throughput.svg"
+	File  string // "performance-throughput.svg"
 	Title string
 	SVG   []byte
 }
@@ -28,9 +28,13 @@ const (
 )
 
 // Charts draws every chart the rows have data for, in a fixed order:
-// throughput.svg (throughput against clients for every series but replay
-// and http-bare), replay.svg (replay against http-bare), wake.svg (the
-// latencies of the wait* series, grouped by series, instances and clients).
+//
+//	performance-throughput.svg  throughput against clients, every series but
+//	                            replay and http-bare
+//	performance-replay.svg      replay against http-bare
+//	performance-wake.svg        the latencies of the wait* series, grouped by
+//	                            series, instances and clients
+//
 // A chart whose rows disagree on the unit is an error.
 func Charts(rows []Row) ([]Chart, error) {
 	var through, replay, wake []Row
@@ -51,9 +55,9 @@ func Charts(rows []Row) ([]Chart, error) {
 		rows        []Row
 		draw        func(title, unit string, rows []Row) []byte
 	}{
-		{"throughput.svg", "Throughput against clients", through, lineChart},
-		{"replay.svg", "Replay against bare HTTP", replay, lineChart},
-		{"wake.svg", "Waiter wake latency after the completing commit", wake, barChart},
+		{"performance-throughput.svg", "Throughput against clients", through, lineChart},
+		{"performance-replay.svg", "Replay against bare HTTP", replay, lineChart},
+		{"performance-wake.svg", "Waiter wake latency after the completing commit", wake, barChart},
 	} {
 		if len(c.rows) == 0 {
 			continue

@@ -152,16 +152,16 @@ func TestChartsFromExample(t *testing.T) {
 	for _, c := range charts {
 		files = append(files, c.File)
 	}
-	if got := strings.Join(files, " "); got != "throughput.svg replay.svg wake.svg" {
+	if got := strings.Join(files, " "); got != "performance-throughput.svg performance-replay.svg performance-wake.svg" {
 		t.Fatalf("charts %q", got)
 	}
 	wantMarks := map[string]struct {
 		kind  string
 		count int
 	}{
-		"throughput.svg": {"polyline", 3}, // floor, unique, unique ×3 instances
-		"replay.svg":     {"polyline", 2},
-		"wake.svg":       {"rect", 4}, // p50 and p99 at 1 and at 3 instances
+		"performance-throughput.svg": {"polyline", 3}, // floor, unique, unique ×3 instances
+		"performance-replay.svg":     {"polyline", 2},
+		"performance-wake.svg":       {"rect", 4}, // p50 and p99 at 1 and at 3 instances
 	}
 	for _, c := range charts {
 		golden := filepath.Join("testdata", c.File)
@@ -214,11 +214,11 @@ func TestChartsFromExample(t *testing.T) {
 		if marks != wantMarks[c.File].count {
 			t.Errorf("%s: %d series marks, want %d", c.File, marks, wantMarks[c.File].count)
 		}
-		if c.File == "wake.svg" {
+		if c.File == "performance-wake.svg" {
 			p50 := heights["wait-wake ×3 instances, 16 clients p50: 1.6 ms"]
 			p99 := heights["wait-wake ×3 instances, 16 clients p99: 4.2 ms"]
 			if p50 <= 0 || p99/p50 < 4.2/1.6-0.01 || p99/p50 > 4.2/1.6+0.01 {
-				t.Errorf("wake.svg: bars of %v and %v for 1.6 and 4.2 ms, want heights in proportion (titles: %v)", p50, p99, heights)
+				t.Errorf("performance-wake.svg: bars of %v and %v for 1.6 and 4.2 ms, want heights in proportion (titles: %v)", p50, p99, heights)
 			}
 		}
 	}
@@ -232,8 +232,8 @@ func TestChartsSkipEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	charts, err := Charts(rows)
-	if err != nil || len(charts) != 1 || charts[0].File != "throughput.svg" {
-		t.Fatalf("Charts = %d charts, %v; want throughput.svg alone", len(charts), err)
+	if err != nil || len(charts) != 1 || charts[0].File != "performance-throughput.svg" {
+		t.Fatalf("Charts = %d charts, %v; want performance-throughput.svg alone", len(charts), err)
 	}
 }
 
