@@ -27,13 +27,17 @@ const (
 	metricThrough  = "throughput"
 )
 
+// timeUnits are the units of the rows the wake chart draws.
+var timeUnits = []string{"ns", "us", "µs", "ms", "s"}
+
 // Charts draws every chart the rows have data for, in a fixed order:
 //
 //	performance-throughput.svg  throughput against clients, every series but
 //	                            replay and http-bare
 //	performance-replay.svg      replay against http-bare
-//	performance-wake.svg        the latencies of the wait* series, grouped by
-//	                            series, instances and clients
+//	performance-wake.svg        the latencies (rows in ns, us, µs, ms or s)
+//	                            of the wait* series, grouped by series,
+//	                            instances and clients
 //
 // A chart whose rows disagree on the unit is an error.
 func Charts(rows []Row) ([]Chart, error) {
@@ -41,7 +45,9 @@ func Charts(rows []Row) ([]Chart, error) {
 	for _, r := range rows {
 		switch {
 		case strings.HasPrefix(r.Series, wakePrefix):
-			wake = append(wake, r)
+			if slices.Contains(timeUnits, r.Unit) { // latencies; counts are not drawn
+				wake = append(wake, r)
+			}
 		case r.Metric != metricThrough:
 		case r.Series == seriesReplay || r.Series == seriesHTTPBare:
 			replay = append(replay, r)
