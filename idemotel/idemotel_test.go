@@ -140,7 +140,7 @@ func wantAttr(t *testing.T, what string, kvs []attribute.KeyValue, k attribute.K
 		t.Errorf("%s: no %s attribute in %v", what, k, kvs)
 		return
 	}
-	if got := v.Emit(); got != want {
+	if got := v.String(); got != want {
 		t.Errorf("%s: %s = %q, want %q", what, k, got, want)
 	}
 }
@@ -233,8 +233,8 @@ func (f *fixture) noClearText() {
 	check := func(where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
 			for _, s := range secrets {
-				if s != "" && strings.Contains(kv.Value.Emit(), s) {
-					f.t.Errorf("%s: attribute %s = %q carries %q in clear", where, kv.Key, kv.Value.Emit(), s)
+				if s != "" && strings.Contains(kv.Value.String(), s) {
+					f.t.Errorf("%s: attribute %s = %q carries %q in clear", where, kv.Key, kv.Value.String(), s)
 				}
 			}
 		}
