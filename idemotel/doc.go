@@ -29,8 +29,8 @@
 //	                 and failed claims; attributes idem.outcome, idem.adapter,
 //	                 idem.store, idem.key.digest, and idem.wait.duration (s)
 //	                 when the claim waited for an in-flight duplicate. A failed
-//	                 claim (outcome "unavailable") has status Error and
-//	                 error.type.
+//	                 claim (outcome "unavailable") has error.type, and status
+//	                 Error unless the client left (context cancelled).
 //	idem.wait        child span of idem.claim covering the wait, at its end.
 //	idem.complete    event: the result was recorded; idem.result.status_code,
 //	                 idem.execution.duration (s).

@@ -83,6 +83,7 @@ type Observer struct {
 	sweeps         metric.Int64Counter
 	sweptEntries   metric.Int64Counter
 	active         activeSet
+	points         map[string]*points       // by adapter: "", "http", "mcp"
 	sweepAbandoned metric.MeasurementOption // precomputed attribute sets
 	sweepExpired   metric.MeasurementOption
 	storeOnly      metric.MeasurementOption
@@ -125,8 +126,13 @@ func New(opts Options) (*Observer, error) {
 	o.activeClaims, err = meter.Int64UpDownCounter("idem.active_claims", metric.WithUnit("{claim}"),
 		metric.WithDescription("Claims taken by this process whose end has not been reported yet."))
 	errs = append(errs, err)
+	o.points = map[string]*points{}
+	for _, adapter := range []string{"", idem.AdapterHTTP, idem.AdapterMCP} {
+		o.points[adapter] = newPoints(adapter, o.store)
+	}
+	storeOnly := o.points[""]
 	if hits := opts.ReplayCacheHits; hits != nil {
-		attrs := metric.WithAttributes(o.storeAttrs()...)
+		attrs := storeOnly.common
 		_, err = meter.Int64ObservableCounter("idem.replay_cache.hits", metric.WithUnit("{hit}"),
 			metric.WithDescription("Claims answered from the store's in-process replay cache, without a round trip."),
 			metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
@@ -138,17 +144,10 @@ func New(opts Options) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}
-	o.storeOnly = metric.WithAttributeSet(attribute.NewSet(o.storeAttrs()...))
-	o.sweepAbandoned = metric.WithAttributeSet(attribute.NewSet(append(o.storeAttrs(), AttrSweepKind.String("abandoned"))...))
-	o.sweepExpired = metric.WithAttributeSet(attribute.NewSet(append(o.storeAttrs(), AttrSweepKind.String("expired"))...))
+	o.storeOnly = storeOnly.common
+	o.sweepAbandoned = storeOnly.get(nil, AttrSweepKind, "abandoned")
+	o.sweepExpired = storeOnly.get(nil, AttrSweepKind, "expired")
 	return o, nil
-}
-
-func (o *Observer) storeAttrs() []attribute.KeyValue {
-	if o.store == "" {
-		return nil
-	}
-	return []attribute.KeyValue{AttrStore.String(o.store)}
 }
 
 // Observe records e: pass it as the Observer of middleware.Options and
@@ -159,15 +158,11 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 	span := trace.SpanFromContext(ctx)
 	tracing := span.IsRecording()
 
-	// Attributes shared by metrics (bounded: adapter, store) and spans
-	// (plus the key's digest).
-	common := make([]attribute.KeyValue, 0, 6)
-	if e.Adapter != "" {
-		common = append(common, AttrAdapter.String(e.Adapter))
+	p := o.points[e.Adapter]
+	if p == nil { // an adapter this package does not know: correct, slower
+		p = newPoints(e.Adapter, o.store)
 	}
-	common = append(common, o.storeAttrs()...)
-	// Full, so that every append below copies instead of sharing.
-	common = common[:len(common):len(common)]
+	common := p.attrs
 	digest := idem.KeyDigest(e.Scope, e.Key)
 	digestAttr := AttrKeyDigest.String(digest)
 	// A measurement context that cannot be cancelled: the request's may
@@ -177,10 +172,10 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 	switch e.Kind {
 	case idem.EventClaimed, idem.EventReplayed, idem.EventInFlight, idem.EventMismatch:
 		outcome := claimOutcome(e)
-		o.claimed(mctx, e, outcome, common)
+		o.claimed(mctx, e, outcome, p)
 		if e.Kind == idem.EventClaimed {
 			o.active.add(e.Adapter, digest)
-			o.activeClaims.Add(mctx, 1, metric.WithAttributes(common...))
+			o.activeClaims.Add(mctx, 1, p.common)
 		}
 		if tracing {
 			o.claimSpan(ctx, e, outcome, append(common, digestAttr), nil)
@@ -190,7 +185,7 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 		canceled := errors.Is(e.Err, context.Canceled)
 		if e.Op == "claim" {
 			if !canceled {
-				o.claimed(mctx, e, OutcomeUnavailable, common)
+				o.claimed(mctx, e, OutcomeUnavailable, p)
 			}
 			if tracing {
 				o.claimSpan(ctx, e, OutcomeUnavailable, append(common, digestAttr), e.Err)
@@ -198,48 +193,48 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 			return
 		}
 		if !canceled {
-			o.storeErrors.Add(mctx, 1, metric.WithAttributes(append(common, AttrStoreOperation.String(e.Op))...))
+			o.storeErrors.Add(mctx, 1, p.get(p.op, AttrStoreOperation, e.Op))
 		}
 		if tracing {
 			span.AddEvent("idem.store_error", trace.WithAttributes(append(common, digestAttr,
 				AttrStoreOperation.String(e.Op), AttrErrorType.String(errorType(e.Err)))...))
 		}
 	case idem.EventCompleted:
-		o.executionTime.Record(mctx, e.Duration.Seconds(), metric.WithAttributes(append(common, AttrExecutionOutcome.String("completed"))...))
+		o.executionTime.Record(mctx, e.Duration.Seconds(), p.execution[executionCompleted])
 		if tracing {
 			span.AddEvent("idem.complete", trace.WithAttributes(append(common, digestAttr,
 				AttrResultStatus.Int(e.Status), AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
 		}
 	case idem.EventReleased:
-		o.executionTime.Record(mctx, e.Duration.Seconds(), metric.WithAttributes(append(common, AttrExecutionOutcome.String("released"))...))
+		o.executionTime.Record(mctx, e.Duration.Seconds(), p.execution[executionReleased])
 		if tracing {
 			span.AddEvent("idem.release", trace.WithAttributes(append(common, digestAttr,
 				AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
 		}
 	case idem.EventStale:
-		o.leasesLost.Add(mctx, 1, metric.WithAttributes(common...))
+		o.leasesLost.Add(mctx, 1, p.common)
 		if tracing {
 			span.AddEvent("idem.lease_lost", trace.WithAttributes(append(common, digestAttr)...))
 		}
 	}
 	if ends(e) && o.active.remove(e.Adapter, digest) {
-		o.activeClaims.Add(mctx, -1, metric.WithAttributes(common...))
+		o.activeClaims.Add(mctx, -1, p.common)
 	}
 }
 
 // claimed records the metrics of a claim's outcome.
-func (o *Observer) claimed(ctx context.Context, e idem.Event, outcome string, common []attribute.KeyValue) {
-	attrs := metric.WithAttributes(append(common, AttrOutcome.String(outcome))...)
+func (o *Observer) claimed(ctx context.Context, e idem.Event, outcome string, p *points) {
+	attrs := p.outcome[outcome]
 	o.requests.Add(ctx, 1, attrs)
 	o.claimTime.Record(ctx, e.Duration.Seconds(), attrs)
 	if e.Waited > 0 {
 		o.waitTime.Record(ctx, e.Waited.Seconds(), attrs)
 	}
 	if outcome == OutcomeTakeover {
-		o.takeovers.Add(ctx, 1, metric.WithAttributes(common...))
+		o.takeovers.Add(ctx, 1, p.common)
 	}
 	if outcome == OutcomeUnavailable {
-		o.storeErrors.Add(ctx, 1, metric.WithAttributes(append(common, AttrStoreOperation.String("claim"))...))
+		o.storeErrors.Add(ctx, 1, p.op["claim"])
 	}
 }
 
@@ -260,7 +255,9 @@ func (o *Observer) claimSpan(ctx context.Context, e idem.Event, outcome string, 
 	}
 	if err != nil {
 		span.SetAttributes(AttrErrorType.String(errorType(err)))
-		span.SetStatus(codes.Error, "idem: store unavailable")
+		if !errors.Is(err, context.Canceled) { // the client left: not an error of ours
+			span.SetStatus(codes.Error, "idem: store unavailable")
+		}
 	}
 	span.End(trace.WithTimestamp(end))
 }
@@ -353,4 +350,52 @@ func (a *activeSet) remove(adapter, digest string) bool {
 		return false
 	}
 	return true
+}
+
+// Values of idem.execution.outcome.
+const (
+	executionCompleted = "completed"
+	executionReleased  = "released"
+)
+
+// points holds the metric attributes of one adapter's events, made once:
+// building an attribute set per event would be most of an event's cost.
+type points struct {
+	attrs     []attribute.KeyValue // adapter (if any) and store (if any); full, so appends copy
+	common    metric.MeasurementOption
+	outcome   map[string]metric.MeasurementOption // by idem.outcome
+	execution map[string]metric.MeasurementOption // by idem.execution.outcome
+	op        map[string]metric.MeasurementOption // by idem.store.operation
+}
+
+func newPoints(adapter, store string) *points {
+	var attrs []attribute.KeyValue
+	if adapter != "" {
+		attrs = append(attrs, AttrAdapter.String(adapter))
+	}
+	if store != "" {
+		attrs = append(attrs, AttrStore.String(store))
+	}
+	attrs = attrs[:len(attrs):len(attrs)]
+	p := &points{attrs: attrs, common: metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	set := func(key attribute.Key, values ...string) map[string]metric.MeasurementOption {
+		m := make(map[string]metric.MeasurementOption, len(values))
+		for _, v := range values {
+			m[v] = metric.WithAttributeSet(attribute.NewSet(append(attrs, key.String(v))...))
+		}
+		return m
+	}
+	p.outcome = set(AttrOutcome, OutcomeAcquired, OutcomeTakeover, OutcomeReplayed, OutcomeInFlight, OutcomeMismatch, OutcomeUnavailable)
+	p.execution = set(AttrExecutionOutcome, executionCompleted, executionReleased)
+	p.op = set(AttrStoreOperation, "claim", "renew", "complete", "release")
+	return p
+}
+
+// get returns m's option for value, or makes one for a value m lacks (a
+// store operation added after this package).
+func (p *points) get(m map[string]metric.MeasurementOption, key attribute.Key, value string) metric.MeasurementOption {
+	if opt, ok := m[value]; ok {
+		return opt
+	}
+	return metric.WithAttributes(append(p.attrs, key.String(value))...)
 }

@@ -19,11 +19,13 @@ import (
 	"github.com/idemkit/idem/middleware"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 )
 
@@ -478,6 +480,9 @@ func TestEventFields(t *testing.T) {
 		t.Errorf("failed claim's span status %v, want Error", claims[2].Status())
 	}
 	wantAttr(t, "cancelled claim", claims[3].Attributes(), idemotel.AttrErrorType, "canceled")
+	if claims[3].Status().Code != codes.Unset {
+		t.Errorf("cancelled claim's span status %v, want Unset (the client left)", claims[3].Status())
+	}
 	var waits []sdktrace.ReadOnlySpan
 	for _, s := range f.spans.Ended() {
 		if s.Name() == "idem.wait" {
@@ -567,5 +572,45 @@ func TestSwept(t *testing.T) {
 	}
 	if n := f.sum("idem.sweep.entries", idemotel.AttrSweepKind.String("expired")); n != 6 {
 		t.Errorf("idem.sweep.entries{expired} = %d, want 6", n)
+	}
+}
+
+// BenchmarkObserve is the cost of one event on the request path: a claim
+// (span and metrics) and its completion (span event and metrics), with the
+// SDK recording and with OpenTelemetry's no-op providers.
+func BenchmarkObserve(b *testing.B) {
+	key := idem.KeyFromRequestID(idem.StringRequestID(secretKey))
+	claimed := idem.Event{Kind: idem.EventClaimed, Adapter: idem.AdapterHTTP, Scope: secretScope, Key: key, Duration: time.Millisecond}
+	completed := idem.Event{Kind: idem.EventCompleted, Adapter: idem.AdapterHTTP, Scope: secretScope, Key: key, Status: 201, Duration: time.Millisecond}
+	for _, bc := range []struct {
+		name string
+		opts func() idemotel.Options
+	}{
+		{"sdk", func() idemotel.Options {
+			return idemotel.Options{
+				TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder())),
+				MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())),
+				Store:          "postgres",
+			}
+		}},
+		{"noop", func() idemotel.Options {
+			return idemotel.Options{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider()}
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			opts := bc.opts()
+			obs, err := idemotel.New(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, span := opts.TracerProvider.Tracer("bench").Start(context.Background(), "POST /invoices")
+			defer span.End()
+			r := httptest.NewRequest(http.MethodPost, "/invoices", nil).WithContext(ctx)
+			b.ReportAllocs()
+			for b.Loop() {
+				obs.Observe(r, claimed)
+				obs.Observe(r, completed)
+			}
+		})
 	}
 }
