@@ -15,8 +15,10 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -54,7 +56,29 @@ type fixture struct {
 	events []idem.Event // every event the Observer saw
 }
 
+// setup mounts the Observer on the middleware in front of work.
 func setup(t *testing.T, mwOpts middleware.Options, work http.HandlerFunc) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	mwOpts.Scope = func(*http.Request) string { return secretScope }
+	mwOpts.Observer = f.observe
+	store := memstore.New(memstore.Options{Now: f.clock.Now})
+	f.handler = f.serverSpan(middleware.New(store, mwOpts)(work))
+	return f
+}
+
+// serverSpan wraps h with what otelhttp does: a server span in the
+// request's context.
+func (f *fixture) serverSpan(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := f.tracer.Start(r.Context(), r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// newFixture makes the providers and the Observer.
+func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{t: t, spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), clock: idemtest.NewClock()}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
@@ -68,16 +92,7 @@ func setup(t *testing.T, mwOpts middleware.Options, work http.HandlerFunc) *fixt
 		t.Fatal(err)
 	}
 	f.obs = obs
-	mwOpts.Scope = func(*http.Request) string { return secretScope }
-	mwOpts.Observer = f.observe
-	store := memstore.New(memstore.Options{Now: f.clock.Now})
-	protected := middleware.New(store, mwOpts)(work)
 	f.tracer = tp.Tracer("test")
-	f.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, span := f.tracer.Start(r.Context(), "POST /invoices", trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		protected.ServeHTTP(w, r.WithContext(ctx))
-	})
 	return f
 }
 
@@ -323,6 +338,57 @@ func TestReplay(t *testing.T) {
 	}
 	if n := f.sum("idem.active_claims"); n != 0 {
 		t.Errorf("idem.active_claims = %d after the request ended, want 0", n)
+	}
+	f.noClearText()
+}
+
+// The same Observer on mcphttp: a tools/call repeated with the same
+// _meta.idempotencyKey gets claim spans acquired then replayed, and the
+// tool runs once.
+func TestMCPReplay(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
+	var runs atomic.Int32
+	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "invoice 1"}}}, nil, nil
+	})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	wrapped := mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Observer: f.observe})(inner)
+	srv := httptest.NewServer(f.serverSpan(wrapped))
+	defer srv.Close()
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := &mcp.CallToolParams{Name: "create_invoice", Arguments: map[string]any{},
+		Meta: mcp.Meta{"sessionId": secretScope, "idempotencyKey": secretKey}}
+	for range 2 {
+		if _, err := cs.CallTool(context.Background(), call); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+	claims := f.claimSpans()
+	if len(claims) != 2 {
+		t.Fatalf("%d idem.claim spans, want 2", len(claims))
+	}
+	wantAttr(t, "first call's claim", claims[0].Attributes(), idemotel.AttrOutcome, "acquired")
+	wantAttr(t, "repeated call's claim", claims[1].Attributes(), idemotel.AttrOutcome, "replayed")
+	if n := f.sum("idem.requests", outcome("replayed")); n != 1 {
+		t.Errorf("idem.requests{replayed} = %d, want 1", n)
+	}
+	if n, _ := f.histogramCount("idem.execution.duration", idemotel.AttrExecutionOutcome.String("completed")); n != 1 {
+		t.Errorf("idem.execution.duration{completed} count = %d, want 1", n)
+	}
+	if n := f.sum("idem.active_claims"); n != 0 {
+		t.Errorf("idem.active_claims = %d after the calls ended, want 0", n)
 	}
 	f.noClearText()
 }
