@@ -1,87 +1,45 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem/internal/demoproc"
 )
 
-// lockedBuffer is stdout shared by run and the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // With OTEL_TRACES_EXPORTER=console the demo prints spans on stdout: a
 // replayed request's server span has an idem.claim child whose outcome is
-// replayed, and nothing printed carries the key in clear.
+// replayed, over HTTP and over MCP, and nothing printed carries a key in
+// clear.
 func TestConsoleTraces(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout lockedBuffer
-	env := map[string]string{"OTEL_TRACES_EXPORTER": "console"}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, &stdout, io.Discard)
-	}()
-	var base string
-	for deadline := time.Now().Add(30 * time.Second); base == ""; {
-		first, _, _ := strings.Cut(stdout.String(), "\n")
-		base, _ = demoproc.ListeningURL(first)
-		select {
-		case err := <-done:
-			t.Fatalf("run returned %v before listening", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the demo never said it was listening")
-		}
-	}
-	const key = "console-traces-key-4c1d"
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	d := &demo{Process: demoproc.Start(t, demoproc.Config{Binary: demoBinary, Env: []string{"OTEL_TRACES_EXPORTER=console"}}),
+		t: t, client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}}
+	const httpKey, mcpKey = "console-traces-key-4c1d", "console-traces-mcp-key-9e2b"
 	for range 2 {
-		req, _ := http.NewRequest("POST", base+"/invoices", strings.NewReader(acme))
-		req.Header.Set("Idempotency-Key", key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("create: %s", resp.Status)
+		if r := d.do("POST", "/invoices", httpKey, acme); r.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.status, r.body)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
+	for range 2 {
+		callTool(t, d, map[string]any{"customer": "acme", "amount_cents": 1200}, mcp.Meta{"idempotencyKey": mcpKey})
 	}
+	d.Stop()
 
-	out := stdout.String()
-	if strings.Contains(out, key) {
-		t.Errorf("stdout carries the key %q in clear", key)
+	out := d.Stdout().String()
+	for _, key := range []string{httpKey, mcpKey} {
+		if strings.Contains(out, key) {
+			t.Errorf("stdout carries the key %q in clear", key)
+		}
 	}
 	_, spansJSON, _ := strings.Cut(out, "\n") // after the listening line
 	type span struct {
@@ -92,7 +50,6 @@ func TestConsoleTraces(t *testing.T) {
 			Key   string
 			Value struct{ Value any }
 		}
-		Events []struct{ Name string }
 	}
 	var spans []span
 	for dec := json.NewDecoder(strings.NewReader(spansJSON)); dec.More(); {
@@ -106,22 +63,27 @@ func TestConsoleTraces(t *testing.T) {
 	for _, s := range spans {
 		byID[s.SpanContext.SpanID] = s
 	}
-	var outcomes []string
+	// adapter -> the outcomes of its claims, with the span they hang from
+	var claims []string
 	for _, s := range spans {
 		if s.Name != "idem.claim" {
 			continue
 		}
-		if p := byID[s.Parent.SpanID]; p.Name != "POST /invoices" {
-			t.Errorf("idem.claim's parent is %q, want the server span POST /invoices", p.Name)
-		}
+		attrs := map[string]any{}
 		for _, a := range s.Attributes {
-			if a.Key == "idem.outcome" {
-				outcomes = append(outcomes, a.Value.Value.(string))
-			}
+			attrs[a.Key] = a.Value.Value
 		}
+		claims = append(claims, fmt.Sprintf("%v %v under %s", attrs["idem.adapter"], attrs["idem.outcome"], byID[s.Parent.SpanID].Name))
 	}
-	if got := strings.Join(outcomes, ","); got != "acquired,replayed" {
-		t.Errorf("idem.claim outcomes %q, want acquired,replayed\n%s", got, out)
+	got := strings.Join(claims, "; ")
+	for _, want := range []string{
+		"http acquired under POST /invoices; http replayed under POST /invoices",
+		"mcp acquired under POST /mcp",
+		"mcp replayed under POST /mcp",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("idem.claim spans: %s\nwant %q among them", got, want)
+		}
 	}
 }
 
