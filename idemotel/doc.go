@@ -45,8 +45,9 @@
 //
 // # Metrics
 //
-// All under the meter "github.com/idemkit/idem/idemotel". Attributes
-// idem.adapter and idem.store are on every point (omitted when unknown):
+// All under the meter "github.com/idemkit/idem/idemotel". idem.store is on
+// every point and idem.adapter on every point of a request (each omitted
+// when unknown: an event whose Adapter is empty has no idem.adapter):
 //
 //	idem.requests            Counter {request}: requests by idem.outcome.
 //	idem.claim.duration      Histogram s: time to claim, waits included,
