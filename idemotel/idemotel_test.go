@@ -381,6 +381,9 @@ func TestMCPReplay(t *testing.T) {
 	}
 	wantAttr(t, "first call's claim", claims[0].Attributes(), idemotel.AttrOutcome, "acquired")
 	wantAttr(t, "repeated call's claim", claims[1].Attributes(), idemotel.AttrOutcome, "replayed")
+	if got := strings.Join(f.spanEvents(), ","); got != "idem.complete" {
+		t.Errorf("server span events %q, want one idem.complete (on the first call's POST)", got)
+	}
 	if n := f.sum("idem.requests", outcome("replayed")); n != 1 {
 		t.Errorf("idem.requests{replayed} = %d, want 1", n)
 	}
