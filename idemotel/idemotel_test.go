@@ -528,6 +528,9 @@ func TestEventFields(t *testing.T) {
 		{Kind: idem.EventStoreError, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Op: "complete", Err: unavailable},
 		{Kind: idem.EventStoreError, Adapter: idem.AdapterHTTP, Scope: scope, Key: key, Op: "claim", Err: unavailable, Duration: time.Millisecond},
 		{Kind: idem.EventStoreError, Adapter: idem.AdapterHTTP, Scope: scope, Key: key, Op: "claim", Err: context.Canceled},
+		// A third party's adapter and a store operation this package
+		// does not list.
+		{Kind: idem.EventStoreError, Adapter: "grpc", Scope: scope, Key: key, Op: "forget", Err: unavailable},
 	} {
 		ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 		r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
@@ -577,6 +580,9 @@ func TestEventFields(t *testing.T) {
 	}
 	if n := f.sum("idem.store.errors", idemotel.AttrStoreOperation.String("claim")); n != 1 {
 		t.Errorf("idem.store.errors{claim} = %d, want 1", n)
+	}
+	if n := f.sum("idem.store.errors", idemotel.AttrAdapter.String("grpc"), idemotel.AttrStoreOperation.String("forget"), store); n != 1 {
+		t.Errorf("idem.store.errors{grpc, forget, memory} = %d, want 1", n)
 	}
 	// The takeover's claim ended with the failed completion.
 	if n := f.sum("idem.active_claims", mcp); n != 0 {
