@@ -48,8 +48,8 @@ bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
 CSV ?= docs/performance.csv
 
 .PHONY: charts
-charts: ## Draw docs/*.svg from the load tool's CSV (CSV=docs/performance.csv; see docs/performance.md).
-	$(GO) run ./cmd/idemcharts -csv $(CSV) -out $(dir $(CSV))
+charts: ## Draw docs/performance-*.svg from the load tool's CSVs (CSV="a.csv b.csv", one per run; see docs/performance.md).
+	$(GO) run ./cmd/idemcharts $(addprefix -csv ,$(CSV)) -out $(dir $(firstword $(CSV)))
 
 .PHONY: db
 db: ## Start PostgreSQL for local development (docker compose).

@@ -8,11 +8,13 @@
 //	performance-replay.svg      replay against http-bare
 //	performance-wake.svg        waiter wake latency (the wait* series)
 //
-// A chart without rows is not written. Usage:
+// A chart without rows is not written. A run of the load tool is at one
+// concurrency, so the throughput chart takes one file per run (-csv
+// repeated); a measurement given twice is refused. Usage:
 //
-//	idemcharts -csv docs/performance.csv -out docs
+//	idemcharts -csv docs/performance-16.csv -csv docs/performance-64.csv -out docs
 //
-// or `make charts CSV=docs/performance.csv`.
+// or `make charts CSV="docs/performance-16.csv docs/performance-64.csv"`.
 package main
 
 import (
@@ -38,27 +40,30 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("idemcharts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	csvPath := fs.String("csv", "", "the load tool's CSV (required)")
+	var files []string
+	fs.Func("csv", "the load tool's CSV; repeat it for runs at several concurrencies (required)", func(path string) error {
+		files = append(files, path)
+		return nil
+	})
 	out := fs.String("out", "docs", "directory the SVG files are written to")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *csvPath == "" || fs.NArg() > 0 {
+	if len(files) == 0 || fs.NArg() > 0 {
 		fs.Usage()
 		return errors.New("-csv FILE is required, and nothing else")
 	}
-	f, err := os.Open(*csvPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	rows, err := perfchart.Parse(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *csvPath, err)
+	var rows []perfchart.Row
+	for _, path := range files {
+		rs, err := parseFile(path)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, rs...)
 	}
 	charts, err := perfchart.Charts(rows)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *csvPath, err)
+		return err
 	}
 	for _, c := range charts {
 		path := filepath.Join(*out, c.File)
@@ -68,4 +73,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s: %s\n", path, c.Title)
 	}
 	return nil
+}
+
+func parseFile(path string) ([]perfchart.Row, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return perfchart.Parse(path, f)
 }

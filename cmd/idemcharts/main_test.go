@@ -32,6 +32,32 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Runs at two concurrencies, one file each, make one throughput chart.
+func TestRunSeveralFiles(t *testing.T) {
+	dir := t.TempDir()
+	for clients, rows := range map[string]string{
+		"16": "unique,16,1,throughput,2150,req/s\nfloor,16,1,throughput,2400,req/s\n",
+		"64": "unique,64,1,throughput,2200,req/s\nfloor,64,1,throughput,2600,req/s\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, clients+".csv"), []byte("series,clients,instances,metric,value,unit\n"+rows), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := run([]string{"-csv", filepath.Join(dir, "16.csv"), "-csv", filepath.Join(dir, "64.csv"), "-out", dir}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "performance-throughput.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(svg), "<circle"); n != 4 {
+		t.Errorf("%d points, want 4", n)
+	}
+	if err := run([]string{"-csv", filepath.Join(dir, "16.csv"), "-csv", filepath.Join(dir, "16.csv"), "-out", dir}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "repeats") {
+		t.Errorf("the same file twice: %v, want a duplicate error", err)
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.csv")
 	if err := os.WriteFile(bad, []byte("series,clients,instances,metric,value,unit\nunique,16,1,throughput,fast,req/s\n"), 0o644); err != nil {
@@ -44,7 +70,7 @@ func TestRunErrors(t *testing.T) {
 		{nil, "-csv FILE is required"},
 		{[]string{"-csv", bad, "extra"}, "-csv FILE is required"},
 		{[]string{"-csv", filepath.Join(t.TempDir(), "missing.csv")}, "no such file"},
-		{[]string{"-csv", bad, "-out", t.TempDir()}, "bad.csv: line 2: value \"fast\""},
+		{[]string{"-csv", bad, "-out", t.TempDir()}, "bad.csv:2: value \"fast\""},
 	} {
 		if err := run(tc.args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run(%q) = %v, want an error with %q", tc.args, err, tc.want)

@@ -39,8 +39,12 @@ var timeUnits = []string{"ns", "us", "µs", "ms", "s"}
 //	                            of the wait* series, grouped by series,
 //	                            instances and clients
 //
-// A chart whose rows disagree on the unit is an error.
+// A measurement given twice, or a chart whose rows disagree on the unit, is
+// an error.
 func Charts(rows []Row) ([]Chart, error) {
+	if err := duplicates(rows); err != nil {
+		return nil, err
+	}
 	var through, replay, wake []Row
 	for _, r := range rows {
 		switch {
@@ -71,7 +75,7 @@ func Charts(rows []Row) ([]Chart, error) {
 		unit := c.rows[0].Unit
 		for _, r := range c.rows {
 			if r.Unit != unit {
-				return nil, &ParseError{Line: r.Line, Err: fmt.Errorf("%s: unit %q, but line %d of the same chart says %q", c.file, r.Unit, c.rows[0].Line, unit)}
+				return nil, &ParseError{File: r.File, Line: r.Line, Err: fmt.Errorf("%s: unit %q, but %s of the same chart says %q", c.file, r.Unit, c.rows[0].where(), unit)}
 			}
 		}
 		charts = append(charts, Chart{File: c.file, Title: c.title, SVG: c.draw(c.title, unit, c.rows)})
@@ -81,9 +85,10 @@ func Charts(rows []Row) ([]Chart, error) {
 
 // Geometry of every chart, in SVG user units.
 const (
-	width, height          = 760, 420
+	height                 = 420
 	left, right, top, foot = 80, 200, 50, 60
-	plotW, plotH           = width - left - right, height - top - foot
+	plotW, plotH           = 480, height - top - foot // plotW: at least; bar charts widen
+	groupWidth             = 96                       // per group of bars, at least
 )
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
@@ -120,7 +125,7 @@ func lineChart(title, unit string, rows []Row) []byte {
 	yMax, ticks := axis(rows)
 	y := func(v float64) float64 { return top + plotH - v/yMax*plotH }
 
-	var b svg
+	b := svg{plotW: plotW}
 	b.open(title)
 	b.yAxis(unit, ticks, y)
 	for _, c := range clients {
@@ -159,12 +164,19 @@ func legendName(line string) string {
 // count, one bar per metric (p50, p99), metrics in the order they first
 // appear.
 func barChart(title, unit string, rows []Row) []byte {
+	// Groups by series, then instances, then clients.
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b Row) int {
+		return cmp.Or(cmp.Compare(a.Series, b.Series), cmp.Compare(a.Instances, b.Instances), cmp.Compare(a.Clients, b.Clients))
+	})
 	var groups, metrics []string
 	values := map[[2]string]Row{}
+	lines := map[string][]string{} // a group's label, one line per dimension
 	for _, r := range rows {
 		g := fmt.Sprintf("%s, %d clients", label(r), r.Clients)
 		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
+			lines[g] = []string{r.Series, plural(r.Instances, "instance"), plural(r.Clients, "client")}
 		}
 		if !slices.Contains(metrics, r.Metric) {
 			metrics = append(metrics, r.Metric)
@@ -173,15 +185,17 @@ func barChart(title, unit string, rows []Row) []byte {
 	}
 	yMax, ticks := axis(rows)
 	y := func(v float64) float64 { return top + plotH - v/yMax*plotH }
-	groupW := float64(plotW) / float64(len(groups))
+	b := svg{plotW: max(plotW, groupWidth*len(groups))}
+	groupW := float64(b.plotW) / float64(len(groups))
 	barW := groupW * 0.7 / float64(len(metrics))
 
-	var b svg
 	b.open(title)
 	b.yAxis(unit, ticks, y)
 	for gi, g := range groups {
 		x0 := left + groupW*float64(gi) + groupW*0.15
-		b.text(left+groupW*(float64(gi)+0.5), top+plotH+20, "middle", g)
+		for i, line := range lines[g] {
+			b.text(left+groupW*(float64(gi)+0.5), float64(top+plotH+16+13*i), "middle", line)
+		}
 		for mi, m := range metrics {
 			r, ok := values[[2]string{g, m}]
 			if !ok {
@@ -253,10 +267,21 @@ func num(v float64) string {
 
 func esc(s string) string { return html.EscapeString(s) }
 
+func plural(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return fmt.Sprintf("%d %ss", n, unit)
+}
+
 // svg accumulates one chart's markup.
-type svg struct{ buf bytes.Buffer }
+type svg struct {
+	buf   bytes.Buffer
+	plotW int // the plot's width; the chart adds the margins
+}
 
 func (b *svg) open(title string) {
+	width := left + b.plotW + right
 	fmt.Fprintf(&b.buf, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b.buf, `<title>%s</title>`+"\n", esc(title))
 	fmt.Fprintf(&b.buf, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
@@ -265,10 +290,10 @@ func (b *svg) open(title string) {
 
 func (b *svg) yAxis(unit string, ticks []float64, y func(float64) float64) {
 	for _, t := range ticks {
-		fmt.Fprintf(&b.buf, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, left+plotW, y(t), y(t))
+		fmt.Fprintf(&b.buf, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, left+b.plotW, y(t), y(t))
 		b.text(left-8, y(t)+4, "end", num(t))
 	}
-	fmt.Fprintf(&b.buf, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>`+"\n", left, left+plotW, top+plotH, top+plotH)
+	fmt.Fprintf(&b.buf, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>`+"\n", left, left+b.plotW, top+plotH, top+plotH)
 	fmt.Fprintf(&b.buf, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>`+"\n", left, left, top, top+plotH)
 	fmt.Fprintf(&b.buf, `<text transform="translate(20 %d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", top+plotH/2, esc(unit))
 }
@@ -284,8 +309,8 @@ func (b *svg) value(x, y float64, anchor, color, s string) {
 
 func (b *svg) legend(i int, color, name string) {
 	ly := float64(top + 10 + 22*i)
-	fmt.Fprintf(&b.buf, `<rect x="%d" y="%.1f" width="14" height="14" fill="%s"/>`+"\n", left+plotW+20, ly-11, color)
-	b.text(left+plotW+40, ly, "start", name)
+	fmt.Fprintf(&b.buf, `<rect x="%d" y="%.1f" width="14" height="14" fill="%s"/>`+"\n", left+b.plotW+20, ly-11, color)
+	b.text(float64(left+b.plotW+40), ly, "start", name)
 }
 
 func (b *svg) close() []byte {

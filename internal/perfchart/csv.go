@@ -5,6 +5,7 @@
 package perfchart
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -28,65 +29,70 @@ type Row struct {
 	Metric    string
 	Value     float64
 	Unit      string
-	Line      int // in the file, for errors
+	File      string // the file it came from, for errors; may be empty
+	Line      int    // in the file, for errors
 }
 
-// ParseError says which line of the CSV is wrong and why.
+func (r Row) where() string {
+	if r.File == "" {
+		return fmt.Sprintf("line %d", r.Line)
+	}
+	return fmt.Sprintf("%s:%d", r.File, r.Line)
+}
+
+// ParseError says which line of which CSV is wrong and why.
 type ParseError struct {
+	File string // empty when the reader was not named
 	Line int
 	Err  error
 }
 
-func (e *ParseError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("%s: %v", Row{File: e.File, Line: e.Line}.where(), e.Err)
+}
 func (e *ParseError) Unwrap() error { return e.Err }
 
 // ErrNoRows is returned for a CSV with a header and nothing else.
 var ErrNoRows = errors.New("perfchart: no rows")
 
-// Parse reads the load tool's CSV. Every row must have the six fields,
-// positive integer clients and instances, a finite value, and a series,
-// metric and unit; a row may not repeat the (series, clients, instances,
-// metric) of an earlier one, since a chart could only show one of them.
-func Parse(r io.Reader) ([]Row, error) {
+// Parse reads the load tool's CSV; file names it in errors and rows (empty
+// for none). Every row must have the six fields, positive integer clients
+// and instances, a finite value, and a printable series, metric and unit.
+// Rows that repeat a measurement are refused by [Charts], which sees every
+// file.
+func Parse(file string, r io.Reader) ([]Row, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1 // checked below, with a better message
 	cr.TrimLeadingSpace = true
 	header, err := cr.Read()
 	if err == io.EOF {
-		return nil, &ParseError{Line: 1, Err: fmt.Errorf("empty file, want the header %q", Header)}
+		return nil, &ParseError{File: file, Line: 1, Err: fmt.Errorf("empty file, want the header %q", Header)}
 	}
 	if err != nil {
-		return nil, csvError(err)
+		return nil, csvError(file, err)
 	}
 	if got := strings.Join(header, ","); got != Header {
-		return nil, &ParseError{Line: 1, Err: fmt.Errorf("header %q, want %q", got, Header)}
+		return nil, &ParseError{File: file, Line: 1, Err: fmt.Errorf("header %q, want %q", got, Header)}
 	}
 	var rows []Row
-	first := map[[4]string]int{} // identity -> line first seen
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, csvError(err)
+			return nil, csvError(file, err)
 		}
 		line, _ := cr.FieldPos(0)
 		row, err := parseRow(rec)
 		if err != nil {
-			return nil, &ParseError{Line: line, Err: err}
+			return nil, &ParseError{File: file, Line: line, Err: err}
 		}
-		row.Line = line
-		id := [4]string{row.Series, strconv.Itoa(row.Clients), strconv.Itoa(row.Instances), row.Metric}
-		if prev, dup := first[id]; dup {
-			return nil, &ParseError{Line: line, Err: fmt.Errorf("%s at %d clients, %d instances: %s repeats line %d",
-				row.Series, row.Clients, row.Instances, row.Metric, prev)}
-		}
-		first[id] = line
+		row.File, row.Line = file, line
 		rows = append(rows, row)
 	}
 	if len(rows) == 0 {
-		return nil, ErrNoRows
+		return nil, fmt.Errorf("%s: %w", cmp.Or(file, "CSV"), ErrNoRows)
 	}
 	return rows, nil
 }
@@ -127,10 +133,26 @@ func positive(name, s string) (int, error) {
 	return n, nil
 }
 
-func csvError(err error) error {
+func csvError(file string, err error) error {
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		return &ParseError{Line: pe.Line, Err: pe.Err}
+		return &ParseError{File: file, Line: pe.Line, Err: pe.Err}
 	}
 	return err
+}
+
+// duplicates refuses a measurement given twice (the same series, clients,
+// instances and metric), in one file or across files: a chart could show
+// only one of them.
+func duplicates(rows []Row) error {
+	first := map[[4]string]Row{}
+	for _, r := range rows {
+		id := [4]string{r.Series, strconv.Itoa(r.Clients), strconv.Itoa(r.Instances), r.Metric}
+		if prev, dup := first[id]; dup {
+			return &ParseError{File: r.File, Line: r.Line, Err: fmt.Errorf("%s at %d clients, %d instances: %s repeats %s",
+				r.Series, r.Clients, r.Instances, r.Metric, prev.where())}
+		}
+		first[id] = r
+	}
+	return nil
 }

@@ -38,14 +38,17 @@ func TestParseErrors(t *testing.T) {
 		{"control character", h + "unique,16,1,throughput,2150,\x01\n", 2, "printable"},
 		{"invalid UTF-8", h + "uni\xffque,16,1,throughput,2150,req/s\n", 2, "printable"},
 		{"empty unit", h + "unique,16,1,throughput,2150,\n", 2, "empty unit"},
-		{"duplicate", h + "floor,16,1,throughput,1,req/s\nunique,16,1,throughput,2150,req/s\nunique,16,1,throughput,2200,req/s\n", 4, "repeats line 3"},
+		{"duplicate", h + "floor,16,1,throughput,1,req/s\nunique,16,1,throughput,2150,req/s\nunique,16,1,throughput,2200,req/s\n", 4, "bench.csv:4: unique at 16 clients, 1 instances: throughput repeats bench.csv:3"},
 		{"bad quoting", h + "\"unique,16,1,throughput,2150,req/s\n", 2, "quote"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rows, err := Parse(strings.NewReader(tc.csv))
+			rows, err := Parse("bench.csv", strings.NewReader(tc.csv))
 			if err == nil {
-				t.Fatalf("Parse = %d rows, nil error; want an error with %q", len(rows), tc.want)
+				_, err = Charts(rows)
+			}
+			if err == nil {
+				t.Fatalf("Parse and Charts = %d rows, nil error; want an error with %q", len(rows), tc.want)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q, want it to contain %q", err, tc.want)
@@ -67,7 +70,7 @@ func TestParseErrors(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	t.Parallel()
-	rows, err := Parse(strings.NewReader(Header + "\r\nwait-wake,16,3,p99,4.2,ms\r\nunique,16,1,throughput,2150,req/s\n"))
+	rows, err := Parse("", strings.NewReader(Header+"\r\nwait-wake,16,3,p99,4.2,ms\r\nunique,16,1,throughput,2150,req/s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,14 +88,39 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// Runs at several concurrencies come as several files: their rows chart
+// together, and a measurement in two files is refused with both places.
+func TestSeveralFiles(t *testing.T) {
+	t.Parallel()
+	at16, err := Parse("c16.csv", strings.NewReader(Header+"\nunique,16,1,throughput,2150,req/s\nfloor,16,1,throughput,2400,req/s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at64, err := Parse("c64.csv", strings.NewReader(Header+"\nunique,64,1,throughput,2200,req/s\nfloor,64,1,throughput,2600,req/s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	charts, err := Charts(append(at16, at64...))
+	if err != nil || len(charts) != 1 {
+		t.Fatalf("Charts = %d charts, %v; want the throughput chart", len(charts), err)
+	}
+	if n := strings.Count(string(charts[0].SVG), "<circle"); n != 4 {
+		t.Errorf("%d points, want 4 (two series at two concurrencies)", n)
+	}
+	_, err = Charts(append(at16, at16[1]))
+	if err == nil || !strings.Contains(err.Error(), "c16.csv:3: floor at 16 clients, 1 instances: throughput repeats c16.csv:3") {
+		t.Errorf("Charts with a row twice = %v, want a duplicate error naming both places", err)
+	}
+}
+
 func TestMixedUnitsRefused(t *testing.T) {
 	t.Parallel()
-	rows, err := Parse(strings.NewReader(Header + "\nunique,16,1,throughput,2150,req/s\nfloor,16,1,throughput,2.4,kreq/s\n"))
+	rows, err := Parse("", strings.NewReader(Header+"\nunique,16,1,throughput,2150,req/s\nfloor,16,1,throughput,2.4,kreq/s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pe *ParseError
-	if _, err := Charts(rows); !errors.As(err, &pe) || pe.Line != 3 || !strings.Contains(err.Error(), "kreq/s") {
+	if _, err := Charts(rows); !errors.As(err, &pe) || pe.Line != 3 || !strings.Contains(err.Error(), "kreq/s") || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("Charts = %v, want a *ParseError on line 3 naming the other unit", err)
 	}
 }
@@ -140,7 +168,7 @@ func TestChartsFromExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rows, err := Parse(f)
+	rows, err := Parse("example.csv", f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +255,7 @@ func TestChartsFromExample(t *testing.T) {
 // A CSV with only throughput rows gives only the throughput chart.
 func TestChartsSkipEmpty(t *testing.T) {
 	t.Parallel()
-	rows, err := Parse(strings.NewReader(Header + "\nunique,16,1,throughput,2150,req/s\n"))
+	rows, err := Parse("", strings.NewReader(Header+"\nunique,16,1,throughput,2150,req/s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +304,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(seed)
 	f.Add([]byte(Header + "\n\"a\"\"b\",1,1,p99,1e308,ms\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rows, err := Parse(bytes.NewReader(data))
+		rows, err := Parse("fuzz.csv", bytes.NewReader(data))
 		if err != nil {
 			return
 		}
