@@ -36,8 +36,10 @@
 //	                 idem.execution.duration (s).
 //	idem.release     event: the claim was released so a retry runs again;
 //	                 idem.execution.duration (s).
-//	idem.lease_lost  event: the claim was lost while the request ran (taken
-//	                 over or forgotten); its result is not recorded.
+//	idem.lease_lost  event: the claim was lost (taken over, forgotten, or its
+//	                 lease about to run out unrenewed), found while the work
+//	                 ran (EventLeaseLost) or when finishing it (EventStale);
+//	                 its result is not recorded.
 //	idem.store_error event: a store call after the claim failed;
 //	                 idem.store.operation, error.type.
 //

@@ -211,7 +211,7 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 			span.AddEvent("idem.release", trace.WithAttributes(append(common, digestAttr,
 				AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
 		}
-	case idem.EventStale:
+	case idem.EventStale, idem.EventLeaseLost:
 		o.leasesLost.Add(mctx, 1, p.common)
 		if tracing {
 			span.AddEvent("idem.lease_lost", trace.WithAttributes(append(common, digestAttr)...))
@@ -290,7 +290,7 @@ func claimOutcome(e idem.Event) string {
 // ends reports whether e reports the end of a claim this process held.
 func ends(e idem.Event) bool {
 	switch e.Kind {
-	case idem.EventCompleted, idem.EventReleased, idem.EventStale:
+	case idem.EventCompleted, idem.EventReleased, idem.EventStale, idem.EventLeaseLost:
 		return true
 	case idem.EventStoreError:
 		return e.Op == "complete" || e.Op == "release"

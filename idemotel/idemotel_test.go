@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -453,6 +454,23 @@ func TestWaitThenReplay(t *testing.T) {
 	if d := claims[1].EndTime().Sub(claims[1].StartTime()); d < held/2 {
 		t.Errorf("the waiting claim's span lasts %v, want at least %v (it covers the wait)", d, held/2)
 	}
+	wantAttr(t, "waiting duplicate's claim", claims[1].Attributes(), idemotel.AttrAdapter, "http")
+	waited, found := attr(claims[1].Attributes(), idemotel.AttrWaitDuration)
+	if !found || waited.AsFloat64() < (held/2).Seconds() {
+		t.Errorf("the waiting claim's idem.wait.duration = %v (found %v), want at least %v", waited.AsFloat64(), found, held/2)
+	}
+	var waits int
+	for _, s := range f.spans.Ended() {
+		if s.Name() == "idem.wait" && s.Parent().SpanID() == claims[1].SpanContext().SpanID() {
+			waits++
+		}
+	}
+	if waits != 1 {
+		t.Errorf("%d idem.wait spans under the waiting claim, want 1", waits)
+	}
+	if n, secs := f.histogramCount("idem.wait.duration", outcome("replayed")); n != 1 || secs < (held/2).Seconds() {
+		t.Errorf("idem.wait.duration{replayed}: count %d sum %vs, want 1 observation of at least %v", n, secs, held/2)
+	}
 	if n, secs := f.histogramCount("idem.claim.duration", outcome("replayed")); n != 1 || secs < (held/2).Seconds() {
 		t.Errorf("idem.claim.duration{replayed}: count %d sum %vs, want 1 observation of at least %v", n, secs, held/2)
 	}
@@ -504,8 +522,8 @@ func TestLeaseLoss(t *testing.T) {
 	if n := f.sum("idem.leases.lost", store); n != 1 {
 		t.Errorf("idem.leases.lost = %d, want 1", n)
 	}
-	if n := f.sum("idem.requests", outcome("acquired")) + f.sum("idem.requests", outcome("takeover")); n != 2 {
-		t.Errorf("idem.requests{acquired or takeover} = %d, want 2", n)
+	if a, o := f.sum("idem.requests", outcome("acquired")), f.sum("idem.requests", outcome("takeover")); a != 1 || o != 1 {
+		t.Errorf("idem.requests{acquired} = %d and {takeover} = %d, want 1 and 1", a, o)
 	}
 	if n := f.sum("idem.active_claims"); n != 0 {
 		t.Errorf("idem.active_claims = %d after both ended, want 0", n)
@@ -513,9 +531,65 @@ func TestLeaseLoss(t *testing.T) {
 	f.noClearText()
 }
 
-// Events with the fields the shared engine fills (Adapter, Waited,
-// Takeover) and the kinds today's adapters produce only under faults (a
-// failed claim, a failed completion), constructed and observed directly.
+// A request whose claim is taken over while its work still runs learns it
+// at the next renewal: the engine cancels the work and reports
+// EventLeaseLost, which is an idem.lease_lost event and ends the claim.
+func TestLeaseLostWhileRunning(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond // renewals every lease/3, in real time
+	running := make(chan struct{})
+	var calls atomic.Int32
+	f := setup(t, middleware.Options{Lease: lease, Wait: -1}, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			close(running)
+			<-r.Context().Done() // until the engine cancels it
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		ok(w, r)
+	})
+	first := make(chan int)
+	go func() { first <- f.post(`{"amount":1}`).Code }()
+	<-running
+	f.clock.Advance(2 * lease) // the store's clock: the first claim's lease ran out
+	if rec := f.post(`{"amount":1}`); rec.Code != http.StatusCreated {
+		t.Fatalf("the takeover answered %d, want 201", rec.Code)
+	}
+	<-first // returns once a renewal found the claim taken over
+
+	var kinds []string
+	f.mu.Lock()
+	for _, e := range f.events {
+		kinds = append(kinds, e.Kind.String())
+	}
+	f.mu.Unlock()
+	if !slices.Contains(kinds, idem.EventLeaseLost.String()) {
+		t.Fatalf("events %q, want a lease lost", kinds)
+	}
+	lost := 0
+	for _, name := range f.spanEvents() {
+		if name == "idem.lease_lost" {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Errorf("server span events %v, want one idem.lease_lost", f.spanEvents())
+	}
+	if n := f.sum("idem.leases.lost", store); n != 1 {
+		t.Errorf("idem.leases.lost = %d, want 1", n)
+	}
+	if n := f.sum("idem.takeovers", store); n != 1 {
+		t.Errorf("idem.takeovers = %d, want 1 (the engine reports Takeover)", n)
+	}
+	if n := f.sum("idem.active_claims"); n != 0 {
+		t.Errorf("idem.active_claims = %d after both ended, want 0", n)
+	}
+	f.noClearText()
+}
+
+// Events the adapters produce only under store faults (a failed claim, a
+// failed completion), and from an MCP wait and takeover, constructed and
+// observed directly.
 func TestEventFields(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
