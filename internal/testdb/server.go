@@ -77,17 +77,10 @@ func (s *Server) StartStandby(name string) *Server {
 // committed on s before the call survives s's loss.
 func (s *Server) WaitReplicated(name string) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.URL)
-	if err != nil {
-		s.t.Fatalf("testdb: %v", err)
-	}
-	defer conn.Close(ctx)
 	var lsn string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		s.t.Fatalf("testdb: %v", err)
-	}
+	s.exec(func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	})
 	waitQuery(s.t, s.URL, "the standby "+name+" to flush "+lsn,
 		`SELECT coalesce(bool_or(flush_lsn >= $1::pg_lsn), false) FROM pg_stat_replication WHERE application_name = $2`, lsn, name)
 }
@@ -96,18 +89,28 @@ func (s *Server) WaitReplicated(name string) {
 // restart) and reloads the configuration.
 func (s *Server) AlterSystem(name, value string) {
 	s.t.Helper()
+	s.exec(func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET %s = %s", pgx.Identifier{name}.Sanitize(), quoteLiteral(value))); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, "SELECT pg_reload_conf()")
+		return err
+	})
+}
+
+// exec runs f on a connection to the server's database, failing the test on
+// an error.
+func (s *Server) exec(f func(context.Context, *pgx.Conn) error) {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.URL)
+	if err == nil {
+		err = f(ctx, conn)
+		_ = conn.Close(ctx)
+	}
 	if err != nil {
 		s.t.Fatalf("testdb: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET %s = %s", pgx.Identifier{name}.Sanitize(), quoteLiteral(value))); err != nil {
-		s.t.Fatalf("testdb: alter system: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		s.t.Fatalf("testdb: reload: %v", err)
 	}
 }
 
