@@ -103,27 +103,36 @@ WITH del AS (
 )
 SELECT (SELECT count(*) FROM n), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2)`, "$3"),
 
-		// Sweep: abandoned claims first, then expired results, $1 rows at
-		// most, each scan on its partial index. FOR UPDATE re-checks the
-		// condition on the latest row version (a claim renewed or taken
-		// over meanwhile is left alone); SKIP LOCKED lets sweepers in
-		// several instances share the work without waiting or deleting a
-		// row twice. Waiters of abandoned claims are notified.
+		// Sweep: abandoned claims first, then expired results, {BATCH}
+		// rows at most, each scan on its partial index. FOR UPDATE
+		// re-checks the condition on the latest row version (a claim
+		// renewed or taken over meanwhile is left alone); SKIP LOCKED lets
+		// sweepers in several instances share the work without waiting or
+		// deleting a row twice. Waiters of abandoned claims are notified.
+		//
+		// {BATCH} is the batch size written in as an integer literal by
+		// Sweep, so that the planner knows how few rows the DELETE joins:
+		// with a parameter or an expression it guesses a tenth of the
+		// table and hashes all of it, and a batch on a backlog of a million
+		// rows took seconds instead of milliseconds. The rows of abandoned
+		// and expired are locked as doomed reads them, so expired locks
+		// only the rows that fill the batch after the abandoned claims.
 		sweep: r(`
 WITH abandoned AS (
     SELECT scope, key FROM {T}
      WHERE state = 'claimed' AND lease_end <= {NOW}
-     ORDER BY lease_end LIMIT $1
+     ORDER BY lease_end LIMIT {BATCH}
        FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT scope, key FROM {T}
      WHERE state = 'completed' AND expires_at <= {NOW}
-     ORDER BY expires_at LIMIT greatest($1 - (SELECT count(*) FROM abandoned), 0)
+     ORDER BY expires_at LIMIT {BATCH}
        FOR UPDATE SKIP LOCKED
 ), doomed AS (
-    SELECT scope, key, true AS abandoned FROM abandoned
-    UNION ALL
-    SELECT scope, key, false FROM expired
+    (SELECT scope, key, true AS abandoned FROM abandoned
+     UNION ALL
+     SELECT scope, key, false FROM expired)
+    LIMIT {BATCH}
 ), del AS (
     DELETE FROM {T} t USING doomed d
      WHERE t.scope = d.scope AND t.key = d.key
@@ -131,7 +140,7 @@ WITH abandoned AS (
 ), n AS (
     SELECT pg_notify({CH}, {PAYLOAD}) FROM del WHERE abandoned
 )
-SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM del WHERE NOT abandoned)`, "$2"),
+SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM del WHERE NOT abandoned)`, "$1"),
 
 		// Wait's look at the key: microseconds left on a live claim's
 		// lease, null if the key is not held by a live claim, no row if

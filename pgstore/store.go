@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -423,7 +425,8 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired)
+	sweep := strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(limit))
+	err := s.pool.QueryRow(ctx, sweep, s.nowArg()).Scan(&abandoned, &expired)
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)
 	}
