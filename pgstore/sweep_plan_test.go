@@ -13,14 +13,14 @@ import (
 )
 
 // TestSweepPlanScalesWithTheBatch checks the plan of the sweep statement on
-// a table of 100,000 expired results, ordinary and hash-partitioned, with
+// a table of 100,000 expired results, ordinary and in 16 hash partitions, with
 // the plan PostgreSQL makes for the batch's value (custom) and the one it
 // may cache for any value (generic): no sequential scan of the table, so a
 // batch costs the same on a backlog of a million rows as on a thousand
 // (measured with integration/cmd/sweepbench; see docs/operations.md).
 func TestSweepPlanScalesWithTheBatch(t *testing.T) {
 	t.Parallel()
-	for _, partitions := range []int{0, 4} {
+	for _, partitions := range []int{0, 16} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			t.Run(fmt.Sprintf("partitions=%d/%s", partitions, mode), func(t *testing.T) {
 				t.Parallel()
@@ -35,7 +35,7 @@ func TestSweepPlanScalesWithTheBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := newStore(t, pool, pgstore.Options{})
-				plan := explainSweep(ctx, t, pool.Acquire, pgstore.SweepSQL(s, 100), mode)
+				plan := explainSweep(ctx, t, pool.Acquire, pgstore.SweepSQL(s, pgstore.DefaultSweepBatch), mode)
 				if strings.Contains(plan, "Seq Scan") {
 					t.Errorf("the sweep scans the whole table:\n%s", plan)
 				}
