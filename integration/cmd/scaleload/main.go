@@ -4,8 +4,9 @@
 //
 // For each workload, new keys and a retry mix (-retry-share of requests
 // repeat a key answered before, sent to another instance than the one that
-// answered it), it runs in one invocation, one after the other for
-// -duration each:
+// answered it), it measures in one invocation, for -duration each, in
+// -rounds slices taken in turn so that the load of a shared machine falls on
+// every configuration alike:
 //
 //	floor        -clients goroutines doing the demo's own database work
 //	             through pgx, with no HTTP and no idem: a new key is the
@@ -14,8 +15,9 @@
 //	             (what answering it again costs an application that kept
 //	             its answers itself)
 //	instances=N  N demo processes on the same database (each with its own
-//	             pool and sweeper), -clients HTTP clients sending each
-//	             request to the next instance in turn
+//	             pool of up to -clients connections, and its own sweeper),
+//	             -clients HTTP clients sending each request to the next
+//	             instance in turn
 //
 // and prints one table: requests/s, the ratio to the floor, latency
 // percentiles, and any answer other than the expected 201 (a 409 would be a
@@ -61,6 +63,7 @@ type config struct {
 	clients    int
 	duration   time.Duration
 	retryShare float64
+	rounds     int
 	demoArgs   []string
 }
 
@@ -73,6 +76,7 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 16, "concurrent clients")
 	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each configuration runs")
 	flag.Float64Var(&cfg.retryShare, "retry-share", 0.2, "share of requests that retry an answered key, in the retry mix")
+	flag.IntVar(&cfg.rounds, "rounds", 10, "slices each configuration's -duration is cut into; configurations take turns slice by slice")
 	flag.StringVar(&demoArgs, "demo-args", "-log-level warn", "extra arguments for each demo process")
 	flag.Parse()
 	for _, s := range strings.Split(instances, ",") {
@@ -84,8 +88,8 @@ func main() {
 		cfg.instances = append(cfg.instances, n)
 	}
 	cfg.demoArgs = strings.Fields(demoArgs)
-	if cfg.dbURL == "" {
-		fmt.Fprintln(os.Stderr, "scaleload: -database-url is required")
+	if cfg.dbURL == "" || cfg.rounds < 1 || cfg.clients < 1 {
+		fmt.Fprintln(os.Stderr, "scaleload: -database-url is required; -rounds and -clients must be positive")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), cfg); err != nil {
@@ -103,6 +107,15 @@ type result struct {
 	other     map[int]int // answers other than 201, by status (0: transport error)
 }
 
+func (r *result) add(o result) {
+	r.requests += o.requests
+	r.elapsed += o.elapsed
+	r.latencies = append(r.latencies, o.latencies...)
+	for s, c := range o.other {
+		r.other[s] += c
+	}
+}
+
 func (r result) rate() float64 { return float64(r.requests) / r.elapsed.Seconds() }
 
 func (r result) percentile(p float64) time.Duration {
@@ -111,6 +124,12 @@ func (r result) percentile(p float64) time.Duration {
 	}
 	slices.Sort(r.latencies)
 	return r.latencies[int(p*float64(len(r.latencies)-1))]
+}
+
+// target is one configuration under measurement: op sends one request.
+type target struct {
+	name string
+	op   func(ctx context.Context, worker int, retry bool) (int, error)
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -122,24 +141,43 @@ func run(ctx context.Context, cfg config) error {
 		defer cleanup()
 		cfg.demo = path
 	}
-	fmt.Printf("clients %d, duration %v per row, retry share %.0f%% in the retry mix\n\n", cfg.clients, cfg.duration, cfg.retryShare*100)
+	// Every configuration is set up first (its own schema, its own demo
+	// processes), then they take turns slice by slice, so that the load of
+	// a shared machine falls on all of them alike.
+	floor, closeFloor, err := setupFloor(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	defer closeFloor()
+	targets := []target{floor}
+	for _, n := range cfg.instances {
+		t, closeT, err := setupInstances(ctx, cfg, n)
+		if err != nil {
+			return fmt.Errorf("%d instances: %w", n, err)
+		}
+		defer closeT()
+		targets = append(targets, t)
+	}
+	fmt.Printf("clients %d, %v per configuration in %d slices taken in turn, retry share %.0f%% in the retry mix\n\n",
+		cfg.clients, cfg.duration, cfg.rounds, cfg.retryShare*100)
 	fmt.Println("| workload | configuration | requests/s | vs floor | p50 ms | p99 ms | other answers |")
 	fmt.Println("|---|---|---|---|---|---|---|")
+	slice := cfg.duration / time.Duration(cfg.rounds)
 	for _, w := range []struct {
 		name  string
 		share float64
 	}{{"new keys", 0}, {fmt.Sprintf("%.0f%% retries", cfg.retryShare*100), cfg.retryShare}} {
-		floor, err := runFloor(ctx, cfg, w.share)
-		if err != nil {
-			return fmt.Errorf("floor: %w", err)
+		results := make([]result, len(targets))
+		for i, t := range targets {
+			results[i] = result{name: t.name, other: map[int]int{}}
 		}
-		printRow(w.name, floor, floor)
-		for _, n := range cfg.instances {
-			r, err := runInstances(ctx, cfg, n, w.share)
-			if err != nil {
-				return fmt.Errorf("%d instances: %w", n, err)
+		for range cfg.rounds {
+			for i, t := range targets {
+				results[i].add(loop(ctx, cfg.clients, slice, w.share, t.op))
 			}
-			printRow(w.name, r, floor)
+		}
+		for _, r := range results {
+			printRow(w.name, r, results[0])
 		}
 	}
 	return nil
@@ -181,17 +219,17 @@ func freshSchema(ctx context.Context, cfg config) (string, *pgxpool.Pool, func()
 	return u.String(), admin, drop, nil
 }
 
-// loop runs cfg.clients workers for cfg.duration; each call of op is one
-// request, retry saying whether it should repeat an earlier one. It returns
-// the measurement.
-func loop(ctx context.Context, cfg config, name string, share float64, op func(ctx context.Context, worker int, retry bool) (int, error)) result {
-	r := result{name: name, other: map[int]int{}}
+// loop runs clients workers for d; each call of op is one request, retry
+// saying whether it should repeat an earlier one. It returns the
+// measurement.
+func loop(ctx context.Context, clients int, d time.Duration, share float64, op func(ctx context.Context, worker int, retry bool) (int, error)) result {
+	r := result{other: map[int]int{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	for w := range cfg.clients {
+	for w := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -227,30 +265,34 @@ func loop(ctx context.Context, cfg config, name string, share float64, op func(c
 	return r
 }
 
-func runFloor(ctx context.Context, cfg config, share float64) (result, error) {
+// setupFloor prepares the floor: a schema with the demo's invoices table and
+// a pool of -clients connections. The returned function drops them.
+func setupFloor(ctx context.Context, cfg config) (target, func(), error) {
 	dbURL, _, drop, err := freshSchema(ctx, cfg)
 	if err != nil {
-		return result{}, err
+		return target{}, nil, err
 	}
-	defer drop()
 	pcfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return result{}, err
+		drop()
+		return target{}, nil, err
 	}
 	pcfg.MaxConns = int32(cfg.clients)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return result{}, err
+		drop()
+		return target{}, nil, err
 	}
-	defer pool.Close()
+	closeAll := func() { pool.Close(); drop() }
 	// The demo's table, as it creates it.
 	if _, err := pool.Exec(ctx, `CREATE TABLE idemdemo_invoices (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer text NOT NULL,
 		amount_cents bigint NOT NULL CHECK (amount_cents > 0), created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return result{}, err
+		closeAll()
+		return target{}, nil, err
 	}
 	made := make([][]int64, cfg.clients)
-	return loop(ctx, cfg, "floor (pgx, no idem)", share, func(ctx context.Context, w int, retry bool) (int, error) {
+	return target{name: "floor (pgx, no idem)", op: func(ctx context.Context, w int, retry bool) (int, error) {
 		if retry && len(made[w]) > 0 {
 			var id, amount int64
 			var customer string
@@ -273,7 +315,7 @@ func runFloor(ctx context.Context, cfg config, share float64) (result, error) {
 		}
 		made[w] = append(made[w], id)
 		return http.StatusCreated, nil
-	}), nil
+	}}, closeAll, nil
 }
 
 // answered is a key a worker was answered for, and where.
@@ -282,27 +324,42 @@ type answered struct {
 	instance  int
 }
 
-func runInstances(ctx context.Context, cfg config, n int, share float64) (result, error) {
+// setupInstances starts n demo processes on a schema of their own. The
+// returned function stops them and drops the schema.
+func setupInstances(ctx context.Context, cfg config, n int) (target, func(), error) {
 	dbURL, _, drop, err := freshSchema(ctx, cfg)
 	if err != nil {
-		return result{}, err
+		return target{}, nil, err
 	}
-	defer drop()
+	var demos []*demo
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients}, Timeout: 30 * time.Second}
+	closeAll := func() {
+		client.CloseIdleConnections()
+		for _, d := range demos {
+			d.stop()
+		}
+		drop()
+	}
+	// Each instance may use as many connections as there are clients,
+	// like the floor's pool (pgx's default is 4).
+	u, _ := url.Parse(dbURL)
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(cfg.clients))
+	u.RawQuery = q.Encode()
 	var bases []string
 	for range n {
-		p, err := startDemo(cfg, dbURL)
+		d, err := startDemo(cfg, u.String())
 		if err != nil {
-			return result{}, err
+			closeAll()
+			return target{}, nil, err
 		}
-		defer p.stop()
-		bases = append(bases, p.url)
+		demos = append(demos, d)
+		bases = append(bases, d.url)
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients}, Timeout: 30 * time.Second}
-	defer client.CloseIdleConnections()
 	run := fmt.Sprintf("%08x", rand.Uint32())
 	made := make([][]answered, cfg.clients)
 	next := make([]int, cfg.clients)
-	return loop(ctx, cfg, fmt.Sprintf("instances=%d", n), share, func(ctx context.Context, w int, retry bool) (int, error) {
+	return target{name: fmt.Sprintf("instances=%d", n), op: func(ctx context.Context, w int, retry bool) (int, error) {
 		instance := next[w] % n
 		next[w]++
 		var a answered
@@ -333,7 +390,7 @@ func runInstances(ctx context.Context, cfg config, n int, share float64) (result
 			made[w] = append(made[w], a)
 		}
 		return resp.StatusCode, nil
-	}), nil
+	}}, closeAll, nil
 }
 
 // demo is one idemdemo process.
