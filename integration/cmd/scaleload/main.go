@@ -14,6 +14,10 @@
 //	             COMMIT); a retry is a primary-key read of an invoice
 //	             (what answering it again costs an application that kept
 //	             its answers itself)
+//	floor + pg_notify per invoice
+//	             the same, with a pg_notify in each invoice transaction
+//	             (as idem's completion function did before it notified
+//	             only when someone waits): what NOTIFY costs PostgreSQL
 //	instances=N  N demo processes on the same database (each with its own
 //	             pool of up to -clients connections, and its own sweeper),
 //	             -clients HTTP clients sending each request to the next
@@ -144,12 +148,17 @@ func run(ctx context.Context, cfg config) error {
 	// Every configuration is set up first (its own schema, its own demo
 	// processes), then they take turns slice by slice, so that the load of
 	// a shared machine falls on all of them alike.
-	floor, closeFloor, err := setupFloor(ctx, cfg)
+	floor, closeFloor, err := setupFloor(ctx, cfg, false)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	defer closeFloor()
-	targets := []target{floor}
+	notifying, closeNotifying, err := setupFloor(ctx, cfg, true)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	defer closeNotifying()
+	targets := []target{floor, notifying}
 	for _, n := range cfg.instances {
 		t, closeT, err := setupInstances(ctx, cfg, n)
 		if err != nil {
@@ -266,8 +275,10 @@ func loop(ctx context.Context, clients int, d time.Duration, share float64, op f
 }
 
 // setupFloor prepares the floor: a schema with the demo's invoices table and
-// a pool of -clients connections. The returned function drops them.
-func setupFloor(ctx context.Context, cfg config) (target, func(), error) {
+// a pool of -clients connections. With notify, each invoice transaction
+// also calls pg_notify, as idem's completion does today: what that costs
+// PostgreSQL alone. The returned function drops them.
+func setupFloor(ctx context.Context, cfg config, notify bool) (target, func(), error) {
 	dbURL, _, drop, err := freshSchema(ctx, cfg)
 	if err != nil {
 		return target{}, nil, err
@@ -292,7 +303,11 @@ func setupFloor(ctx context.Context, cfg config) (target, func(), error) {
 		return target{}, nil, err
 	}
 	made := make([][]int64, cfg.clients)
-	return target{name: "floor (pgx, no idem)", op: func(ctx context.Context, w int, retry bool) (int, error) {
+	name := "floor (pgx, no idem)"
+	if notify {
+		name = "floor + pg_notify per invoice"
+	}
+	return target{name: name, op: func(ctx context.Context, w int, retry bool) (int, error) {
 		if retry && len(made[w]) > 0 {
 			var id, amount int64
 			var customer string
@@ -309,6 +324,11 @@ func setupFloor(ctx context.Context, cfg config) (target, func(), error) {
 		if err := tx.QueryRow(ctx, `INSERT INTO idemdemo_invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
 			fmt.Sprintf("customer-%d", w), 1250).Scan(&id); err != nil {
 			return 0, err
+		}
+		if notify {
+			if _, err := tx.Exec(ctx, `SELECT pg_notify('scaleload', $1)`, strconv.FormatInt(id, 10)); err != nil {
+				return 0, err
+			}
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return 0, err
