@@ -68,6 +68,9 @@ func TestFailover(t *testing.T) {
 			replicated := l.answeredCount()
 			primary.WaitReplicated("standby1")
 			standby.Stop("fast")
+			// Answers to commits the standby acknowledged before it stopped
+			// may still be on their way to their clients.
+			time.Sleep(300 * time.Millisecond)
 			laggedFrom := l.answeredCount()
 			if tc.sync {
 				// Commits now wait for the standby: give requests time to
