@@ -15,12 +15,13 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// TestFailover runs the demo on a primary with a streaming standby, under
-// a load of new keys and retries of answered ones, and fails over mid-load:
+// TestFailover runs two demo instances on a primary with a streaming
+// standby, under a load of new keys and retries of answered ones (each
+// attempt at a random instance), and fails over mid-load:
 // the standby is stopped (so that it lags) while clients keep sending, the
 // primary is killed (pg_ctl stop -m immediate: no shutdown checkpoint, every
-// connection cut), the standby is started again and promoted. The demo is
-// not restarted: its DATABASE_URL names both servers with
+// connection cut), the standby is started again and promoted. The demos are
+// not restarted: their DATABASE_URL names both servers with
 // target_session_attrs=read-write, so every new connection (its pool's and
 // its LISTEN connection's) goes to whichever accepts writes.
 //
@@ -57,10 +58,14 @@ func TestFailover(t *testing.T) {
 			}
 			dsn := fmt.Sprintf("postgres://idem@127.0.0.1:%d,127.0.0.1:%d/idem?sslmode=disable&target_session_attrs=read-write",
 				primary.Port, standby.Port)
-			p := startDemo(t, demoproc.Config{DatabaseURL: dsn, Args: []string{
-				"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
-			}})
-			l := startFailoverLoad(t, p.URL(), 8)
+			// Two instances; every attempt goes to a random one.
+			var bases []string
+			for range 2 {
+				bases = append(bases, startDemo(t, demoproc.Config{DatabaseURL: dsn, Args: []string{
+					"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
+				}}).URL())
+			}
+			l := startFailoverLoad(t, bases, 8)
 
 			// Answers before the failover, replicated.
 			l.waitAnswered(t, 40)
@@ -99,7 +104,7 @@ func TestFailover(t *testing.T) {
 				lost[a.key] = fmt.Sprintf("%s: answered %d %s, a retry during the load got another answer", a.key, a.status, a.resp)
 			}
 			for _, a := range answers {
-				r := mustPost(t, p.URL(), "/invoices", a.body, "Idempotency-Key", a.key)
+				r := mustPost(t, bases[rand.IntN(len(bases))], "/invoices", a.body, "Idempotency-Key", a.key)
 				invoices := d.invoicesOf(a.customer)
 				if len(invoices) > 1 {
 					t.Errorf("key %s has %d invoices after the failover: %+v", a.key, len(invoices), invoices)
@@ -151,7 +156,8 @@ type failoverAnswer struct {
 }
 
 // failoverLoad is clients sending new keys (80%) and retries of keys they
-// were answered (20%) to one demo, each retrying a key until it gets a 2xx.
+// were answered (20%) to demo instances chosen at random, each retrying a
+// key until it gets a 2xx.
 type failoverLoad struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -163,7 +169,7 @@ type failoverLoad struct {
 	inFlightAtCrash int              // keys that needed more than one attempt
 }
 
-func startFailoverLoad(t *testing.T, base string, clients int) *failoverLoad {
+func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	l := &failoverLoad{cancel: cancel}
@@ -177,7 +183,7 @@ func startFailoverLoad(t *testing.T, base string, clients int) *failoverLoad {
 			for n := 0; ctx.Err() == nil; n++ {
 				if len(mine) > 0 && rand.IntN(5) == 0 {
 					a := mine[rand.IntN(len(mine))]
-					r, err := post(ctx, client, base, "/invoices", a.body, "Idempotency-Key", a.key)
+					r, err := post(ctx, client, bases[rand.IntN(len(bases))], "/invoices", a.body, "Idempotency-Key", a.key)
 					if err == nil && r.status < 300 && (r.status != a.status || !bytes.Equal(r.body, a.resp)) {
 						l.mu.Lock()
 						l.changed = append(l.changed, a)
@@ -188,7 +194,7 @@ func startFailoverLoad(t *testing.T, base string, clients int) *failoverLoad {
 				customer := fmt.Sprintf("%s-c%d-%04d", run, c, n)
 				a := failoverAnswer{key: customer, customer: customer, body: invoiceBody(customer, 100, rand.IntN(50))}
 				for attempt := 0; ctx.Err() == nil; attempt++ {
-					r, err := post(ctx, client, base, "/invoices", a.body, "Idempotency-Key", a.key)
+					r, err := post(ctx, client, bases[rand.IntN(len(bases))], "/invoices", a.body, "Idempotency-Key", a.key)
 					if err == nil && r.status < 300 {
 						a.status, a.resp = r.status, r.body
 						l.mu.Lock()
