@@ -32,7 +32,9 @@
 //	go run ./cmd/scaleload -database-url 'postgres://idem@127.0.0.1:55433/idem' -instances 1,2,3 -duration 10s
 //
 // The demo is built from this checkout (without the race detector) unless
-// -demo names a binary. See docs/performance.md ("Instances").
+// -demo names a binary, or several as label=path,label=path: each build's
+// instances are then measured in the same run, side by side. See
+// docs/performance.md ("Instances on one database").
 package main
 
 import (
@@ -75,7 +77,7 @@ func main() {
 	var cfg config
 	var instances, demoArgs string
 	flag.StringVar(&cfg.dbURL, "database-url", "", "PostgreSQL `URL` of a private server (required)")
-	flag.StringVar(&cfg.demo, "demo", "", "idemdemo `binary` (empty: build it from this checkout)")
+	flag.StringVar(&cfg.demo, "demo", "", "idemdemo `binaries`: a path, or label=path,label=path to measure several builds side by side (empty: build one from this checkout)")
 	flag.StringVar(&instances, "instances", "1,2,3", "comma-separated instance counts")
 	flag.IntVar(&cfg.clients, "clients", 16, "concurrent clients")
 	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each configuration runs")
@@ -136,14 +138,40 @@ type target struct {
 	op   func(ctx context.Context, worker int, retry bool) (int, error)
 }
 
+// demoBinary is one idemdemo build under measurement.
+type demoBinary struct{ label, path string }
+
+// demoBinaries parses -demo: "", a path, or label=path pairs.
+func demoBinaries(flagValue string) ([]demoBinary, error) {
+	if flagValue == "" {
+		return nil, nil
+	}
+	if !strings.Contains(flagValue, "=") {
+		return []demoBinary{{path: flagValue}}, nil
+	}
+	var bs []demoBinary
+	for _, pair := range strings.Split(flagValue, ",") {
+		label, path, ok := strings.Cut(pair, "=")
+		if !ok || label == "" || path == "" {
+			return nil, fmt.Errorf("-demo: %q: want label=path", pair)
+		}
+		bs = append(bs, demoBinary{label: label, path: path})
+	}
+	return bs, nil
+}
+
 func run(ctx context.Context, cfg config) error {
-	if cfg.demo == "" {
+	binaries, err := demoBinaries(cfg.demo)
+	if err != nil {
+		return err
+	}
+	if len(binaries) == 0 {
 		path, cleanup, err := demoproc.Build(false)
 		if err != nil {
 			return err
 		}
 		defer cleanup()
-		cfg.demo = path
+		binaries = []demoBinary{{path: path}}
 	}
 	// Every configuration is set up first (its own schema, its own demo
 	// processes), then they take turns slice by slice, so that the load of
@@ -159,13 +187,15 @@ func run(ctx context.Context, cfg config) error {
 	}
 	defer closeNotifying()
 	targets := []target{floor, notifying}
-	for _, n := range cfg.instances {
-		t, closeT, err := setupInstances(ctx, cfg, n)
-		if err != nil {
-			return fmt.Errorf("%d instances: %w", n, err)
+	for _, b := range binaries {
+		for _, n := range cfg.instances {
+			t, closeT, err := setupInstances(ctx, cfg, b, n)
+			if err != nil {
+				return fmt.Errorf("%d instances: %w", n, err)
+			}
+			defer closeT()
+			targets = append(targets, t)
 		}
-		defer closeT()
-		targets = append(targets, t)
 	}
 	fmt.Printf("clients %d, %v per configuration in %d slices taken in turn, retry share %.0f%% in the retry mix\n\n",
 		cfg.clients, cfg.duration, cfg.rounds, cfg.retryShare*100)
@@ -346,7 +376,7 @@ type answered struct {
 
 // setupInstances starts n demo processes on a schema of their own. The
 // returned function stops them and drops the schema.
-func setupInstances(ctx context.Context, cfg config, n int) (target, func(), error) {
+func setupInstances(ctx context.Context, cfg config, b demoBinary, n int) (target, func(), error) {
 	dbURL, _, drop, err := freshSchema(ctx, cfg)
 	if err != nil {
 		return target{}, nil, err
@@ -368,7 +398,7 @@ func setupInstances(ctx context.Context, cfg config, n int) (target, func(), err
 	u.RawQuery = q.Encode()
 	var bases []string
 	for range n {
-		d, err := startDemo(cfg, u.String())
+		d, err := startDemo(cfg, b.path, u.String())
 		if err != nil {
 			closeAll()
 			return target{}, nil, err
@@ -379,7 +409,11 @@ func setupInstances(ctx context.Context, cfg config, n int) (target, func(), err
 	run := fmt.Sprintf("%08x", rand.Uint32())
 	made := make([][]answered, cfg.clients)
 	next := make([]int, cfg.clients)
-	return target{name: fmt.Sprintf("instances=%d", n), op: func(ctx context.Context, w int, retry bool) (int, error) {
+	name := fmt.Sprintf("instances=%d", n)
+	if b.label != "" {
+		name += " (" + b.label + ")"
+	}
+	return target{name: name, op: func(ctx context.Context, w int, retry bool) (int, error) {
 		instance := next[w] % n
 		next[w]++
 		var a answered
@@ -421,9 +455,9 @@ type demo struct {
 	logs bytes.Buffer
 }
 
-func startDemo(cfg config, dbURL string) (*demo, error) {
+func startDemo(cfg config, binary, dbURL string) (*demo, error) {
 	d := &demo{done: make(chan struct{})}
-	d.cmd = exec.Command(cfg.demo, append([]string{"-addr", "127.0.0.1:0"}, cfg.demoArgs...)...)
+	d.cmd = exec.Command(binary, append([]string{"-addr", "127.0.0.1:0"}, cfg.demoArgs...)...)
 	d.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	d.cmd.Stderr = &d.logs
 	out, err := d.cmd.StdoutPipe()
