@@ -15,6 +15,10 @@ help: ## List the targets.
 .PHONY: test
 test: ## Run every test with -race (needs TEST_DATABASE_URL; see `make db`).
 	$(GO) test -race -count=1 ./...
+	@# pgstore again in the query exec modes poolers in transaction mode need
+	@# (parameters sent with types guessed from Go, or interpolated).
+	TEST_QUERY_EXEC_MODE=exec $(GO) test -race -count=1 ./pgstore/
+	TEST_QUERY_EXEC_MODE=simple_protocol $(GO) test -race -count=1 ./pgstore/
 	@if [ -f integration/go.mod ]; then cd integration && $(GO) test -race -count=1 ./...; fi
 
 .PHONY: lint

@@ -161,6 +161,7 @@ type migration struct {
 
 var all = []migration{
 	{1, "00001_create_table"},
+	{2, "00002_notify_waiters"},
 }
 
 // templateData is what the SQL templates see: the objects' names and, for
@@ -283,6 +284,19 @@ func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options) erro
 	}
 	if n != opts.Partitions {
 		return fmt.Errorf("%w: table %s has %d partitions, Options.Partitions is %d", ErrPartitions, o.Table, n, opts.Partitions)
+	}
+	return nil
+}
+
+// upTo applies the migrations up to version, for the upgrade test.
+func upTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version int64) error {
+	p, done, err := newProvider(pool, opts)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := p.UpTo(ctx, version); err != nil {
+		return fmt.Errorf("migrations: up to %d: %w", version, err)
 	}
 	return nil
 }
