@@ -11,6 +11,10 @@ import (
 // interval or ctx can end the wait.
 func SetWaitBlocked(s *Store, f func()) { s.waitBlocked = f }
 
+// SetWaitPolled installs a hook called when Wait, not listening, has seen a
+// live claim and pauses before looking again.
+func SetWaitPolled(s *Store, f func()) { s.waitPolled = f }
+
 // ChannelSQL is the SQL expression of the store's LISTEN channel.
 func ChannelSQL(s *Store) string { return s.sql.channel }
 
@@ -58,4 +62,12 @@ func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }
 // the test clock).
 func SweepSQL(s *Store, batch int) string {
 	return strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(batch))
+}
+
+// Heartbeats is the number of heartbeats the store's LISTEN connections
+// heard back.
+func Heartbeats(s *Store) int {
+	s.listener.mu.Lock()
+	defer s.listener.mu.Unlock()
+	return s.listener.heartbeats
 }

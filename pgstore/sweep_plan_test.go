@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
@@ -35,7 +36,7 @@ func TestSweepPlanScalesWithTheBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := newStore(t, pool, pgstore.Options{})
-				plan := explainSweep(ctx, t, pool.Acquire, pgstore.SweepSQL(s, pgstore.DefaultSweepBatch), mode)
+				plan := explainSweep(ctx, t, pool, pgstore.SweepSQL(s, pgstore.DefaultSweepBatch), mode)
 				if strings.Contains(plan, "Seq Scan") {
 					t.Errorf("the sweep scans the whole table:\n%s", plan)
 				}
@@ -44,27 +45,26 @@ func TestSweepPlanScalesWithTheBatch(t *testing.T) {
 	}
 }
 
-// explainSweep returns the plan of sweepSQL under plan_cache_mode mode.
-func explainSweep[C interface {
-	Conn() *pgx.Conn
-	Release()
-}](ctx context.Context, t *testing.T, acquire func(context.Context) (C, error), sweepSQL, mode string) string {
+// explainSweep returns the plan of sweepSQL under plan_cache_mode mode. It
+// runs in one transaction, so that a transaction-mode pooler keeps its
+// statements on one server connection.
+func explainSweep(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sweepSQL, mode string) string {
 	t.Helper()
-	c, err := acquire(ctx)
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Release()
-	conn := c.Conn()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = `+mode); err != nil {
-		t.Fatal(err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, stmt := range []string{
+		`SET LOCAL plan_cache_mode = ` + mode,
+		`PREPARE sweep_plan(timestamptz) AS ` + sweepSQL,
+	} {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer func() { _, _ = conn.Exec(context.Background(), `RESET plan_cache_mode`) }()
-	if _, err := conn.Exec(ctx, `PREPARE sweep_plan(timestamptz) AS `+sweepSQL); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(context.Background(), `DEALLOCATE sweep_plan`) }()
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE sweep_plan(NULL)`)
+	defer func() { _, _ = tx.Exec(context.Background(), `DEALLOCATE sweep_plan`) }()
+	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE sweep_plan(NULL)`)
 	if err != nil {
 		t.Fatal(err)
 	}
