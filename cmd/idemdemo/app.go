@@ -253,15 +253,23 @@ type app struct {
 	// (GET /mcp) end at once instead of holding shutdown until its bound.
 	streams       context.Context
 	cancelStreams context.CancelFunc
+	// cutOff is cancelled when the shutdown bound runs out: protected
+	// handlers and tool calls, whose contexts no longer end with their
+	// clients' connections, are cancelled through it (the middleware's and
+	// mcphttp's Shutdown option), and their claims released.
+	cutOff       context.Context
+	cancelCutOff context.CancelFunc
 }
 
 func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
 	a := &app{cfg: cfg, be: be, logger: logger, metrics: newMetrics(), owner: owner()}
 	a.streams, a.cancelStreams = context.WithCancel(context.Background())
+	a.cutOff, a.cancelCutOff = context.WithCancel(context.Background())
 
 	protect := middleware.New(be.store, middleware.Options{
 		Lease:    cfg.lease,
 		Wait:     cfg.wait,
+		Shutdown: a.cutOff,
 		Owner:    a.owner,
 		Logger:   logger,
 		Observer: a.metrics.observeHTTP,
@@ -352,6 +360,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) erro
 		// it releases the claim and a retry runs again (not waiting for
 		// the lease to run out).
 		a.logger.Warn("shutdown bound reached: cancelling in-flight requests; their claims are released", "active", a.active.Load())
+		a.cancelCutOff()
 		cancelRequests()
 		a.drain(middleware.DefaultStoreTimeout)
 		_ = srv.Close()

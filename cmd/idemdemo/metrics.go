@@ -101,7 +101,7 @@ func (m *metrics) observe(adapter string, e idem.Event) {
 	case idem.EventReleased:
 		m.released.WithLabelValues(adapter).Inc()
 		m.handlerTime.WithLabelValues(adapter, "released").Observe(secs)
-	case idem.EventStale:
+	case idem.EventStale, idem.EventLeaseLost:
 		m.stale.WithLabelValues(adapter).Inc()
 	case idem.EventStoreError:
 		if errors.Is(e.Err, context.Canceled) {
