@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -58,13 +57,20 @@ func TestWaitersDoNotLeak(t *testing.T) {
 	}
 }
 
-func TestRunRejectsNonPositiveInterval(t *testing.T) {
+// TestRunInterval: a negative interval is an error, returned at once; zero
+// means idem.SweepIntervalDefault (it once made time.NewTicker panic), and
+// Run returns nil when ctx is cancelled.
+func TestRunInterval(t *testing.T) {
 	t.Parallel()
 	s := New(Options{})
-	for _, d := range []time.Duration{0, -time.Second} {
-		err := s.Run(context.Background(), d)
-		if err == nil || errors.Is(err, context.Canceled) {
-			t.Errorf("Run(ctx, %v) = %v, want an error", d, err)
-		}
+	if err := s.Run(context.Background(), -time.Second); err == nil {
+		t.Errorf("Run(ctx, -1s) = nil, want an error")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, 0) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run(ctx, 0) = %v after cancel, want nil", err)
 	}
 }

@@ -18,7 +18,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -236,26 +235,13 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	return s.table.Sweep(s.now(), limit), nil
 }
 
-// Run sweeps every interval until ctx is done, then returns ctx's error. An
-// interval that is not positive is an error, returned at once. Memory is
-// bounded without Run (a full store reclaims what a sweep would before it
-// refuses a key); Run frees it sooner.
+// Run is shorthand for an [idem.Sweeper] over s with the given interval
+// (zero means [idem.SweepIntervalDefault], negative is an error): it sweeps
+// at once and then every interval ±50% until ctx is done, then returns nil.
+// Memory is bounded without Run (a full store reclaims what a sweep would
+// before it refuses a key); Run frees it sooner.
 func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("memstore: sweep interval %v is not positive", interval)
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			if _, err := s.Sweep(ctx, 0); err != nil {
-				return err
-			}
-		}
-	}
+	return idem.Sweeper{Store: s, Interval: interval}.Run(ctx)
 }
 
 // Lookup returns the entry for (scope, key), for operators and tests.

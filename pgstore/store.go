@@ -47,7 +47,7 @@ const DefaultHeartbeat = 10 * time.Second
 const firstPollDelay = 10 * time.Millisecond
 
 // DefaultSweepBatch is the batch a Sweep with limit <= 0 removes at most.
-const DefaultSweepBatch = 1000
+const DefaultSweepBatch = idem.SweepBatchDefault
 
 // maxClaimAttempts bounds the claim statement's retries in the race where
 // the conflicting row committed after the statement's snapshot. Each retry
@@ -553,44 +553,13 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	return idem.SweepStats{Abandoned: abandoned, Expired: expired}, nil
 }
 
-// Run sweeps every interval (zero means one minute), with up to ±50%
-// random jitter so that instances started together do not sweep in step,
-// until ctx is done; then it returns nil. Each round sweeps batches of
-// [DefaultSweepBatch] until a batch comes back short. Errors are logged and
-// retried next round. Run it in every instance: sweepers skip each other's
-// rows.
+// Run is shorthand for an [idem.Sweeper] over s with the given interval
+// (zero means [idem.SweepIntervalDefault], negative is an error), batches of
+// [DefaultSweepBatch] and the store's Logger: it sweeps at once and then
+// every interval ±50% until ctx is done, then returns nil. Run it in every
+// instance: sweepers skip each other's rows.
 func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	if interval < 0 {
-		return fmt.Errorf("pgstore: negative sweep interval %v", interval)
-	}
-	if interval == 0 {
-		interval = time.Minute
-	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		}
-		for ctx.Err() == nil {
-			st, err := s.Sweep(ctx, DefaultSweepBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("pgstore: sweep failed", "err", err)
-				}
-				break
-			}
-			if st.Abandoned+st.Expired > 0 {
-				s.log.Debug("pgstore: swept", "abandoned", st.Abandoned, "expired", st.Expired)
-			}
-			if st.Abandoned+st.Expired < DefaultSweepBatch {
-				break
-			}
-		}
-		timer.Reset(interval/2 + rand.N(interval))
-	}
+	return idem.Sweeper{Store: s, Interval: interval, Batch: DefaultSweepBatch, Logger: s.log}.Run(ctx)
 }
 
 // Wait implements [idem.Store]. It returns at once if the key is no longer

@@ -416,38 +416,18 @@ func (a *app) drain(bound time.Duration) {
 	}
 }
 
-// sweepBatch is how many entries one Sweep call removes; a full batch means
-// there may be more, so the sweeper goes on at once.
-const sweepBatch = 1000
-
-// sweep removes abandoned claims and expired results every sweepEvery until
-// ctx is done. Every instance runs it: pgstore's sweep is safe to run
-// concurrently.
+// sweep removes abandoned claims and expired results, at once and then
+// every sweepEvery (±50%), until ctx is done. Every instance runs it:
+// pgstore's sweep is safe to run concurrently.
 func (a *app) sweep(ctx context.Context) {
-	t := time.NewTicker(a.cfg.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for ctx.Err() == nil {
-			st, err := a.be.store.Sweep(ctx, sweepBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					a.logger.Warn("sweep failed; retrying at the next interval", "err", err)
-				}
-				break
-			}
-			a.metrics.swept(st)
-			if st.Abandoned+st.Expired > 0 {
-				a.logger.Info("swept", "abandoned", st.Abandoned, "expired", st.Expired)
-			}
-			if st.Abandoned+st.Expired < sweepBatch {
-				break
-			}
-		}
+	sw := idem.Sweeper{
+		Store:    a.be.store,
+		Interval: a.cfg.sweepEvery,
+		Logger:   a.logger,
+		OnSweep:  func(_ context.Context, st idem.SweepStats) { a.metrics.swept(st) },
+	}
+	if err := sw.Run(ctx); err != nil {
+		a.logger.Error("sweeper stopped", "err", err)
 	}
 }
 
