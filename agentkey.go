@@ -24,7 +24,8 @@ var ErrInvalidJSON = errors.New("idem: invalid JSON")
 const maxJSONDepth = 512
 
 // AgentKey derives the idempotency key an agent puts in an MCP tools/call's
-// _meta.idempotencyKey (seed 003): the lower-case hex SHA-256 of the
+// _meta.idempotencyKey (which mcphttp reads, and which a tool that calls a
+// REST API forwards as X-Idempotency-Key): the lower-case hex SHA-256 of the
 // conversation's session id, the current turn (the user message the agent is
 // answering), the tool name and the tool's arguments.
 //

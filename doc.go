@@ -1,6 +1,35 @@
 // Package idem makes retried requests run their side effect at most once,
 // durably.
 //
+// # Where to start
+//
+// Import the package for what you are building; this root package is what
+// they share.
+//
+//   - [github.com/idemkit/idem/middleware]: an Idempotency-Key middleware
+//     for net/http (func(http.Handler) http.Handler). Start here for a REST
+//     API.
+//   - [github.com/idemkit/idem/mcphttp]: deduplication of MCP tools/call on
+//     the Streamable HTTP transport, wrapping a go-sdk server's handler; and
+//     the client-side helpers a tool uses to forward the call's keys.
+//   - [github.com/idemkit/idem/pgstore]: the durable store, on PostgreSQL
+//     (pgx/v5). Production uses this one.
+//   - [github.com/idemkit/idem/migrations]: creates and upgrades pgstore's
+//     table (goose); run it before pgstore.New, or with the idem CLI.
+//   - [github.com/idemkit/idem/memstore]: the in-memory store, for tests,
+//     single-process services and development.
+//   - [Sweeper]: releases abandoned claims and deletes expired results from
+//     either store; run one per instance (the stores' Run is shorthand).
+//   - [github.com/idemkit/idem/engine]: claim, run under a renewed lease,
+//     record or release. Both adapters use it; import it to write an adapter
+//     for another transport.
+//   - [github.com/idemkit/idem/idemotel]: OpenTelemetry spans and metrics
+//     for the adapters' events.
+//   - [github.com/idemkit/idem/idemtest]: the contract suite a new [Store]
+//     must pass.
+//
+// # How it works
+//
 // A client whose connection dropped cannot tell "the server never ran my
 // request" from "the server ran it and the answer was lost", so it retries.
 // idem makes that retry safe by putting a claim in front of the side effect:
@@ -21,12 +50,9 @@
 // lock, no I/O and no clock (callers pass the time), so it can be tested as a
 // state machine and used as the model the stores are checked against.
 //
-// Adapters depend on this package, never the reverse:
-//
-//   - memstore: the table behind a lock; the embedded default.
-//   - pgstore: PostgreSQL on pgx/v5, the durable store.
-//   - middleware: the Idempotency-Key semantics for net/http.
-//   - mcphttp: deduplication of MCP tools/call on the Streamable HTTP transport.
+// The packages above depend on this one, never the reverse; the root
+// imports nothing of theirs and starts no goroutine ([Sweeper.Run] and
+// [ClaimWait] block in the caller's).
 //
 // # Generations
 //

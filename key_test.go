@@ -34,8 +34,9 @@ func TestKeyEncoding(t *testing.T) {
 
 func TestSeedExamplesAreDistinct(t *testing.T) {
 	t.Parallel()
-	// Seed 000: session 1 with id "2:3" and session 12 with id "3" must not
-	// meet; nor may a "/" in a client-chosen id shift the boundary.
+	// Naive concatenation would merge these: session 1 with id "2:3" and
+	// session 12 with id "3" must not meet; nor may a "/" in a
+	// client-chosen id shift the boundary between fields.
 	pairs := [][2]Key{
 		{KeyForRequest("1", StringRequestID("2:3")), KeyForRequest("12", StringRequestID("3"))},
 		{KeyForRequest("a/b", StringRequestID("c")), KeyForRequest("a", StringRequestID("b/c"))},

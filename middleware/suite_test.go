@@ -187,8 +187,9 @@ func sameResponse(orig, replay *httptest.ResponseRecorder) string {
 	return ""
 }
 
-// runSuite runs every row of DESIGN.md's HTTP table, and the rest of the
-// middleware's behaviour, over the stores newStore makes.
+// runSuite runs every row of the behaviour table in the package doc
+// (doc.go: no key, first request, retry, in flight, mismatch, ...) and the
+// rest of the middleware's behaviour over the stores newStore makes.
 func runSuite(t *testing.T, newStore newKit) {
 	t.Run("MissingKey", func(t *testing.T) {
 		t.Parallel()

@@ -228,7 +228,7 @@ func toolText(res *mcp.CallToolResult) string {
 
 // The MCP tool: the same _meta.idempotencyKey creates one invoice, and the
 // tool forwards _meta as X-Session-Id / X-Idempotency-Key, so the REST API
-// itself recognises the call (seed 003, end to end).
+// itself recognises the call, end to end.
 func TestMCPTool(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := pgURL(t)

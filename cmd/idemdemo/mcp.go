@@ -25,8 +25,9 @@ type toolOutput struct {
 // invoiceTool is the create_invoice tool. Like a generated MCP server, it
 // does nothing itself: it calls the invoice REST API over HTTP, forwarding
 // the call's _meta.sessionId and _meta.idempotencyKey (or the key mcphttp
-// derived for the call) as X-Session-Id and X-Idempotency-Key (seed 003).
-// The API's own Idempotency-Key middleware then dedupes the call.
+// derived for the call) as X-Session-Id and X-Idempotency-Key, as MCP
+// servers generated from a REST API's description do, so that the API's own
+// Idempotency-Key middleware dedupes the call too.
 type invoiceTool struct {
 	url    string // the invoice API's POST endpoint
 	client *http.Client

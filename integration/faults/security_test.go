@@ -524,7 +524,8 @@ func TestLeastPrivilege(t *testing.T) {
 }
 
 // TestMCPUpstreamScopedByPrincipal: the create_invoice tool forwards the
-// caller's credentials with the keys (seed 003), so the REST middleware
+// caller's credentials with the keys (mcphttp.Transport, to the origins in
+// its Upstreams), so the REST middleware
 // scopes the forwarded key to the caller: two principals sending one
 // _meta.idempotencyKey (and no sessionId) get two invoices, not a replay of
 // the other's.
