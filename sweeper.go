@@ -11,13 +11,13 @@ import (
 )
 
 const (
-	// SweepIntervalDefault is the pause between a [Sweeper]'s rounds when
+	// DefaultSweepInterval is the pause between a [Sweeper]'s rounds when
 	// [Sweeper.Interval] is zero.
-	SweepIntervalDefault = time.Minute
+	DefaultSweepInterval = time.Minute
 
-	// SweepBatchDefault is the most entries one [Store.Sweep] call of a
+	// DefaultSweepBatch is the most entries one [Store.Sweep] call of a
 	// [Sweeper] removes when [Sweeper.Batch] is zero.
-	SweepBatchDefault = 1000
+	DefaultSweepBatch = 1000
 )
 
 // Sweeper removes abandoned claims and expired results from a [Store] at
@@ -38,14 +38,14 @@ type Sweeper struct {
 
 	// Interval is the mean pause between rounds. Each pause is drawn at
 	// random from [Interval/2, 3·Interval/2) so that instances started
-	// together do not sweep in step. Zero means [SweepIntervalDefault];
+	// together do not sweep in step. Zero means [DefaultSweepInterval];
 	// negative is an error.
 	Interval time.Duration
 
 	// Batch is the most entries one Store.Sweep call removes. A round calls
 	// Sweep until a batch comes back short of Batch, so a backlog is cleared
 	// in one round without holding locks on all of it at once. Zero means
-	// [SweepBatchDefault]; negative is an error.
+	// [DefaultSweepBatch]; negative is an error.
 	Batch int
 
 	// Logger receives a line at Info for each round that removed anything
@@ -62,10 +62,10 @@ type Sweeper struct {
 // withDefaults returns s with every zero field replaced by its default.
 func (s Sweeper) withDefaults() Sweeper {
 	if s.Interval == 0 {
-		s.Interval = SweepIntervalDefault
+		s.Interval = DefaultSweepInterval
 	}
 	if s.Batch == 0 {
-		s.Batch = SweepBatchDefault
+		s.Batch = DefaultSweepBatch
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -58,7 +58,7 @@ func TestWaitersDoNotLeak(t *testing.T) {
 }
 
 // TestRunInterval: a negative interval is an error, returned at once; zero
-// means idem.SweepIntervalDefault (it once made time.NewTicker panic), and
+// means idem.DefaultSweepInterval (it once made time.NewTicker panic), and
 // Run returns nil when ctx is cancelled.
 func TestRunInterval(t *testing.T) {
 	t.Parallel()
@@ -72,5 +72,35 @@ func TestRunInterval(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run(ctx, 0) = %v after cancel, want nil", err)
+	}
+}
+
+// TestInspect: Inspect reports what Lookup does, with pgstore's shape, and
+// refuses an invalid key and a done ctx.
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(Options{})
+	k, err := idem.ParseKey("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Inspect(ctx, "s", k); ok || err != nil {
+		t.Fatalf("Inspect(absent) = %v, %v; want absent", ok, err)
+	}
+	if _, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: k}); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := s.Inspect(ctx, "s", k)
+	if !ok || err != nil || e.State != idem.StateClaimed || e.Generation == 0 {
+		t.Fatalf("Inspect(claimed) = %+v, %v, %v; want a claimed entry", e, ok, err)
+	}
+	if _, _, err := s.Inspect(ctx, "s", idem.Key{}); err == nil {
+		t.Error("Inspect(zero key) succeeded")
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := s.Inspect(done, "s", k); err == nil {
+		t.Error("Inspect(done ctx) succeeded")
 	}
 }

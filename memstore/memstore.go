@@ -34,9 +34,17 @@ const (
 	// DefaultMaxBytes is the bytes held when Options.MaxBytes is zero:
 	// 256 MiB.
 	DefaultMaxBytes = 256 << 20
+	// DefaultRetention is how long a result is replayed when
+	// Options.Retention is zero.
+	DefaultRetention = 24 * time.Hour
+	// DefaultPollInterval is the longest [Store.Wait] sleeps when
+	// Options.PollInterval is zero.
+	DefaultPollInterval = 100 * time.Millisecond
 )
 
-// Options configures a [Store]. The zero value is ready to use.
+// Options configures a [Store]. The zero value is ready to use, and every
+// value is valid (negative bounds mean none), so [New] returns no error,
+// unlike pgstore.New, whose options can name a table that does not parse.
 type Options struct {
 	// Capacity bounds the number of keys held. Zero means
 	// [DefaultCapacity]; negative means no bound on the count.
@@ -48,7 +56,7 @@ type Options struct {
 	// negative means no bound on bytes.
 	MaxBytes int64
 	// Retention is how long a result is replayed after completion. Zero
-	// means 24 hours; negative means forever (a full store then refuses
+	// means [DefaultRetention]; negative means forever (a full store then refuses
 	// new keys for good: keep a bound only with a finite retention).
 	Retention time.Duration
 	// Lease is the lease of a claim that asks for none. Zero means
@@ -58,7 +66,7 @@ type Options struct {
 	Now func() time.Time
 	// PollInterval bounds how long [Store.Wait] sleeps before returning
 	// for the caller to look again, so a waiter notices a lease running out
-	// on any clock. Zero means 100ms.
+	// on any clock. Zero or negative means [DefaultPollInterval].
 	PollInterval time.Duration
 }
 
@@ -90,30 +98,7 @@ type waitKey struct {
 
 // New returns an empty store.
 func New(opts Options) *Store {
-	switch {
-	case opts.Capacity == 0:
-		opts.Capacity = DefaultCapacity
-	case opts.Capacity < 0:
-		opts.Capacity = 0
-	}
-	switch {
-	case opts.MaxBytes == 0:
-		opts.MaxBytes = DefaultMaxBytes
-	case opts.MaxBytes < 0:
-		opts.MaxBytes = 0
-	}
-	switch {
-	case opts.Retention == 0:
-		opts.Retention = 24 * time.Hour
-	case opts.Retention < 0:
-		opts.Retention = 0
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 100 * time.Millisecond
-	}
+	opts = opts.withDefaults()
 	return &Store{
 		now:  opts.Now,
 		poll: opts.PollInterval,
@@ -123,6 +108,30 @@ func New(opts Options) *Store {
 		}),
 		waiters: make(map[waitKey]*waiters),
 	}
+}
+
+// withDefaults returns o with zero fields set to their defaults, and
+// negative bounds and retention to the table's "none" (zero).
+func (o Options) withDefaults() Options {
+	orNone := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	o.Capacity = int(orNone(int64(o.Capacity), DefaultCapacity))
+	o.MaxBytes = orNone(o.MaxBytes, DefaultMaxBytes)
+	o.Retention = time.Duration(orNone(int64(o.Retention), int64(DefaultRetention)))
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	return o
 }
 
 // Claim implements [idem.Store].
@@ -236,7 +245,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 }
 
 // Run is shorthand for an [idem.Sweeper] over s with the given interval
-// (zero means [idem.SweepIntervalDefault], negative is an error): it sweeps
+// (zero means [idem.DefaultSweepInterval], negative is an error): it sweeps
 // at once and then every interval ±50% until ctx is done, then returns nil.
 // Memory is bounded without Run (a full store reclaims what a sweep would
 // before it refuses a key); Run frees it sooner.
@@ -244,7 +253,23 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) error {
 	return idem.Sweeper{Store: s, Interval: interval}.Run(ctx)
 }
 
-// Lookup returns the entry for (scope, key), for operators and tests.
+// Inspect returns the entry of (scope, key) as stored, whatever its state,
+// for operators: the same shape as pgstore's Inspect, so that an operator
+// tool can be written against either. It fails only for an invalid key or
+// a done ctx.
+func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.Entry, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Entry{}, false, err
+	}
+	if err := (idem.ClaimRequest{Scope: scope, Key: key}).Validate(); err != nil {
+		return idem.Entry{}, false, err
+	}
+	e, ok := s.Lookup(scope, key)
+	return e, ok, nil
+}
+
+// Lookup returns the entry for (scope, key), for tests; [Store.Inspect] is
+// the operator's form.
 func (s *Store) Lookup(scope string, key idem.Key) (idem.Entry, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -91,7 +91,11 @@ type FingerprintFunc func(r *http.Request, body []byte) string
 type RecordPolicy func(status int) bool
 
 // Options configures [New]. The zero value is usable: every field documents
-// what its zero value means. Invalid values make New panic.
+// what its zero value means, and each default is an exported DefaultXxx.
+// Invalid values make New panic, with a message naming the field: like
+// net/http's constructors (http.ServeMux.Handle with a bad pattern), a
+// middleware is misconfigured at construction, in code, never per request;
+// the stores, configured at run time, return an error from New instead.
 type Options struct {
 	// Methods lists the protected methods; requests with other methods pass
 	// through untouched. Nil means [DefaultMethods] (POST and PATCH). An

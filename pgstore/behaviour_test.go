@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,14 +49,18 @@ func mustClaim(t *testing.T, ctx context.Context, s idem.Store, req idem.ClaimRe
 func TestNewValidatesOptions(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
-	for name, opts := range map[string]pgstore.Options{
-		"bad table":      {Table: "Robert'); DROP TABLE students;--"},
-		"three parts":    {Table: "a.b.c"},
-		"negative lease": {Lease: -time.Second},
-		"negative poll":  {PollInterval: -time.Second},
+	for name, tc := range map[string]struct {
+		opts pgstore.Options
+		want string // what the error must name
+	}{
+		"bad table":      {pgstore.Options{Table: "Robert'); DROP TABLE students;--"}, "Robert"},
+		"three parts":    {pgstore.Options{Table: "a.b.c"}, "a.b.c"},
+		"negative lease": {pgstore.Options{Lease: -time.Second}, "Options.Lease"},
+		"negative poll":  {pgstore.Options{PollInterval: -time.Second}, "Options.PollInterval"},
+		"negative cache": {pgstore.Options{ReplayCacheBytes: -1}, "Options.ReplayCacheBytes"},
 	} {
-		if _, err := pgstore.New(pool, opts); err == nil {
-			t.Errorf("%s: New succeeded", name)
+		if _, err := pgstore.New(pool, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, want an error naming %s", name, err, tc.want)
 		}
 	}
 	if _, err := pgstore.New(nil, pgstore.Options{}); err == nil {

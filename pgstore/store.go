@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -47,7 +48,7 @@ const DefaultHeartbeat = 10 * time.Second
 const firstPollDelay = 10 * time.Millisecond
 
 // DefaultSweepBatch is the batch a Sweep with limit <= 0 removes at most.
-const DefaultSweepBatch = idem.SweepBatchDefault
+const DefaultSweepBatch = idem.DefaultSweepBatch
 
 // maxClaimAttempts bounds the claim statement's retries in the race where
 // the conflicting row committed after the statement's snapshot. Each retry
@@ -172,35 +173,24 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	obj, err := migrations.ObjectsFor(opts.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	switch {
-	case opts.Lease < 0:
-		return nil, fmt.Errorf("pgstore: negative lease %v", opts.Lease)
-	case opts.PollInterval < 0:
-		return nil, fmt.Errorf("pgstore: negative poll interval %v", opts.PollInterval)
-	case opts.ReplayCacheBytes < 0:
-		return nil, fmt.Errorf("pgstore: negative replay cache size %d", opts.ReplayCacheBytes)
-	case opts.Heartbeat < 0:
-		return nil, fmt.Errorf("pgstore: negative heartbeat %v", opts.Heartbeat)
-	case opts.NoListen && opts.ReplayCacheBytes > 0:
-		return nil, errors.New("pgstore: the replay cache needs LISTEN (it hears other instances' Forget): set ReplayCacheBytes to 0 with NoListen")
-	}
+	opts = opts.withDefaults()
 	s := &Store{
 		pool:      pool,
 		obj:       obj,
-		lease:     cmpOr(opts.Lease, idem.DefaultLease),
-		retention: cmpOr(opts.Retention, DefaultRetention),
-		poll:      cmpOr(opts.PollInterval, DefaultPollInterval),
-		heartbeat: cmpOr(opts.Heartbeat, DefaultHeartbeat),
+		lease:     opts.Lease,
+		retention: opts.Retention,
+		poll:      opts.PollInterval,
+		heartbeat: opts.Heartbeat,
 		log:       opts.Logger,
 		now:       opts.Now,
 		sql:       buildStatements(obj),
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if opts.ReplayCacheBytes > 0 {
 		s.cache = newReplayCache(opts.ReplayCacheBytes)
@@ -212,11 +202,36 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
+// validate names the first field of o that is wrong. Table is checked by
+// [migrations.ObjectsFor].
+func (o Options) validate() error {
+	switch {
+	case o.Lease < 0:
+		return fmt.Errorf("pgstore: Options.Lease %v is negative", o.Lease)
+	case o.PollInterval < 0:
+		return fmt.Errorf("pgstore: Options.PollInterval %v is negative", o.PollInterval)
+	case o.ReplayCacheBytes < 0:
+		return fmt.Errorf("pgstore: Options.ReplayCacheBytes %d is negative", o.ReplayCacheBytes)
+	case o.Heartbeat < 0:
+		return fmt.Errorf("pgstore: Options.Heartbeat %v is negative", o.Heartbeat)
+	case o.NoListen && o.ReplayCacheBytes > 0:
+		return errors.New("pgstore: Options.ReplayCacheBytes needs LISTEN (the cache hears other instances' Forget): set it to 0 with NoListen")
 	}
-	return d
+	return nil
+}
+
+// withDefaults returns o with every zero field that has a default set to
+// it (Table is resolved by [migrations.ObjectsFor], Now stays nil for the
+// database's clock).
+func (o Options) withDefaults() Options {
+	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
+	o.Retention = cmp.Or(o.Retention, DefaultRetention)
+	o.PollInterval = cmp.Or(o.PollInterval, DefaultPollInterval)
+	o.Heartbeat = cmp.Or(o.Heartbeat, DefaultHeartbeat)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
 }
 
 // Close stops the listener goroutine Wait started, if any. It does not close
@@ -554,7 +569,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 }
 
 // Run is shorthand for an [idem.Sweeper] over s with the given interval
-// (zero means [idem.SweepIntervalDefault], negative is an error), batches of
+// (zero means [idem.DefaultSweepInterval], negative is an error), batches of
 // [DefaultSweepBatch] and the store's Logger: it sweeps at once and then
 // every interval ±50% until ctx is done, then returns nil. Run it in every
 // instance: sweepers skip each other's rows.
