@@ -41,6 +41,11 @@ const (
 	// EventStoreError: a store call failed. Op names it ("claim", "renew",
 	// "complete", "release"); Err holds the error.
 	EventStoreError
+	// EventRejected: the protected handler's own checks (origin,
+	// authentication, protocol headers, session) refused a request that
+	// the adapter would otherwise have answered from the store; the client
+	// got that refusal. Status is its HTTP status.
+	EventRejected
 )
 
 func (k EventKind) String() string {
@@ -61,6 +66,8 @@ func (k EventKind) String() string {
 		return "stale"
 	case EventStoreError:
 		return "store error"
+	case EventRejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

@@ -12,7 +12,6 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -150,7 +149,7 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.Clone(r.Context())
 		r.Header.Del(DerivedKeyHeader)
 	}
-	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || m.routedAround(r) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
@@ -195,9 +194,10 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 	return true
 }
 
-// identify returns the claim for a call, the key forwarded upstream, and
-// whether the call can be deduplicated at all.
-func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward string, ok bool, keyErr error) {
+// identify returns the claim for a call, the key forwarded upstream and
+// where the call's key came from (empty for a derived one), and whether the
+// call can be deduplicated at all.
+func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
 	h := sha256.Sum256([]byte(m.principal(r)))
 	scope := "mcp:" + hex.EncodeToString(h[:16])
 	if c.sessionID != "" {
@@ -205,41 +205,49 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		scope += ":" + hex.EncodeToString(s[:16])
 	}
 	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
-	if c.hasKey {
-		k, err := idem.ParseKey(c.idemKey)
-		if err != nil {
-			return req, "", true, err
+	key, source, present, err := callKey(r, c)
+	if present {
+		if err == nil {
+			// Each round of a multi round-trip call is its own claim: see
+			// rounds.go.
+			if c.round == "" {
+				req.Key, err = idem.ParseKey(key)
+			} else {
+				req.Key, err = idem.ParseRoundKey(key, c.round)
+			}
 		}
-		req.Key = k
-		return req, c.idemKey, true, nil
+		return req, key, source, true, err
 	}
 	session := r.Header.Get("Mcp-Session-Id")
-	if session == "" {
+	if session == "" || modern(r, c) {
 		// Request ids are unique per session only: without one, two
 		// clients' id 1 would be one key, and one would be answered with
-		// the other's result.
-		return req, "", false, nil
+		// the other's result. From ModernProtocol on there are no sessions
+		// (a server ignores the header, so any client can send any value)
+		// and a retry has a new id anyway.
+		return req, "", "", false, nil
 	}
 	// The argument digest joins the tool name in the key's target, not
 	// only the fingerprint: under a reused id, a call with other arguments
 	// is a fresh call (seed 000), where a fingerprint alone would make the
 	// store answer it with a mismatch.
-	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, c.name+"/"+c.digest)
+	target := c.name + "/" + c.digest
+	if c.round != "" {
+		target += "/" + c.round
+	}
+	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, target)
 	f := sha256.Sum256([]byte(scope + "\x00" + req.Key.String()))
-	return req, hex.EncodeToString(f[:]), true, nil
+	return req, hex.EncodeToString(f[:]), "", true, nil
 }
 
 func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
-	req, forward, ok, keyErr := m.identify(r, c)
+	req, forward, source, ok, keyErr := m.identify(r, c)
 	if !ok {
 		m.next.ServeHTTP(w, r)
 		return
 	}
 	if keyErr != nil {
-		m.answer(w, r, c, errorResponse(c.rawID, rpcError{
-			Code: CodeInvalidParams, Message: "invalid _meta.idempotencyKey: " + keyErr.Error(),
-			Data: errorData{Reason: ReasonInvalidKey},
-		}), false)
+		m.answer(w, r, c, invalidKeyResponse(c, source, keyErr), false)
 		return
 	}
 	ctx := r.Context()
@@ -247,7 +255,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	claim, err := m.store.Claim(ctx, req)
 	if err == nil && claim.Status == idem.Acquired {
 		m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
-		m.execute(w, r, c, claim.Token, forward)
+		m.execute(w, r, c, claim.Token, forward, source)
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
@@ -264,7 +272,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		}
 		if err == nil && claim.Status == idem.Acquired {
 			m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
-			m.execute(w, r, c, claim.Token, forward)
+			m.execute(w, r, c, claim.Token, forward, source)
 			return
 		}
 	}
@@ -273,7 +281,8 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		e.Op, e.Err = "claim", err
 	}
 	m.observe(r, e)
-	m.answer(w, r, c, m.replayBody(c, req, claim, err), true, probe)
+	body, replayed := m.replayBody(c, req, claim, err)
+	m.answer(w, r, c, body, replayed, probe)
 }
 
 // answerKind is the event of a call the wrapper answers without running it.
@@ -297,12 +306,13 @@ func (m *wrapper) observe(r *http.Request, e idem.Event) {
 }
 
 // replayBody is the JSON-RPC response the wrapper answers a call with when
-// it does not run it.
-func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, err error) []byte {
+// it does not run it. replayed reports that it is the recorded response;
+// the wrapper's own errors are not replays and never say they are.
+func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, err error) (body []byte, replayed bool) {
 	var mismatch *idem.MismatchError
 	switch {
 	case errors.As(err, &mismatch):
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeKeyReused,
 			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
 			Data:    errorData{Reason: ReasonKeyReused},
@@ -314,12 +324,12 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 		if errors.As(err, &ue) && ue.RetryAfter > 0 {
 			retry = ue.RetryAfter
 		}
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: retry.Milliseconds()},
 		})
 	case claim.Status == idem.Completed && claim.Result.Unreplayable:
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeUnreplayable,
 			Message: "this call already ran, but its response was too large to record and cannot be replayed",
 			Data:    errorData{Reason: ReasonUnreplayable},
@@ -327,10 +337,10 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 	case claim.Status == idem.Completed:
 		body, err := withID(claim.Result.Body, c.rawID)
 		if err == nil {
-			return body
+			return body, true
 		}
 		m.log.Error("mcphttp: recorded response unreadable", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeUnreplayable,
 			Message: "this call already ran, but its recorded response cannot be replayed",
 			Data:    errorData{Reason: ReasonUnreplayable},
@@ -341,7 +351,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 			retry = max(time.Until(claim.LeaseEnd), 100*time.Millisecond)
 			retry = min(retry, m.lease)
 		}
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeInFlight,
 			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
 			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: retry.Milliseconds()},
@@ -393,60 +403,6 @@ func isSSE(contentType string) bool {
 	return mt == "text/event-stream"
 }
 
-// probe asks the inner handler whether it accepts the request, without
-// running the call: it sends the same HTTP request (method, URL, headers,
-// session, credentials, context) with the body replaced by a ping under the
-// same id and _meta. Ping is the one request every MCP server must answer
-// and has no effect, so the inner handler's answer is its verdict on
-// everything but the call itself: Host and Origin checks, authentication,
-// Content-Type and Accept, the protocol version, the session, and a
-// duplicate of an id still in flight. accepted reports a JSON-RPC result to
-// the ping; otherwise the captured answer is the inner handler's rejection,
-// for the client as is.
-func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
-	var b bytes.Buffer
-	b.WriteString(`{"jsonrpc":"2.0","id":`)
-	b.Write(c.rawID)
-	b.WriteString(`,"method":"ping"`)
-	if c.meta != nil {
-		b.WriteString(`,"params":{"_meta":`)
-		b.Write(c.meta)
-		b.WriteByte('}')
-	}
-	b.WriteByte('}')
-	pr := r.Clone(r.Context())
-	pr.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
-	pr.ContentLength = int64(b.Len())
-	pr.GetBody = nil
-	if pr.Header.Get("Content-Length") != "" {
-		pr.Header.Set("Content-Length", strconv.Itoa(b.Len()))
-	}
-	if pr.Header.Get("Mcp-Method") != "" {
-		pr.Header.Set("Mcp-Method", "ping")
-	}
-	pr.Header.Del("Mcp-Name")
-	for k := range pr.Header {
-		if strings.HasPrefix(k, "Mcp-Param-") {
-			delete(pr.Header, k)
-		}
-	}
-	capt := newCapture(m.maxRecord)
-	m.next.ServeHTTP(capt, pr)
-	if capt.status == 0 {
-		capt.status = http.StatusOK
-	}
-	if capt.status != http.StatusOK {
-		return capt, false
-	}
-	s := newScanner(c.id, m.maxRecord, capt.header.Get("Content-Type"))
-	s.write(capt.body.Bytes())
-	if s.sse {
-		s.write([]byte("\n\n")) // dispatch a last event left unterminated
-	}
-	s.finish()
-	return capt, s.final != nil && !s.finalError
-}
-
 func (c *capture) writeTo(w http.ResponseWriter) {
 	h := w.Header()
 	for k, vs := range c.header {
@@ -459,7 +415,7 @@ func (c *capture) writeTo(w http.ResponseWriter) {
 // execute runs the call through the inner handler, streaming its answer to
 // the client while recording the call's response, and completes or
 // releases the claim.
-func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok idem.Token, forward string) {
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok idem.Token, forward, source string) {
 	// The inner handler runs on a context that outlives the client: a
 	// client that drops its connection after sending the call is exactly
 	// the one that will retry it, and its retry must find the response
@@ -470,7 +426,7 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
 	})
 	ir := r.Clone(ctx)
-	if !c.hasKey && forward != "" {
+	if source != SourceMeta && forward != "" {
 		ir.Header.Set(DerivedKeyHeader, forward)
 	}
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord}

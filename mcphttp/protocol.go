@@ -1,0 +1,39 @@
+package mcphttp
+
+import "net/http"
+
+// ModernProtocol is the first MCP protocol revision without sessions and
+// without initialize (SEP-2575, SEP-2567): every request carries its
+// version in the MCP-Protocol-Version header and in
+// _meta["io.modelcontextprotocol/protocolVersion"], the Mcp-Method and
+// Mcp-Name headers mirror the body, a retry is a new request with a new
+// JSON-RPC id, and a tool may answer input_required (multi round-trip
+// requests, SEP-2322). Revisions are dated, so a later one compares greater.
+const ModernProtocol = "2026-07-28"
+
+// metaProtocolVersion is the _meta member that carries a modern request's
+// protocol version.
+const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+
+// modernHeader reports whether the request's MCP-Protocol-Version header
+// names ModernProtocol or later.
+func modernHeader(r *http.Request) bool {
+	return r.Header.Get("Mcp-Protocol-Version") >= ModernProtocol
+}
+
+// modern reports whether a call is made at ModernProtocol or later, by
+// either the header or its _meta: there, neither Mcp-Session-Id (which the
+// server ignores) nor the request id (new on every retry) can key it.
+func modern(r *http.Request, c call) bool {
+	return modernHeader(r) || c.metaVersion >= ModernProtocol
+}
+
+// routedAround reports whether a modern request's Mcp-Method header says
+// it is not a call to dedupe, so the wrapper passes it through without
+// reading its body. A body that disagrees with its Mcp-Method header is
+// the inner handler's to refuse (the spec requires servers to), and the
+// wrapper never runs or answers it. Before ModernProtocol the headers are
+// optional and unchecked, so the body decides.
+func (m *wrapper) routedAround(r *http.Request) bool {
+	return modernHeader(r) && !m.methods[r.Header.Get("Mcp-Method")]
+}
