@@ -72,6 +72,17 @@ type Options struct {
 	// renewal's) and must be fast and safe for concurrent use. Nil means
 	// none.
 	Observer func(r *http.Request, e idem.Event)
+	// CancelWithClient makes a deduplicated call's tool end when its
+	// client goes away (the HTTP request's context ends), as MCP
+	// 2026-07-28 says a closed response stream is cancellation. False (the
+	// default) runs a keyed call to completion and records it, so the
+	// client's retry gets that result and the tool runs once: see
+	// "Cancellation" in the package documentation for why, and for when
+	// true is safe. With true, a call cut off that way records nothing and
+	// releases its key, so the retry runs the tool again. Calls the wrapper
+	// does not deduplicate behave as the inner handler makes them either
+	// way.
+	CancelWithClient bool
 }
 
 type wrapper struct {
@@ -86,6 +97,8 @@ type wrapper struct {
 	owner      string
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
+	// cancelWithClient is Options.CancelWithClient.
+	cancelWithClient bool
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -136,6 +149,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
+			cancelWithClient: opts.CancelWithClient,
 		}
 	}
 }
@@ -421,11 +435,15 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 	// the one that will retry it, and its retry must find the response
 	// recorded, not a second execution.
 	ctx := context.WithoutCancel(r.Context())
-	ctx = NewContext(ctx, Meta{
+	runCtx := ctx
+	if m.cancelWithClient {
+		runCtx = r.Context()
+	}
+	runCtx = NewContext(runCtx, Meta{
 		SessionID: c.sessionID, IdempotencyKey: forward,
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
 	})
-	ir := r.Clone(ctx)
+	ir := r.Clone(runCtx)
 	if source != SourceMeta && forward != "" {
 		ir.Header.Set(DerivedKeyHeader, forward)
 	}
@@ -450,6 +468,11 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 
 	final, isError, oversize := rec.outcome()
 	switch {
+	case m.cutOff(r, final, isError):
+		// The client went away and took the tool with it
+		// (Options.CancelWithClient): nothing to record, and the retry
+		// runs it again.
+		m.release(ctx, r, tok, start)
 	case final != nil && !isError:
 		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Body: final}, start)
 	case final == nil && oversize:

@@ -60,7 +60,12 @@ func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 	h := &vharness{v: v, runs: &runs{}, rounds: &runs{}, events: &eventLog{counts: map[idem.EventKind]int{}}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "versions", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "charge"}, func(ctx context.Context, req *mcp.CallToolRequest, in chargeArgs) (*mcp.CallToolResult, any, error) {
-		time.Sleep(time.Duration(in.DelayMs) * time.Millisecond)
+		select {
+		case <-time.After(time.Duration(in.DelayMs) * time.Millisecond):
+		case <-ctx.Done():
+			h.runs.add("charge:cancelled")
+			return nil, nil, ctx.Err()
+		}
 		n := h.runs.add("charge")
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("charged %d #%d", in.Amount, n)}}}, nil, nil
 	})
@@ -83,7 +88,7 @@ func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("confirmed %d #%d", in.Amount, n)}}}, nil, nil
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: v.stateless})
+		&mcp.StreamableHTTPOptions{Stateless: v.stateless, PropagateRequestCancellation: wrap.CancelWithClient})
 	if wrap.Observer == nil {
 		wrap.Observer = h.events.observe
 	}
@@ -217,7 +222,33 @@ func TestVersionsLostResponse(t *testing.T) {
 		if n := h.runs.get("charge"); n != 1 {
 			t.Errorf("tool ran %d times, want 1", n)
 		}
+		if n := h.runs.get("charge:cancelled"); n != 0 {
+			t.Errorf("tool was cancelled %d times, want 0: it finishes by default", n)
+		}
 	})
+}
+
+// TestCancelWithClient: with Options.CancelWithClient, a client that goes
+// away cancels the tool (MCP 2026-07-28: a closed stream is cancellation),
+// nothing is recorded, and the retry runs the tool again.
+func TestCancelWithClient(t *testing.T) {
+	t.Parallel()
+	h := newVHarness(t, versions[0], mcphttp.Options{CancelWithClient: true})
+	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
+	if _, err := lossy.CallTool(context.Background(), keyed("charge", 5, "cancel-1")); err == nil {
+		t.Fatal("the first call got its answer; the drop did not happen")
+	}
+	waitRuns(t, h.runs, "charge:cancelled", 1)
+	retry, err := h.client(t, nil).CallTool(context.Background(), keyed("charge", 5, "cancel-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, retry); !strings.HasPrefix(got, "charged 5 #") {
+		t.Errorf("retry got %q", got)
+	}
+	if c, n := h.runs.get("charge:cancelled"), h.runs.get("charge"); c != 1 || n != 1 {
+		t.Errorf("cancelled %d times and finished %d times, want 1 and 1", c, n)
+	}
 }
 
 // TestVersionsConcurrentOneKey: two clients send one key at once; the tool
