@@ -37,3 +37,27 @@ func modern(r *http.Request, c call) bool {
 func (m *wrapper) routedAround(r *http.Request) bool {
 	return modernHeader(r) && !m.methods[r.Header.Get("Mcp-Method")]
 }
+
+// ByVersion returns a handler that sends requests made at [ModernProtocol]
+// or later (by their MCP-Protocol-Version header) to modern, and every
+// other request to legacy. go-sdk serves 2026-07-28 only on a stateless
+// handler, and earlier revisions' sessions only on a stateful one; with
+// ByVersion one endpoint serves both, each client at the version it picks,
+// and mcphttp in front dedupes both:
+//
+//	stateful := mcp.NewStreamableHTTPHandler(getServer, nil)
+//	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true})
+//	handler := mcphttp.New(store, opts)(mcphttp.ByVersion(stateful, stateless))
+//
+// A client's first request (initialize, or server/discover, which a
+// client that wants 2026-07-28 sends with that version's header) picks the
+// handler, and so the version the two settle on.
+func ByVersion(legacy, modern http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if modernHeader(r) {
+			modern.ServeHTTP(w, r)
+			return
+		}
+		legacy.ServeHTTP(w, r)
+	})
+}
