@@ -199,6 +199,9 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // not, the inner handler rejects the request, and the wrapper leaves that to
 // it rather than answer from the store.
 func (m *wrapper) headersAgree(r *http.Request, c call) bool {
+	if modern(r, c) && !standardHeadersPresent(r, c) {
+		return false
+	}
 	if v := r.Header.Get("Mcp-Method"); v != "" && v != c.method {
 		return false
 	}

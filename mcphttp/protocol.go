@@ -61,3 +61,16 @@ func ByVersion(legacy, modern http.Handler) http.Handler {
 		legacy.ServeHTTP(w, r)
 	})
 }
+
+// standardHeadersPresent reports whether a modern call carries the headers
+// the spec requires of it: Mcp-Method, and Mcp-Name for a method with a
+// name. A call without them is the inner handler's to refuse, and the
+// wrapper must not answer it from the store: the probe (server/discover,
+// without Mcp-Name) cannot show that the call itself would be refused.
+func standardHeadersPresent(r *http.Request, c call) bool {
+	if r.Header.Get("Mcp-Method") == "" {
+		return false
+	}
+	named := c.name != "" || c.method == "tools/call" || c.method == "prompts/get" || c.method == "resources/read"
+	return !named || r.Header.Get("Mcp-Name") != ""
+}

@@ -696,3 +696,43 @@ func TestModernRounds(t *testing.T) {
 		t.Errorf("handler ran %d rounds, want 2", n)
 	}
 }
+
+// TestModernMissingHeadersNotReplayed: at 2026-07-28 a call without the
+// Mcp-Method or Mcp-Name header the spec requires is refused by the server
+// (400), also when its key is completed: the wrapper must not answer it
+// from the store. (The conformance suite's http-header-validation found
+// it: the probe, server/discover, has no name to check.)
+func TestModernMissingHeadersNotReplayed(t *testing.T) {
+	t.Parallel()
+	h := newVHarness(t, versions[0], mcphttp.Options{})
+	r := h.raw(t, h.url)
+	params := func() map[string]any {
+		return map[string]any{"arguments": map[string]any{"amount": 6}, "_meta": map[string]any{"idempotencyKey": "headers"}}
+	}
+	if _, first := r.call(1, params(), nil); first.text() != "charged 6 #1" {
+		t.Fatalf("first call: %s", first.raw)
+	}
+	for _, drop := range []string{"Mcp-Name", "Mcp-Method"} {
+		p := params()
+		p["name"] = "charge"
+		req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(r.body(2, "tools/call", p)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", modern)
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "charge")
+		req.Header.Del(drop)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "charged") {
+			t.Errorf("without %s: HTTP %d %s, want the server's 400", drop, resp.StatusCode, b)
+		}
+	}
+	if n := h.runs.get("charge"); n != 1 {
+		t.Errorf("tool ran %d times, want 1", n)
+	}
+}
