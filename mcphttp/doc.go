@@ -63,9 +63,13 @@
 // tool or other arguments under a reused id must run as a fresh call, never
 // be answered with another call's result. With the digest only in the
 // fingerprint, the store would report a mismatch instead. A call without
-// Mcp-Session-Id (a stateless server) and without a key is not
-// deduplicated: request ids are only unique per session, and two clients'
-// id 1 must not share a result.
+// Mcp-Session-Id and without a key is not deduplicated: request ids are
+// only unique per session, and two clients' id 1 must not share a result.
+// A stateful server refuses a session it did not issue before the wrapper
+// answers anything (see "Order of checks"), so the session is the client's
+// own; a stateless one (go-sdk's StreamableHTTPOptions.Stateless) ignores
+// the header at every version, so set [Options.Stateless] in front of one:
+// then no call is keyed by session.
 //
 // # Protocol 2026-07-28
 //
@@ -76,7 +80,13 @@
 // send another's) or by its id: without a key it passes through, untouched,
 // and runs as often as it is sent. A modern POST whose Mcp-Method header is
 // not a deduplicated method passes through without its body being read
-// (the server refuses a body that disagrees with the header). go-sdk serves
+// (the server refuses a body that disagrees with the header), and so does
+// one without the Mcp-Method or Mcp-Name header the spec requires of it.
+// One limit: Mcp-Param-* headers mirror tool arguments that the tool's
+// schema names (x-mcp-header), which the wrapper does not know, so for a
+// call it answers from the store (a replay) it cannot tell that they are
+// missing or disagree with the body; the inner handler judges them for
+// every call that runs. go-sdk serves
 // this version on a server built with StreamableHTTPOptions{Stateless:
 // true}, and its client picks it by itself.
 //

@@ -83,6 +83,16 @@ type Options struct {
 	// does not deduplicate behave as the inner handler makes them either
 	// way.
 	CancelWithClient bool
+	// Stateless says the inner handler keeps no sessions (go-sdk's
+	// StreamableHTTPOptions.Stateless), so an Mcp-Session-Id header is
+	// whatever the client chose: a call without a key is then never keyed
+	// by session and request id, at any protocol version, and passes
+	// through. False keys such calls by session before protocol 2026-07-28,
+	// which is right for a stateful server: it refuses a session it did not
+	// issue before the wrapper answers anything. On a stateless server it
+	// would let two clients who send the same session id and request id
+	// share a result.
+	Stateless bool
 }
 
 type wrapper struct {
@@ -99,6 +109,8 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// cancelWithClient is Options.CancelWithClient.
 	cancelWithClient bool
+	// stateless is Options.Stateless.
+	stateless bool
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -149,7 +161,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
-			cancelWithClient: opts.CancelWithClient,
+			cancelWithClient: opts.CancelWithClient, stateless: opts.Stateless,
 		}
 	}
 }
@@ -236,7 +248,7 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		return req, key, source, true, err
 	}
 	session := r.Header.Get("Mcp-Session-Id")
-	if session == "" || modern(r, c) {
+	if session == "" || m.stateless || modern(r, c) {
 		// Request ids are unique per session only: without one, two
 		// clients' id 1 would be one key, and one would be answered with
 		// the other's result. From ModernProtocol on there are no sessions

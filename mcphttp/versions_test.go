@@ -736,3 +736,41 @@ func TestModernMissingHeadersNotReplayed(t *testing.T) {
 		t.Errorf("tool ran %d times, want 1", n)
 	}
 }
+
+// TestStatelessOptionSessionNotAKey: go-sdk's stateless handler serves
+// 2025-11-25 requests too, ignoring Mcp-Session-Id. With Options.Stateless
+// a client-chosen session id never keys a call; without it (the stateful
+// default) two clients that choose the same one share a result, which is
+// why the option exists.
+func TestStatelessOptionSessionNotAKey(t *testing.T) {
+	t.Parallel()
+	legacyOnStateless := version{"2025-11-25 stateless", "2025-11-25", true}
+	for _, tt := range []struct {
+		stateless bool
+		want      int
+	}{{true, 2}, {false, 1}} {
+		t.Run(fmt.Sprint("Stateless=", tt.stateless), func(t *testing.T) {
+			t.Parallel()
+			h := newVHarness(t, legacyOnStateless, mcphttp.Options{Stateless: tt.stateless})
+			post := func() {
+				req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(callBody(1, "charge", map[string]any{"amount": 8}, nil)))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+				req.Header.Set("Mcp-Session-Id", "chosen-by-the-client")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if msgs := readMessages(t, resp); len(msgs) != 1 || !strings.Contains(msgs[0].text(), "charged 8") {
+					t.Fatalf("HTTP %d %+v", resp.StatusCode, msgs)
+				}
+			}
+			post()
+			post()
+			if n := h.runs.get("charge"); n != tt.want {
+				t.Errorf("tool ran %d times, want %d", n, tt.want)
+			}
+		})
+	}
+}

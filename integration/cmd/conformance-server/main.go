@@ -4,6 +4,11 @@
 // Streamable HTTP handler in its default (stateful, SSE) mode, wrapped by
 // mcphttp. The suite passing against it shows the wrapper changes nothing
 // a conforming client can observe, including the tools/call it dedupes.
+// With -stateless it serves go-sdk's stateless handler (protocol
+// 2026-07-28), with the multi round-trip tools the 2026-07-28 requirements
+// call; -derive-keys (test only) gives the suite's calls keys, so they take
+// the dedupe path; scripts/conformance.sh runs both modes, bare
+// (-idem=false) and wrapped, and compares.
 //
 //	conformance-server -addr 127.0.0.1:8080   # serves http://127.0.0.1:8080/mcp
 //
@@ -80,7 +85,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer closeStore()
 		events := &eventCounts{}
 		defer events.report(log)
-		handler = mcphttp.New(store, mcphttp.Options{Logger: log, Observer: events.observe})(handler)
+		handler = mcphttp.New(store, mcphttp.Options{Logger: log, Observer: events.observe, Stateless: cfg.stateless})(handler)
 		if cfg.deriveKeys {
 			handler = deriveKeys(handler)
 		}
