@@ -774,3 +774,34 @@ func TestStatelessOptionSessionNotAKey(t *testing.T) {
 		})
 	}
 }
+
+// TestModernProbeRejectionReported: a 2026-07-28 retry of a completed call
+// that the server refuses (its _meta protocol version disagrees with its
+// header) gets the server's refusal, not the replay, and the refusal is
+// reported as idem.EventRejected.
+func TestModernProbeRejectionReported(t *testing.T) {
+	t.Parallel()
+	h := newVHarness(t, versions[0], mcphttp.Options{})
+	r := h.raw(t, h.url)
+	params := func() map[string]any {
+		return map[string]any{"arguments": map[string]any{"amount": 2}, "_meta": map[string]any{"idempotencyKey": "probed"}}
+	}
+	r.call(1, params(), nil)
+	p := params()
+	p["name"] = "charge"
+	body := strings.Replace(r.body(2, "tools/call", p), `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`, `"io.modelcontextprotocol/protocolVersion":"2025-11-25"`, 1)
+	resp := r.post(body, nil)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "charged") {
+		t.Errorf("HTTP %d %s, want the server's 400", resp.StatusCode, b)
+	}
+	h.events.mu.Lock()
+	defer h.events.mu.Unlock()
+	if n := h.events.counts[idem.EventRejected]; n != 1 {
+		t.Errorf("%d rejected events, want 1", n)
+	}
+	if n := h.runs.get("charge"); n != 1 {
+		t.Errorf("tool ran %d times, want 1", n)
+	}
+}
