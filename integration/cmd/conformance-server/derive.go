@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -25,8 +26,12 @@ import (
 // nothing about the wrapper. The rounds of a multi round-trip call keep
 // their _meta and so share the key, as go-sdk's client sends them. Never
 // use it outside a test: a real client's key says which calls are retries,
-// and a derived one cannot.
+// and a derived one cannot. Keys are salted per process, so a run against a
+// store that keeps an earlier run's results (PostgreSQL) runs its calls
+// again instead of replaying them all.
 func deriveKeys(next http.Handler) http.Handler {
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil || r.Header.Get("Idempotency-Key") != "" {
 			next.ServeHTTP(w, r)
@@ -38,7 +43,7 @@ func deriveKeys(next http.Handler) http.Handler {
 			http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if keyed, ok := withDerivedKey(body); ok {
+		if keyed, ok := withDerivedKey(salt, body); ok {
 			body = keyed
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -50,7 +55,7 @@ func deriveKeys(next http.Handler) http.Handler {
 
 // withDerivedKey returns body with a derived _meta.idempotencyKey, if body
 // is a tools/call without a key.
-func withDerivedKey(body []byte) ([]byte, bool) {
+func withDerivedKey(salt, body []byte) ([]byte, bool) {
 	var req map[string]json.RawMessage
 	if json.Unmarshal(body, &req) != nil || string(req["method"]) != `"tools/call"` {
 		return nil, false
@@ -70,6 +75,7 @@ func withDerivedKey(body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	h := sha256.New()
+	h.Write(salt)
 	for _, part := range []json.RawMessage{params["name"], params["arguments"], params["_meta"]} {
 		canon, err := idem.CanonicalJSON(part)
 		if err != nil {
