@@ -20,7 +20,9 @@
 // DELETE, bodies that are not JSON (the inner handler owns the JSON-RPC
 // error), longer bodies, and batches: a batch is not deduplicated, since
 // its calls share one HTTP response and protocol revisions from 2025-06-18
-// on do not allow batches at all.
+// on do not allow batches at all. From protocol 2026-07-28 on, whose POSTs
+// name their method in the Mcp-Method header, a request whose header names
+// another method passes through without its body being read at all.
 //
 // # Keys
 //
@@ -118,7 +120,10 @@
 //
 // A lost round-N answer retried replays round N; round N+1 runs once; the
 // final round's result is what a retry of that round gets. A client that
-// starts the whole call over with the same key replays every round.
+// starts the whole call over with the same key replays every round. (Only
+// if it sends the same input again: a round whose inputResponses differ is
+// another round, and runs, since its answer may well differ too; a user who
+// declined and then accepts must not be told "declined".)
 // Before 2026-07-28 a server asks for input inside the one call (go-sdk
 // sends an elicitation request on the call's stream and waits), and the
 // call is one claim.
