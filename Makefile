@@ -15,7 +15,19 @@ help: ## List the targets.
 .PHONY: test
 test: ## Run every test with -race (needs TEST_DATABASE_URL; see `make db`).
 	$(GO) test -race -count=1 ./...
+	@# pgstore again in the query exec modes poolers in transaction mode need
+	@# (parameters sent with types guessed from Go, or interpolated).
+	TEST_QUERY_EXEC_MODE=exec $(GO) test -race -count=1 ./pgstore/
+	TEST_QUERY_EXEC_MODE=simple_protocol $(GO) test -race -count=1 ./pgstore/
 	@if [ -f integration/go.mod ]; then cd integration && $(GO) test -race -count=1 ./...; fi
+
+.PHONY: test-pgbouncer
+test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in transaction mode (needs pgbouncer and TEST_DATABASE_URL).
+	@set -e; dir=$$(mktemp -d); trap 'bash scripts/pgbouncer.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	url=$$(bash scripts/pgbouncer.sh start "$$TEST_DATABASE_URL" "$$dir"); \
+	echo "PgBouncer in transaction mode: $$url"; \
+	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 ./pgstore/; \
+	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 -run 'TestDemoThroughPooler' ./cmd/idemdemo/
 
 .PHONY: lint
 lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet and staticcheck.

@@ -102,3 +102,11 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 
 // Unwrap returns the cause.
 func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// ErrLeaseLost is the cause ([context.Cause]) with which the adapters cancel
+// the context of protected work whose claim can no longer be trusted: the
+// lease was about to run out without a confirmed renewal (a renewal failed
+// or hung), or a renewal found the claim taken over or forgotten. The work
+// should stop and start no further side effects; whatever it answers is not
+// recorded, because another request may own the key now.
+var ErrLeaseLost = errors.New("idem: claim lost while the work ran")

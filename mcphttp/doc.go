@@ -145,8 +145,13 @@
 // StreamableHTTPOptions.PropagateRequestCancellation) and releases the
 // key, so the retry runs the tool again; choose it only for tools that
 // stop cleanly, leaving no partial effect, or whose effect is itself
-// idempotent. A successful result the tool finished with anyway is still
-// recorded. Calls without a key are not the wrapper's: they run, and are
+// idempotent. A call so cut off is recorded if the wrapper saw its whole
+// response and that response is one it records (a tool result, which the
+// tool finished with despite the cancellation: its side effect happened);
+// otherwise (a JSON-RPC error, a tool error with isError, which is what
+// go-sdk makes of a tool that returns its cancelled context's error, or no
+// response) its key is released: see "Client hang-ups" in package
+// [engine]. Calls without a key are not the wrapper's: they run, and are
 // cancelled, exactly as the inner server runs them.
 //
 // # Stream, never buffer
@@ -160,7 +165,9 @@
 // [idem.Result] Body. A tool result, even one with isError, completes the
 // key; a JSON-RPC error, or a rejection by the inner handler, releases it,
 // so a retry runs again. A response larger than [Options.MaxRecordBytes]
-// completes the key as unreplayable. An SSE stream that ends without the
+// completes the key as unreplayable; a notification that large (a message
+// naming a top-level "method" within its first MaxRecordBytes) is only
+// dropped. An SSE stream that ends without the
 // call's response (the session closed, or the server closed the stream for
 // the client to resume it with a GET, SEP-1699) leaves the claim to its
 // lease: the tool may still be running, and the response, delivered on a
@@ -171,10 +178,21 @@
 // ends a call's stream when the HTTP request's context ends, and the
 // client that dropped its connection is exactly the one that will retry.
 // With the context detached, the inner handler keeps writing the call's
-// response (to a connection that fails silently) and the wrapper records it
-// for the retry. The claim's lease is renewed while the inner handler runs.
-// A tool that never ends keeps its request's goroutine, as it keeps go-sdk's
-// own; a session that closes ends both.
+// response (the wrapper stops sending it to the gone client) and the
+// wrapper records it for the retry. The claim, its renewal, the deadline
+// that cancels the inner handler's context (cause [idem.ErrLeaseLost])
+// before the lease could run out unrenewed, [Options.Shutdown], which
+// endings are recorded and the retry delays are the shared behaviour of
+// idem's adapters, built once in package [engine] and documented there.
+// go-sdk runs a stateful session's tool handlers on the session's context,
+// so for them a cancelled request context ends the call's stream, not the
+// tool: when the engine cancels a call (lease lost, shutdown), the wrapper
+// also sends the inner handler a notifications/cancelled for the call's id
+// on the same session, as a client would, which cancels the tool. A
+// stateless go-sdk server handles that notice in a fresh session, so there
+// the tool runs on (a known gap). A tool that never ends keeps
+// its request's goroutine, as it keeps go-sdk's own; a session that closes
+// ends both.
 //
 // A replay is the recorded response with its id rewritten to the retry's id,
 // framed as the inner handler frames its answers: an SSE "message" event or

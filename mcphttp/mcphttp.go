@@ -5,17 +5,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 )
 
 // Defaults of [Options].
@@ -24,11 +23,6 @@ const (
 	DefaultMaxInspectBytes = 4 << 20 // go-sdk's default request body limit
 	DefaultMaxRecordBytes  = 1 << 20
 )
-
-// storeTimeout bounds the store calls made after the inner handler returned
-// (complete, release), which must not depend on the client still being
-// there.
-const storeTimeout = 10 * time.Second
 
 // Options configures the wrapper. The zero value is ready to use.
 type Options struct {
@@ -42,9 +36,21 @@ type Options struct {
 	Wait time.Duration
 	// Lease is the lease of a call's claim, renewed every third of it while
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
-	// process's claim runs out. Zero means [idem.DefaultLease]; negative
-	// panics.
+	// process's claim runs out. If no renewal is confirmed in time, the
+	// inner handler's context ends shortly before the lease does (see the
+	// engine package). Zero means [idem.DefaultLease]; negative panics.
 	Lease time.Duration
+	// StoreTimeout bounds each store call made once a call runs (renew,
+	// complete, release), which must not hang on a store outage; a
+	// renewal is bounded further by the time left on the lease. Zero
+	// means [engine.DefaultStoreTimeout]; negative panics.
+	StoreTimeout time.Duration
+	// Shutdown, when done, ends the context of every call the wrapper
+	// runs with cause [engine.ErrShutdown]; a call so cut off is not
+	// recorded and its key is released. Calls run on a context detached
+	// from the client's, so closing the HTTP server does not end them:
+	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	Shutdown context.Context
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through
 	// to the inner handler intact and is not deduplicated. Zero means
@@ -78,10 +84,13 @@ type Options struct {
 	// default) runs a keyed call to completion and records it, so the
 	// client's retry gets that result and the tool runs once: see
 	// "Cancellation" in the package documentation for why, and for when
-	// true is safe. With true, a call cut off that way records nothing and
-	// releases its key, so the retry runs the tool again. Calls the wrapper
-	// does not deduplicate behave as the inner handler makes them either
-	// way.
+	// true is safe. With true, a call cut off that way is recorded if the
+	// wrapper saw its whole response and that response is one it records
+	// (a tool result: not a JSON-RPC error, nor a tool error with isError,
+	// which is what go-sdk makes of a tool that returns its cancelled
+	// context's error); otherwise its key is released, so the retry runs
+	// the tool again. Calls the wrapper does not deduplicate behave as the
+	// inner handler makes them either way.
 	CancelWithClient bool
 	// Stateless says the inner handler keeps no sessions (go-sdk's
 	// StreamableHTTPOptions.Stateless), so an Mcp-Session-Id header is
@@ -97,6 +106,7 @@ type Options struct {
 
 type wrapper struct {
 	next       http.Handler
+	eng        *engine.Engine
 	store      idem.Store
 	methods    map[string]bool
 	wait       time.Duration
@@ -107,8 +117,6 @@ type wrapper struct {
 	owner      string
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
-	// cancelWithClient is Options.CancelWithClient.
-	cancelWithClient bool
 	// stateless is Options.Stateless.
 	stateless bool
 }
@@ -121,8 +129,8 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if store == nil {
 		panic("mcphttp: nil store")
 	}
-	if opts.Lease < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
-		panic("mcphttp: negative Lease, MaxInspectBytes or MaxRecordBytes")
+	if opts.Lease < 0 || opts.StoreTimeout < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
+		panic("mcphttp: negative Lease, StoreTimeout, MaxInspectBytes or MaxRecordBytes")
 	}
 	methods := map[string]bool{}
 	if opts.Methods == nil {
@@ -156,12 +164,25 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	eng := engine.New(store, engine.Options{
+		Adapter:      idem.AdapterMCP,
+		Lease:        opts.Lease,
+		Wait:         opts.Wait,
+		StoreTimeout: opts.StoreTimeout,
+		Shutdown:     opts.Shutdown,
+		Owner:        opts.Owner,
+		// A call cut off by its client is recorded if the recorder saw
+		// its whole response and records it (recorder.verdict); released
+		// otherwise.
+		CancelWithClient: opts.CancelWithClient,
+		Logger:           logger,
+	})
 	return func(next http.Handler) http.Handler {
 		return &wrapper{
-			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
+			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
-			cancelWithClient: opts.CancelWithClient, stateless: opts.Stateless,
+			stateless: opts.Stateless,
 		}
 	}
 }
@@ -280,11 +301,16 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	ctx := r.Context()
-	start := time.Now()
-	claim, err := m.store.Claim(ctx, req)
-	if err == nil && claim.Status == idem.Acquired {
-		m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
-		m.execute(w, r, c, claim.Token, forward, source)
+	ereq := &engine.Request{Claim: req}
+	if m.observer != nil {
+		ereq.Observe = func(e idem.Event) { m.observer(r, e) }
+	}
+	d := m.eng.TryClaim(ctx, ereq)
+	switch d.Outcome {
+	case engine.Run:
+		m.execute(w, r, c, ereq, d, forward, source)
+		return
+	case engine.Gone:
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
@@ -294,40 +320,22 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		probe.writeTo(w)
 		return
 	}
-	if err == nil && claim.Status == idem.InFlight && m.wait > 0 {
-		claim, err = idem.ClaimWait(ctx, m.store, req, m.wait)
-		if ctx.Err() != nil {
+	if d.Outcome == engine.InFlight && m.wait > 0 {
+		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
+		case engine.Run:
+			m.execute(w, r, c, ereq, d, forward, source)
+			return
+		case engine.Gone:
 			return // the client went away while it waited
 		}
-		if err == nil && claim.Status == idem.Acquired {
-			m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
-			m.execute(w, r, c, claim.Token, forward, source)
-			return
-		}
+	} else {
+		m.eng.Report(ctx, ereq, d)
 	}
-	e := idem.Event{Kind: answerKind(claim, err), Scope: req.Scope, Key: req.Key, Duration: time.Since(start)}
-	if e.Kind == idem.EventStoreError {
-		e.Op, e.Err = "claim", err
-	}
-	m.observe(r, e)
-	body, replayed := m.replayBody(c, req, claim, err)
+	body, replayed := m.replayBody(c, req, d)
 	m.answer(w, r, c, body, replayed, probe)
 }
 
-// answerKind is the event of a call the wrapper answers without running it.
-func answerKind(claim idem.Claim, err error) idem.EventKind {
-	var mismatch *idem.MismatchError
-	switch {
-	case errors.As(err, &mismatch):
-		return idem.EventMismatch
-	case err != nil:
-		return idem.EventStoreError
-	case claim.Status == idem.Completed:
-		return idem.EventReplayed
-	}
-	return idem.EventInFlight
-}
-
+// observe reports e to Options.Observer, if any.
 func (m *wrapper) observe(r *http.Request, e idem.Event) {
 	if m.observer != nil {
 		m.observer(r, e)
@@ -335,36 +343,36 @@ func (m *wrapper) observe(r *http.Request, e idem.Event) {
 }
 
 // replayBody is the JSON-RPC response the wrapper answers a call with when
-// it does not run it. replayed reports that it is the recorded response;
-// the wrapper's own errors are not replays and never say they are.
-func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, err error) (body []byte, replayed bool) {
-	var mismatch *idem.MismatchError
-	switch {
-	case errors.As(err, &mismatch):
+// it does not run it. replayed reports that it is the recorded response
+// (a readable [engine.Replay]); the wrapper's own errors are not replays
+// and never say they are.
+func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (body []byte, replayed bool) {
+	switch d.Outcome {
+	case engine.Mismatch:
 		return wrapperError(c.rawID, rpcError{
 			Code:    CodeKeyReused,
 			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
 			Data:    errorData{Reason: ReasonKeyReused},
 		})
-	case err != nil:
-		m.log.Warn("mcphttp: claim failed", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
-		retry := time.Second
-		var ue *idem.UnavailableError
-		if errors.As(err, &ue) && ue.RetryAfter > 0 {
-			retry = ue.RetryAfter
-		}
+	case engine.InvalidKey:
+		return wrapperError(c.rawID, rpcError{
+			Code: CodeInvalidParams, Message: "the idempotency store rejected the call's key: " + d.Err.Error(),
+			Data: errorData{Reason: ReasonInvalidKey},
+		})
+	case engine.Unavailable:
 		return wrapperError(c.rawID, rpcError{
 			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
-			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: retry.Milliseconds()},
+			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
-	case claim.Status == idem.Completed && claim.Result.Unreplayable:
-		return wrapperError(c.rawID, rpcError{
-			Code:    CodeUnreplayable,
-			Message: "this call already ran, but its response was too large to record and cannot be replayed",
-			Data:    errorData{Reason: ReasonUnreplayable},
-		})
-	case claim.Status == idem.Completed:
-		body, err := withID(claim.Result.Body, c.rawID)
+	case engine.Replay:
+		if d.Claim.Result.Unreplayable {
+			return wrapperError(c.rawID, rpcError{
+				Code:    CodeUnreplayable,
+				Message: "this call already ran, but its response was too large to record and cannot be replayed",
+				Data:    errorData{Reason: ReasonUnreplayable},
+			})
+		}
+		body, err := withID(d.Claim.Result.Body, c.rawID)
 		if err == nil {
 			return body, true
 		}
@@ -375,15 +383,10 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 			Data:    errorData{Reason: ReasonUnreplayable},
 		})
 	default: // still in flight after the wait
-		retry := time.Second
-		if !claim.LeaseEnd.IsZero() {
-			retry = max(time.Until(claim.LeaseEnd), 100*time.Millisecond)
-			retry = min(retry, m.lease)
-		}
 		return wrapperError(c.rawID, rpcError{
 			Code:    CodeInFlight,
 			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
-			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: retry.Milliseconds()},
+			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
 	}
 }
@@ -441,125 +444,32 @@ func (c *capture) writeTo(w http.ResponseWriter) {
 	_, _ = w.Write(c.body.Bytes())
 }
 
-// execute runs the call through the inner handler, streaming its answer to
-// the client while recording the call's response, and completes or
-// releases the claim.
-func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok idem.Token, forward, source string) {
-	// The inner handler runs on a context that outlives the client: a
-	// client that drops its connection after sending the call is exactly
-	// the one that will retry it, and its retry must find the response
-	// recorded, not a second execution.
-	ctx := context.WithoutCancel(r.Context())
-	runCtx := ctx
-	if m.cancelWithClient {
-		runCtx = r.Context()
-	}
-	runCtx = NewContext(runCtx, Meta{
+// execute runs the call through the inner handler under the claim d
+// acquired, streaming its answer to the client while recording the call's
+// response; the engine completes, releases or leaves the claim as the
+// recorder reads the answer.
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward, source string) {
+	x := m.eng.Start(r.Context(), req, d)
+	// The inner handler runs on the engine's context, which outlives the
+	// client (unless Options.CancelWithClient): a client that drops its
+	// connection after sending the call is exactly the one that will retry
+	// it, and its retry must find the response recorded, not a second
+	// execution.
+	ctx := NewContext(x.Context(), Meta{
 		SessionID: c.sessionID, IdempotencyKey: forward,
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
 	})
-	ir := r.Clone(runCtx)
+	ir := r.Clone(ctx)
 	if source != SourceMeta && forward != "" {
 		ir.Header.Set(DerivedKeyHeader, forward)
 	}
-	rec := &recorder{w: w, id: c.id, limit: m.maxRecord}
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { m.renew(ctx, r, tok, stop) })
-	start := time.Now()
-	done := false
-	defer func() {
-		close(stop)
-		wg.Wait()
-		if !done {
-			// The inner handler panicked: nothing was recorded, so a
-			// retry must be able to run again.
-			m.release(ctx, r, tok, start)
-		}
-	}()
-	m.next.ServeHTTP(rec, ir)
-	done = true
-
-	final, isError, oversize := rec.outcome()
-	switch {
-	case m.cutOff(r, final, isError):
-		// The client went away and took the tool with it
-		// (Options.CancelWithClient): nothing to record, and the retry
-		// runs it again.
-		m.release(ctx, r, tok, start)
-	case final != nil && !isError:
-		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Body: final}, start)
-	case final == nil && oversize:
-		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Unreplayable: true}, start)
-	case final == nil && rec.status == http.StatusOK && rec.scan.sse:
-		// The call's SSE stream ended without its response: the session
-		// closed, or the server closed the stream for the client to
-		// resume it elsewhere (SEP-1699). The tool may still be running,
-		// so the claim is kept, unrenewed, until its lease runs out:
-		// until then a retry waits or is told to retry, and never runs
-		// the tool alongside.
-		m.log.Info("mcphttp: call's stream ended without its response; claim left to its lease", "token", tok)
-	default:
-		// A JSON-RPC error, or no answer to the call at all (the inner
-		// handler rejected the request): the call produced no result,
-		// and a retry runs it again.
-		m.release(ctx, r, tok, start)
-	}
-}
-
-func (m *wrapper) renew(ctx context.Context, r *http.Request, tok idem.Token, stop <-chan struct{}) {
-	t := time.NewTicker(m.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, m.lease/3)
-			_, err := m.store.Renew(rctx, tok, m.lease)
-			cancel()
-			if errors.Is(err, idem.ErrStaleClaim) {
-				m.log.Warn("mcphttp: claim lost while the call ran", "token", tok)
-				m.observe(r, idem.Event{Kind: idem.EventStale, Scope: tok.Scope, Key: tok.Key, Err: err})
-				return
-			}
-			if err != nil {
-				m.log.Warn("mcphttp: renewing claim", "token", tok, "err", err)
-				m.observe(r, idem.Event{Kind: idem.EventStoreError, Scope: tok.Scope, Key: tok.Key, Op: "renew", Err: err})
-			}
-		}
-	}
-}
-
-func (m *wrapper) complete(ctx context.Context, r *http.Request, tok idem.Token, res idem.Result, start time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	e := idem.Event{Kind: idem.EventCompleted, Scope: tok.Scope, Key: tok.Key, Status: res.Status, Duration: time.Since(start)}
-	switch err := m.store.Complete(ctx, tok, res); {
-	case errors.Is(err, idem.ErrStaleClaim):
-		m.log.Warn("mcphttp: claim lost while the call ran; its result is not recorded", "token", tok)
-		e.Kind, e.Err = idem.EventStale, err
-	case err != nil:
-		m.log.Warn("mcphttp: recording the result failed; a retry after the lease runs out will run the call again", "token", tok, "err", err)
-		e.Kind, e.Op, e.Err = idem.EventStoreError, "complete", err
-	}
-	m.observe(r, e)
-}
-
-func (m *wrapper) release(ctx context.Context, r *http.Request, tok idem.Token, start time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	e := idem.Event{Kind: idem.EventReleased, Scope: tok.Scope, Key: tok.Key, Duration: time.Since(start)}
-	switch err := m.store.Release(ctx, tok); {
-	case errors.Is(err, idem.ErrStaleClaim):
-		m.log.Warn("mcphttp: claim lost while the call ran", "token", tok)
-		e.Kind, e.Err = idem.EventStale, err
-	case err != nil:
-		m.log.Warn("mcphttp: releasing claim", "token", tok, "err", err)
-		e.Kind, e.Op, e.Err = idem.EventStoreError, "release", err
-	}
-	m.observe(r, e)
+	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context()}
+	x.Do(func(context.Context) engine.Verdict {
+		stop := m.cancelOnEngineStop(x.Context(), r, c)
+		defer stop()
+		m.next.ServeHTTP(rec, ir)
+		return rec.verdict()
+	}, rec.verdict)
 }
 
 // readPrefix reads up to limit bytes of body. whole reports that body ended

@@ -2,10 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
-	"io"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/idemkit/idem"
 )
@@ -51,22 +48,9 @@ func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
 		b.WriteByte('}')
 	}
 	b.WriteByte('}')
-	pr := r.Clone(r.Context())
-	pr.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
-	pr.ContentLength = int64(b.Len())
-	pr.GetBody = nil
-	if pr.Header.Get("Content-Length") != "" {
-		pr.Header.Set("Content-Length", strconv.Itoa(b.Len()))
-	}
-	if pr.Header.Get("Mcp-Method") != "" || method == probeDiscover {
-		pr.Header.Set("Mcp-Method", method)
-	}
-	pr.Header.Del("Mcp-Name")
-	for k := range pr.Header {
-		if strings.HasPrefix(k, "Mcp-Param-") {
-			delete(pr.Header, k)
-		}
-	}
+	// A modern call reaches the probe only with its Mcp-Method header
+	// (headersAgree), which sibling sets to the probe's method.
+	pr := sibling(r.Context(), r, b.Bytes(), method)
 	capt := newCapture(m.maxRecord)
 	m.next.ServeHTTP(capt, pr)
 	if capt.status == 0 {

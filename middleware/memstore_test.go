@@ -135,8 +135,8 @@ func TestRenewalOutageCancelsHandler(t *testing.T) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", err)
 	}
 	<-done
-	if events.count(idem.EventStale) != 1 || events.count(idem.EventStoreError) < 1 {
-		t.Fatalf("events %v, want renew store errors then one stale", events.kinds())
+	if events.count(idem.EventLeaseLost) != 1 || events.count(idem.EventStoreError) < 1 {
+		t.Fatalf("events %v, want renew store errors then one lease lost", events.kinds())
 	}
 }
 

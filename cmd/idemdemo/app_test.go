@@ -160,8 +160,9 @@ func TestAppInProcess(t *testing.T) {
 		t.Fatalf("list: %s", list.Body)
 	}
 
-	// A request cancelled during its delay answers 503, which releases
-	// the key: the same key runs again.
+	// A request whose client hangs up during its delay runs on. One cut
+	// off by shutdown (its bound ran out) answers 503 and releases its
+	// key, and the app takes no new claims.
 	ctx, cancel := context.WithCancel(context.Background())
 	r := httptest.NewRequest("POST", "/invoices", strings.NewReader(`{"customer":"x","amount_cents":1,"delay_ms":600000}`)).WithContext(ctx)
 	r.Header.Set("Idempotency-Key", "cancelled")
@@ -178,12 +179,21 @@ func TestAppInProcess(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
+	select {
+	case <-done:
+		t.Fatalf("the handler ended with its client: %d %s", w.Code, w.Body)
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.cancelCutOff()
 	<-done
 	if w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("cancelled: %d %s", w.Code, w.Body)
+		t.Fatalf("cut off: %d %s", w.Code, w.Body)
 	}
-	if again := post("cancelled", `{"customer":"x","amount_cents":1}`); again.Code != http.StatusCreated {
-		t.Fatalf("after release: %d %s", again.Code, again.Body)
+	if n := a.be.store.(*memstore.Store).Len(); n != 1 {
+		t.Fatalf("the store holds %d keys after the cut-off, want 1 (the cut-off key released)", n)
+	}
+	if again := post("cancelled", `{"customer":"x","amount_cents":1}`); again.Code != http.StatusServiceUnavailable {
+		t.Fatalf("after shutdown: %d %s, want 503", again.Code, again.Body)
 	}
 }
 

@@ -124,6 +124,7 @@ func newMCPHandler(a *app, self string) http.Handler {
 	return mcphttp.New(a.be.store, mcphttp.Options{
 		Wait:     a.cfg.wait,
 		Lease:    a.cfg.lease,
+		Shutdown: a.cutOff,
 		Owner:    a.owner,
 		Logger:   a.logger,
 		Observer: a.metrics.observeMCP,

@@ -39,27 +39,54 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		return nil, err
 	}
 	logger.Info("connected to PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
+	// Behind a pooler in transaction mode, what needs a session (goose's
+	// advisory lock, LISTEN) goes to PostgreSQL directly.
+	var listenConfig *pgx.ConnConfig
+	session := pool
+	if cfg.directURL != "" {
+		dcfg, err := pgxpool.ParseConfig(cfg.directURL)
+		if err != nil {
+			pool.Close()
+			return nil, &usageError{errors.New("-direct-url / IDEMDEMO_DIRECT_URL is not a valid PostgreSQL URL or DSN")}
+		}
+		listenConfig = dcfg.ConnConfig.Copy()
+		if cfg.migrate {
+			dcfg.MaxConns = 1
+			if session, err = pgconnect.Open(ctx, dcfg, 15*time.Second); err != nil {
+				pool.Close()
+				return nil, fmt.Errorf("direct connection: %w", err)
+			}
+			defer session.Close()
+		}
+	}
 	if cfg.migrate {
 		// Replicas starting together are safe: Up serialises on an
 		// advisory lock, and CREATE TABLE IF NOT EXISTS is idempotent.
-		if err := migrations.Up(ctx, pool, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
+		if err := migrations.Up(ctx, session, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
-		if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
+		if _, err := session.Exec(ctx, invoicesDDL); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("create the invoices table: %w", err)
 		}
 		logger.Info("schema up to date", "table", tableName(cfg.table))
 	}
+	replayCache := cfg.replayCache
+	if cfg.noListen && replayCache > 0 {
+		logger.Info("replay cache off: without LISTEN it cannot hear a key forgotten on another instance")
+		replayCache = 0
+	}
 	store, err := pgstore.New(pool, pgstore.Options{
-		Table:     cfg.table,
-		Lease:     cfg.lease,
-		Retention: cfg.retention,
-		Logger:    logger,
+		Table:        cfg.table,
+		Lease:        cfg.lease,
+		Retention:    cfg.retention,
+		Logger:       logger,
+		ListenConfig: listenConfig,
+		NoListen:     cfg.noListen,
 		// A replay is then answered without a round trip; a key
 		// forgotten on any instance leaves every instance's cache.
-		ReplayCacheBytes: cfg.replayCache,
+		ReplayCacheBytes: replayCache,
 	})
 	if err != nil {
 		pool.Close()
