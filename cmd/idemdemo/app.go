@@ -190,12 +190,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	defer be.close()
+	tel, err := newTelemetry(ctx, getenv, stdout, be)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tel.shutdown(ctx); err != nil {
+			logger.Warn("flushing OpenTelemetry", "err", err)
+		}
+	}()
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	app := newApp(cfg, be, logger, selfURL(ln.Addr()))
+	app.metrics.otel = tel.observer
+	app.handler = tel.instrument(app.handler)
 	return app.serve(ctx, ln, stdout)
 }
 

@@ -22,8 +22,8 @@ func TestMetricsCountEveryEvent(t *testing.T) {
 	if got := scrape(`idem_rejected_total{adapter="mcp"}`); got != "0" {
 		t.Errorf("before any event: idem_rejected_total = %q, want 0", got)
 	}
-	m.observe("mcp", idem.Event{Kind: idem.EventRejected, Status: 403})
-	m.observe("mcp", idem.Event{Kind: idem.EventLeaseLost})
+	m.observe(nil, idem.AdapterMCP, idem.Event{Kind: idem.EventRejected, Status: 403})
+	m.observe(nil, idem.AdapterMCP, idem.Event{Kind: idem.EventLeaseLost})
 	for series, want := range map[string]string{
 		`idem_rejected_total{adapter="mcp"}`: "1",
 		`idem_stale_total{adapter="mcp"}`:    "1",
