@@ -26,10 +26,16 @@
 //
 // # Keys
 //
-// Every key lives in a scope: the principal ([Options.Principal], by
-// default the Authorization and X-Api-Key credentials), plus the call's
-// _meta.sessionId when it carries one (seed 003). Scope parts are hashed.
-// Callers without credentials share one principal, so between them a
+// Every key lives in a scope: who is calling, plus the call's
+// _meta.sessionId when it carries one (seed 003), as a keyed hash
+// (HMAC-SHA-256 with [Options.ScopeSecret]; SHA-256 without one). Who is
+// calling is the principal [Options.Principal] returns, else the
+// credentials: the Authorization and X-Api-Key headers and the cookies
+// named in [Options.SessionCookies]. A call that carries cookies but none of
+// these, to a server that has not named its session cookies, is refused
+// ([CodeInternalError], [ReasonUnscopedCookies]): the cookie may be the
+// credential, and ignoring it would give one caller another's result.
+// Callers without credentials share one identity, so between them a
 // _meta.idempotencyKey is only as private as its value: one derived with
 // [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
 //
@@ -240,11 +246,14 @@
 // carries no key, the key the wrapper derived is forwarded instead (a hash
 // of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
 // The caller's Authorization and X-Api-Key travel with them, as seed 003's
-// generated servers forward them: the upstream authenticates the same
-// caller, and its own idem middleware scopes the key to that caller, so two
-// callers who send one _meta.idempotencyKey never share a result upstream.
-// [Transport] sets the headers on every upstream request whose context
-// carries a [Meta] ([NewContext]).
+// generated servers forward them, but only to the upstream origins
+// [Transport.Upstreams] names and never on a redirect to another origin:
+// the upstream authenticates the same caller, and its own idem middleware
+// scopes the key to that caller, so two callers who send one
+// _meta.idempotencyKey never share a result upstream. [Transport] sets the
+// headers on every upstream request whose context carries a [Meta]
+// ([NewContext]); its documentation relates this to the MCP authorization
+// specification's rule against token passthrough.
 //
 // # Errors
 //

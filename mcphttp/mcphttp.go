@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +39,8 @@ type Options struct {
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
 	// process's claim runs out. If no renewal is confirmed in time, the
 	// inner handler's context ends shortly before the lease does (see the
-	// engine package). Zero means [idem.DefaultLease]; negative panics.
+	// engine package). Zero means [idem.DefaultLease]; negative or less
+	// than a millisecond panics.
 	Lease time.Duration
 	// StoreTimeout bounds each store call made once a call runs (renew,
 	// complete, release), which must not hang on a store outage; a
@@ -63,11 +65,25 @@ type Options struct {
 	// [CodeUnreplayable]. Zero means [DefaultMaxRecordBytes]; negative
 	// panics.
 	MaxRecordBytes int
-	// Principal returns who is calling, for the scope of every key. Nil
-	// means the credentials: the Authorization and X-Api-Key headers
-	// (anonymous callers share one principal). The value is hashed, never
-	// stored.
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the server's auth
+	// middleware filled. Non-empty, it alone is the caller's identity in
+	// the scope of every key; empty, or a nil Principal, means the
+	// credentials: the Authorization and X-Api-Key headers and the
+	// SessionCookies. Callers with none of these share one identity. The
+	// identity is hashed, never stored.
 	Principal func(*http.Request) string
+	// SessionCookies names the cookies whose values identify a caller.
+	// Nil means not configured: a call that carries a Cookie header but
+	// no principal and no credential is refused ([CodeInternalError],
+	// [ReasonUnscopedCookies]) and not run. An empty, non-nil slice
+	// declares that no cookie identifies a caller: cookies are ignored. A
+	// name that is not a cookie name panics.
+	SessionCookies []string
+	// ScopeSecret keys the hash of the scope (HMAC-SHA-256), so that
+	// credentials cannot be recovered from the table by hashing guesses.
+	// Nil means plain SHA-256. See middleware.Options.ScopeSecret.
+	ScopeSecret []byte
 	// Owner names this process in claims, for operators. Optional.
 	Owner string
 	// Logger receives store failures and lost claims, with keys as
@@ -113,7 +129,7 @@ type wrapper struct {
 	lease      time.Duration
 	maxInspect int64
 	maxRecord  int
-	principal  func(*http.Request) string
+	scope      *scoper
 	owner      string
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
@@ -157,9 +173,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if opts.MaxRecordBytes == 0 {
 		opts.MaxRecordBytes = DefaultMaxRecordBytes
 	}
-	if opts.Principal == nil {
-		opts.Principal = credentials
-	}
+	scope := newScoper(opts)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -181,14 +195,10 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		return &wrapper{
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
-			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
+			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
 			stateless: opts.Stateless,
 		}
 	}
-}
-
-func credentials(r *http.Request) string {
-	return r.Header.Get("Authorization") + "\x00" + r.Header.Get("X-Api-Key")
 }
 
 func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -246,17 +256,16 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 
 // identify returns the claim for a call, the key forwarded upstream and
 // where the call's key came from (empty for a derived one), and whether the
-// call can be deduplicated at all.
+// call can be deduplicated at all; keyErr is an invalid key or a caller the
+// scope cannot name (see [scoper]).
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
-	h := sha256.Sum256([]byte(m.principal(r)))
-	scope := "mcp:" + hex.EncodeToString(h[:16])
-	if c.sessionID != "" {
-		s := sha256.Sum256([]byte(c.sessionID))
-		scope += ":" + hex.EncodeToString(s[:16])
-	}
+	scope, scopeErr := m.scope.scope(r, c.sessionID)
 	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
 	key, source, present, err := callKey(r, c)
 	if present {
+		if scopeErr != nil {
+			return req, "", source, true, scopeErr
+		}
 		if err == nil {
 			// Each round of a multi round-trip call is its own claim: see
 			// rounds.go.
@@ -276,6 +285,9 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		// (a server ignores the header, so any client can send any value)
 		// and a retry has a new id anyway.
 		return req, "", "", false, nil
+	}
+	if scopeErr != nil {
+		return req, "", "", true, scopeErr
 	}
 	// The argument digest joins the tool name in the key's target, not
 	// only the fingerprint: under a reused id, a call with other arguments
@@ -297,7 +309,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	if keyErr != nil {
-		m.answer(w, r, c, invalidKeyResponse(c, source, keyErr), false)
+		m.answer(w, r, c, m.refusal(r, c, source, keyErr), false)
 		return
 	}
 	ctx := r.Context()
@@ -360,8 +372,12 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 			Data: errorData{Reason: ReasonInvalidKey},
 		})
 	case engine.Unavailable:
+		msg := "idempotency store unavailable; the call was not run, retry it"
+		if errors.Is(d.Err, idem.ErrCapacity) {
+			msg = "idempotency store full; the call was not run, retry it later"
+		}
 		return wrapperError(c.rawID, rpcError{
-			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
+			Code: CodeUnavailable, Message: msg,
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
 	case engine.Replay:
