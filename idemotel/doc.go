@@ -47,8 +47,8 @@
 //	idem.store_error event: a store call after the claim failed;
 //	                 idem.store.operation, error.type.
 //
-// Every event carries idem.adapter and idem.store, and idem.key.digest but
-// on idem.rejected.
+// Every event carries idem.adapter and idem.store; all but idem.rejected
+// carry idem.key.digest.
 //
 // # Metrics
 //
