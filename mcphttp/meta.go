@@ -8,10 +8,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// DerivedKeyHeader is the request header through which the wrapper hands
-// the key it derived for a call without _meta.idempotencyKey to the inner
-// handler, where [FromCallToolRequest] reads it. The wrapper deletes it from
-// every incoming request first, so a client cannot set it.
+// DerivedKeyHeader is the request header through which the wrapper hands a
+// call's key to the inner handler, where [FromCallToolRequest] reads it,
+// when the call's _meta does not carry it: a key the client sent in
+// params.idempotencyKey or the Idempotency-Key header, or the key the
+// wrapper derived for a call without any. The wrapper deletes it from every
+// incoming request first, so a client cannot set it.
 const DerivedKeyHeader = "Idem-Derived-Key"
 
 // Upstream headers of seed 003: the _meta fields of a tools/call, as the
@@ -27,10 +29,11 @@ type Meta struct {
 	// SessionID is the call's _meta.sessionId. Empty means the call
 	// carried none, and no X-Session-Id is sent.
 	SessionID string
-	// IdempotencyKey is the call's _meta.idempotencyKey or, when it
-	// carried none, the key the wrapper derived from the session, the
-	// request id, the tool and its arguments (64 hex characters), so the
-	// upstream's own idem middleware dedupes the retry of this call too.
+	// IdempotencyKey is the call's key: its _meta.idempotencyKey, its
+	// params.idempotencyKey or Idempotency-Key header, or, when it carried
+	// none, the key the wrapper derived from the session, the request id,
+	// the tool and its arguments (64 hex characters), so the upstream's own
+	// idem middleware dedupes the retry of this call too.
 	// Empty means neither, and no X-Idempotency-Key is sent.
 	IdempotencyKey string
 	// Authorization and APIKey are the Authorization and X-Api-Key

@@ -46,7 +46,7 @@ func (s *scoper) scope(r *http.Request, sessionID string) (string, error) {
 
 // refusal is the JSON-RPC error for a call whose key or scope could not be
 // made.
-func (m *wrapper) refusal(r *http.Request, c call, err error) []byte {
+func (m *wrapper) refusal(r *http.Request, c call, source string, err error) []byte {
 	if errors.Is(err, identity.ErrUnscopedCookies) {
 		m.scope.warn.Do(func() {
 			m.log.LogAttrs(r.Context(), slog.LevelError,
@@ -57,8 +57,5 @@ func (m *wrapper) refusal(r *http.Request, c call, err error) []byte {
 			Data: errorData{Reason: ReasonUnscopedCookies},
 		})
 	}
-	return errorResponse(c.rawID, rpcError{
-		Code: CodeInvalidParams, Message: "invalid _meta.idempotencyKey: " + err.Error(),
-		Data: errorData{Reason: ReasonInvalidKey},
-	})
+	return invalidKeyResponse(c, source, err)
 }

@@ -115,11 +115,17 @@ func newMCPServer(self string) *mcp.Server {
 
 // newMCPHandler serves the MCP Streamable HTTP transport at /mcp, with
 // tools/call deduplicated by mcphttp on the demo's store: a call repeated
-// with the same _meta.idempotencyKey (or, without one, the same session and
-// request id) replays the first call's result without running the tool.
+// with the same _meta.idempotencyKey (or, before protocol 2026-07-28 and
+// without one, the same session and request id) replays the first call's
+// result without running the tool. Clients at 2026-07-28 (go-sdk's picks it)
+// reach a stateless handler, earlier ones a stateful one (sessions).
 func newMCPHandler(a *app, self string) http.Handler {
 	server := newMCPServer(self)
-	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Logger: a.logger})
+	getServer := func(*http.Request) *mcp.Server { return server }
+	inner := mcphttp.ByVersion(
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger}),
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true}),
+	)
 	return mcphttp.New(a.be.store, mcphttp.Options{
 		Wait:           a.cfg.wait,
 		Lease:          a.cfg.lease,
