@@ -93,10 +93,12 @@ func ParseKey(s string) (Key, error) {
 }
 
 // ParseRoundKey is [ParseKey] for one round of a multi round-trip call
-// (MCP 2026-07-28, SEP-2322): a client sends the same key s on every round,
+// (MCP 2026-07-28, [SEP-2322]): a client sends the same key s on every round,
 // and round (a digest of what it sent back, the round's requestState and
 // inputResponses) tells the rounds apart, so each is its own claim. Keys of
 // rounds never equal keys from ParseKey or from each other's rounds.
+//
+// [SEP-2322]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2322
 func ParseRoundKey(s, round string) (Key, error) {
 	if _, err := ParseKey(s); err != nil {
 		return Key{}, err

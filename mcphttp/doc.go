@@ -27,7 +27,7 @@
 // # Keys
 //
 // Every key lives in a scope: who is calling, plus the call's
-// _meta.sessionId when it carries one (seed 003), as a keyed hash
+// _meta.sessionId when it carries one (see "_meta upstream" below), as a keyed hash
 // (HMAC-SHA-256 with [Options.ScopeSecret]; SHA-256 without one). Who is
 // calling is the principal [Options.Principal] returns, else the
 // credentials: the Authorization and X-Api-Key headers and the cookies
@@ -41,10 +41,11 @@
 //
 // A call's key comes from where clients put it:
 //
-//   - params._meta.idempotencyKey ([SourceMeta]), seed 003's place, and
-//     what go-sdk tool handlers read back with [FromCallToolRequest];
+//   - params._meta.idempotencyKey ([SourceMeta]), where agents put it
+//     (see [idem.AgentKey]) and what go-sdk tool handlers read back with
+//     [FromCallToolRequest];
 //   - params.idempotencyKey ([SourceParams]), the shape of the closed
-//     SEP-3182 proposal;
+//     [SEP-3182] proposal;
 //   - the Idempotency-Key header of the HTTP POST ([SourceHeader]), an
 //     RFC 8941 string or a bare token, read as package middleware reads it.
 //
@@ -63,7 +64,7 @@
 // client sent it; a key from the other sources reaches it through
 // [DerivedKeyHeader].
 //
-// A call without a key, before protocol 2026-07-28, is keyed by seed 000's
+// A call without a key, before protocol 2026-07-28, is keyed by the
 // method-call key, [idem.KeyForMethodCall], from the Mcp-Session-Id, the
 // request id, the method and a target made of the tool name and a digest
 // of the arguments. The digest is in the key, not only in the fingerprint:
@@ -175,7 +176,7 @@
 // naming a top-level "method" within its first MaxRecordBytes) is only
 // dropped. An SSE stream that ends without the
 // call's response (the session closed, or the server closed the stream for
-// the client to resume it with a GET, SEP-1699) leaves the claim to its
+// the client to resume it with a GET, [SEP-1699]) leaves the claim to its
 // lease: the tool may still be running, and the response, delivered on a
 // resumed stream, is one the wrapper never sees. Until the lease runs out a
 // retry waits or gets [CodeInFlight]; after it, the retry runs again.
@@ -236,7 +237,7 @@
 // flight, an unavailable store) never carry Idempotent-Replayed: only a
 // recorded response does.
 //
-// # Seed 003: _meta upstream
+// # _meta upstream
 //
 // A tool that calls an upstream HTTP API forwards _meta.sessionId as
 // X-Session-Id and _meta.idempotencyKey as X-Idempotency-Key, so the
@@ -245,8 +246,8 @@
 // the request's, so the wrapper cannot pass them in a context). When _meta
 // carries no key, the key the wrapper derived is forwarded instead (a hash
 // of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
-// The caller's Authorization and X-Api-Key travel with them, as seed 003's
-// generated servers forward them, but only to the upstream origins
+// The caller's Authorization and X-Api-Key travel with them, as MCP
+// servers generated from a REST API's description forward them, but only to the upstream origins
 // [Transport.Upstreams] names and never on a redirect to another origin:
 // the upstream authenticates the same caller, and its own idem middleware
 // scopes the key to that caller, so two callers who send one
@@ -264,4 +265,7 @@
 // servers that hold ids as int64 (go-sdk among them) would answer it under
 // another id, which neither the client nor the wrapper could match. A store that cannot be
 // reached means the call is not run: it never runs without a claim.
+//
+// [SEP-1699]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/1699
+// [SEP-3182]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/3182
 package mcphttp

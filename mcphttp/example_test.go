@@ -16,7 +16,7 @@ import (
 )
 
 // A go-sdk MCP server behind mcphttp: an agent that repeats a tools/call
-// with the same _meta.idempotencyKey (seed 003) gets the first result, and
+// with the same _meta.idempotencyKey gets the first result, and
 // the tool runs once.
 func Example() {
 	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
@@ -59,7 +59,7 @@ func Example() {
 }
 
 // A tool forwards the call's _meta to the upstream API it calls, as
-// X-Session-Id and X-Idempotency-Key (seed 003), so the upstream's own idem
+// X-Session-Id and X-Idempotency-Key, so the upstream's own idem
 // middleware dedupes as well.
 func ExampleTransport() {
 	upstream := &http.Client{Transport: &mcphttp.Transport{}}

@@ -129,7 +129,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	})
 	mcp.AddTool(server, &mcp.Tool{Name: "close_stream"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
 		// Ends the call's SSE stream for the client to resume it
-		// (SEP-1699), then finishes: the response goes to a stream the
+		// (SEP-1699, see the package doc), then finishes: the response goes to a stream the
 		// wrapper never sees.
 		n := h.runs.add("close_stream")
 		req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: time.Millisecond})

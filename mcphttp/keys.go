@@ -11,11 +11,13 @@ import (
 // Where a call's idempotency key can come from, in the order the wrapper
 // reports them.
 const (
-	// SourceMeta is params._meta.idempotencyKey (seed 003), what go-sdk
+	// SourceMeta is params._meta.idempotencyKey ([idem.AgentKey]), what go-sdk
 	// tool handlers read back with [FromCallToolRequest].
 	SourceMeta = "_meta.idempotencyKey"
 	// SourceParams is params.idempotencyKey, the shape of the closed
-	// SEP-3182 proposal that some clients send.
+	// [SEP-3182] proposal that some clients send.
+	//
+	// [SEP-3182]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/3182
 	SourceParams = "params.idempotencyKey"
 	// SourceHeader is the Idempotency-Key header of the HTTP POST, an
 	// RFC 8941 string (or a bare token) as the [middleware] package reads

@@ -290,9 +290,9 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		return req, "", "", true, scopeErr
 	}
 	// The argument digest joins the tool name in the key's target, not
-	// only the fingerprint: under a reused id, a call with other arguments
-	// is a fresh call (seed 000), where a fingerprint alone would make the
-	// store answer it with a mismatch.
+	// only the fingerprint: JSON-RPC lets a client reuse an answered id, and
+	// a call with other arguments under it is a fresh call, where a
+	// fingerprint alone would make the store answer it with a mismatch.
 	target := c.name + "/" + c.digest
 	if c.round != "" {
 		target += "/" + c.round

@@ -125,7 +125,7 @@ func TestLostResponseAfterFinish(t *testing.T) {
 	}
 }
 
-// TestReusedID is seed 000's scenario: JSON-RPC lets a client reuse an id
+// TestReusedID: JSON-RPC lets a client reuse an id
 // once it was answered, and the conformance suite does, so a different tool
 // or other arguments under a reused id is a fresh call, never another
 // call's result. A genuine repeat still replays.
@@ -550,7 +550,7 @@ func TestServerRestart(t *testing.T) {
 	}
 }
 
-// TestMetaForwarded: seed 003's mapping end to end. The tool calls an
+// TestMetaForwarded: the _meta-to-headers mapping end to end. The tool calls an
 // upstream over mcphttp.Transport, which carries _meta.sessionId and
 // _meta.idempotencyKey as X-Session-Id and X-Idempotency-Key, or the key the
 // wrapper derived when _meta has none. A client cannot set the derived key.
@@ -600,7 +600,7 @@ func TestMetaForwarded(t *testing.T) {
 	if seen[1].Get("X-Session-Id") != "" || seen[1].Get("X-Idempotency-Key") != m["idempotencyKey"] {
 		t.Errorf("upstream headers %v, want X-Idempotency-Key %s", seen[1], m["idempotencyKey"])
 	}
-	// Seed 003: the caller's credentials travel with the keys, so the
+	// The caller's credentials travel with the keys, so the
 	// upstream scopes the key to the same caller.
 	if seen[0].Get("X-Api-Key") != "" || seen[0].Get("Authorization") != "" {
 		t.Errorf("credentials forwarded for a call that carried none: %v", seen[0])

@@ -16,15 +16,16 @@ import (
 // incoming request first, so a client cannot set it.
 const DerivedKeyHeader = "Idem-Derived-Key"
 
-// Upstream headers of seed 003: the _meta fields of a tools/call, as the
+// Upstream headers: the _meta fields of a tools/call, as the
 // headers of the HTTP calls the tool makes to its upstream API.
 const (
 	SessionIDHeader      = "X-Session-Id"
 	IdempotencyKeyHeader = "X-Idempotency-Key"
 )
 
-// Meta is what a tool handler forwards to the upstream API it calls (seed
-// 003). The zero Meta forwards nothing.
+// Meta is what a tool handler forwards to the upstream API it calls, so the
+// upstream can dedupe the call too (see the package doc, "_meta upstream").
+// The zero Meta forwards nothing.
 type Meta struct {
 	// SessionID is the call's _meta.sessionId. Empty means the call
 	// carried none, and no X-Session-Id is sent.
@@ -37,8 +38,8 @@ type Meta struct {
 	// Empty means neither, and no X-Idempotency-Key is sent.
 	IdempotencyKey string
 	// Authorization and APIKey are the Authorization and X-Api-Key
-	// headers the call carried, forwarded as seed 003's generated servers
-	// do, but only to the upstream origins a [Transport] is configured
+	// headers the call carried, forwarded as MCP servers generated from a
+	// REST API do, but only to the upstream origins a [Transport] is configured
 	// with: the upstream API authenticates the same caller, and its own
 	// idem middleware scopes the forwarded key to that caller, so two
 	// callers who send one _meta.idempotencyKey never share a result

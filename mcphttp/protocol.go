@@ -3,12 +3,16 @@ package mcphttp
 import "net/http"
 
 // ModernProtocol is the first MCP protocol revision without sessions and
-// without initialize (SEP-2575, SEP-2567): every request carries its
+// without initialize ([SEP-2575], [SEP-2567]): every request carries its
 // version in the MCP-Protocol-Version header and in
 // _meta["io.modelcontextprotocol/protocolVersion"], the Mcp-Method and
 // Mcp-Name headers mirror the body, a retry is a new request with a new
 // JSON-RPC id, and a tool may answer input_required (multi round-trip
-// requests, SEP-2322). Revisions are dated, so a later one compares greater.
+// requests, [SEP-2322]). Revisions are dated, so a later one compares greater.
+//
+// [SEP-2322]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2322
+// [SEP-2567]: https://github.com/modelcontextprotocol/modelcontextprotocol/pull/2567
+// [SEP-2575]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2575
 const ModernProtocol = "2026-07-28"
 
 // metaProtocolVersion is the _meta member that carries a modern request's

@@ -309,7 +309,7 @@ func (r *recorder) verdict() engine.Verdict {
 	case s.final == nil && r.status == http.StatusOK && s.sse:
 		// The call's SSE stream ended without its response: the session
 		// closed, or the server closed the stream for the client to
-		// resume it elsewhere (SEP-1699). The tool may still be running,
+		// resume it elsewhere (SEP-1699, see the package doc). The tool may still be running,
 		// so the claim is kept, unrenewed, until its lease runs out:
 		// until then a retry waits or is told to retry, and never runs
 		// the tool alongside. Releasing would invite exactly that.

@@ -9,7 +9,7 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Multi round-trip calls (MCP 2026-07-28, SEP-2322). A tool that needs
+// Multi round-trip calls (MCP 2026-07-28, SEP-2322, https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2322). A tool that needs
 // input answers round 1 with resultType "input_required", inputRequests and
 // a requestState; the client retries the original call, under a new id,
 // with inputResponses and the requestState echoed. Every round carries the

@@ -63,7 +63,7 @@ func wantCredentials(t *testing.T, where string, h http.Header, want bool) {
 	}
 }
 
-// TestTransportCredentialsOnlyToUpstreams: seed 003 forwards the caller's
+// TestTransportCredentialsOnlyToUpstreams: a tool forwards the caller's
 // Authorization and X-Api-Key with the keys. The Transport used to set them
 // on every request whose context carried a Meta: to any host a tool (or a
 // model choosing a URL) called, and again on a redirect to another host,

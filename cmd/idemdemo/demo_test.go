@@ -320,7 +320,7 @@ func TestMCPTool(t *testing.T) {
 // TestMCPBothVersions: a 2025-11-25 client (a session) and a 2026-07-28
 // client (no session, stateless) each create an invoice through /mcp with
 // go-sdk's own client, and each one's repeated call, with the agent key
-// seed 003 derives, is a replay: one invoice per client.
+// idem.AgentKey derives, is a replay: one invoice per client.
 func TestMCPBothVersions(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := pgURL(t)
