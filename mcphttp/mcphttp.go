@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,9 +21,15 @@ import (
 
 // Defaults of [Options].
 const (
-	DefaultWait            = 30 * time.Second
-	DefaultMaxInspectBytes = 4 << 20 // go-sdk's default request body limit
-	DefaultMaxRecordBytes  = 1 << 20
+	// DefaultWait is how long a duplicate waits for the original's result
+	// when Options.Wait is zero.
+	DefaultWait = 30 * time.Second
+	// DefaultMaxInspectBytes is the largest POST body read when
+	// Options.MaxInspectBytes is zero: go-sdk's default request body limit.
+	DefaultMaxInspectBytes = 4 << 20
+	// DefaultMaxRecordBytes is the largest response recorded for replay
+	// when Options.MaxRecordBytes is zero.
+	DefaultMaxRecordBytes = 1 << 20
 )
 
 // Options configures the wrapper. The zero value is ready to use.
@@ -137,6 +144,47 @@ type wrapper struct {
 	stateless bool
 }
 
+// validate names the first field of o that is wrong. SessionCookies is
+// checked by the scoper and a lease under a millisecond by package engine,
+// both at [New] as well.
+func (o Options) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"Lease", int64(o.Lease)}, {"StoreTimeout", int64(o.StoreTimeout)},
+		{"MaxInspectBytes", o.MaxInspectBytes}, {"MaxRecordBytes", int64(o.MaxRecordBytes)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("mcphttp: Options.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	for _, m := range o.Methods {
+		if m == "" || m == "initialize" {
+			return fmt.Errorf("mcphttp: Options.Methods holds %q, which cannot be deduplicated", m)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns o with its zero fields set to their defaults (a
+// negative Wait to no wait).
+func (o Options) withDefaults() Options {
+	switch {
+	case o.Wait == 0:
+		o.Wait = DefaultWait
+	case o.Wait < 0:
+		o.Wait = 0
+	}
+	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
+	o.MaxInspectBytes = cmp.Or(o.MaxInspectBytes, DefaultMaxInspectBytes)
+	o.MaxRecordBytes = cmp.Or(o.MaxRecordBytes, DefaultMaxRecordBytes)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
 // New returns middleware that deduplicates MCP calls (by default
 // tools/call) on the Streamable HTTP transport in front of any MCP handler,
 // with store as the source of truth. See the package documentation for
@@ -145,39 +193,21 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if store == nil {
 		panic("mcphttp: nil store")
 	}
-	if opts.Lease < 0 || opts.StoreTimeout < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
-		panic("mcphttp: negative Lease, StoreTimeout, MaxInspectBytes or MaxRecordBytes")
+	// Misconfiguration panics here, at construction, never per request, as
+	// net/http's constructors do (and package middleware's New).
+	if err := opts.validate(); err != nil {
+		panic(err.Error())
 	}
+	opts = opts.withDefaults()
 	methods := map[string]bool{}
 	if opts.Methods == nil {
 		methods["tools/call"] = true
 	}
 	for _, m := range opts.Methods {
-		if m == "" || m == "initialize" {
-			panic(fmt.Sprintf("mcphttp: method %q cannot be deduplicated", m))
-		}
 		methods[m] = true
-	}
-	switch {
-	case opts.Wait == 0:
-		opts.Wait = DefaultWait
-	case opts.Wait < 0:
-		opts.Wait = 0
-	}
-	if opts.Lease == 0 {
-		opts.Lease = idem.DefaultLease
-	}
-	if opts.MaxInspectBytes == 0 {
-		opts.MaxInspectBytes = DefaultMaxInspectBytes
-	}
-	if opts.MaxRecordBytes == 0 {
-		opts.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	scope := newScoper(opts)
 	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	eng := engine.New(store, engine.Options{
 		Adapter:      idem.AdapterMCP,
 		Lease:        opts.Lease,

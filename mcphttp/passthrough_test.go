@@ -121,6 +121,27 @@ func TestStreamsAsWritten(t *testing.T) {
 	}
 }
 
+// TestNewPanicNamesField: the panic of an invalid option names the field.
+func TestNewPanicNamesField(t *testing.T) {
+	t.Parallel()
+	for field, opts := range map[string]mcphttp.Options{
+		"Options.Lease":           {Lease: -1},
+		"Options.StoreTimeout":    {StoreTimeout: -1},
+		"Options.MaxInspectBytes": {MaxInspectBytes: -1},
+		"Options.MaxRecordBytes":  {MaxRecordBytes: -1},
+		"Options.Methods":         {Methods: []string{""}},
+	} {
+		t.Run(field, func(t *testing.T) {
+			defer func() {
+				if msg, _ := recover().(string); !strings.Contains(msg, field) {
+					t.Errorf("panic %q, want one naming %s", msg, field)
+				}
+			}()
+			mcphttp.New(memstore.New(memstore.Options{}), opts)
+		})
+	}
+}
+
 // TestNewPanics: misconfiguration fails at construction, never per
 // request.
 func TestNewPanics(t *testing.T) {
