@@ -56,7 +56,9 @@ const (
 	Acquired ClaimStatus = iota + 1
 	// InFlight: another caller holds a live claim; wait or answer 409.
 	InFlight
-	// Completed: the key holds a result; replay it.
+	// Completed: the key holds a result; replay it. It is what a claim
+	// found, not an entry's state ([StateCompleted]) nor the event of a
+	// result just recorded ([EventCompleted]).
 	Completed
 )
 

@@ -28,8 +28,9 @@ const (
 	// EventMismatch: the key was used for a different request; it was
 	// refused without running.
 	EventMismatch
-	// EventCompleted: the result was recorded. Duration is the run time of
-	// the side effect. Status is the recorded status.
+	// EventCompleted: the result was recorded just now, by this call (a
+	// replay of an earlier one is [EventReplayed]). Duration is the run time
+	// of the side effect. Status is the recorded status.
 	EventCompleted
 	// EventReleased: the key was released (a panic, a failure the policy
 	// does not record, work cut off by shutdown or a lost lease), so a

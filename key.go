@@ -76,7 +76,9 @@ func KeyForMethodCall(session SessionID, id RequestID, method, target string) Ke
 // ParseKey validates a client-supplied idempotency key, such as the value of
 // an Idempotency-Key header or an MCP _meta.idempotencyKey, and returns it as
 // a Key. It must be 1 to [MaxHeaderKeyLen] characters of printable ASCII
-// (0x20–0x7E); anything else is an [*InvalidKeyError].
+// (0x20–0x7E); anything else is an [*InvalidKeyError]. It is for keys a
+// client chose; to read back a key already encoded (from a log, the
+// database or [Key.String]) use [KeyFromString].
 func ParseKey(s string) (Key, error) {
 	switch {
 	case s == "":
@@ -109,7 +111,8 @@ func ParseRoundKey(s, round string) (Key, error) {
 // KeyFromString returns the key whose encoding is s, as [Key.String]
 // rendered it: for tools that read keys back, such as an operator's CLI.
 // It checks only that s has a known form tag and is not longer than
-// [MaxKeyLen].
+// [MaxKeyLen]. A key a client sent is [ParseKey]'s, never this one's: "id/x"
+// from a client is a key of its own, not the request-id key it spells.
 func KeyFromString(s string) (Key, error) {
 	if len(s) > MaxKeyLen {
 		return Key{}, &InvalidKeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}

@@ -10,7 +10,8 @@ type EntryState int
 const (
 	// StateClaimed: a caller holds (or held, if its lease ran out) a claim.
 	StateClaimed EntryState = iota + 1
-	// StateCompleted: the key holds a result.
+	// StateCompleted: the key holds a result. It is an entry's state, as
+	// an operator inspects it; a claim that finds it returns [Completed].
 	StateCompleted
 )
 

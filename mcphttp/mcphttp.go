@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -282,54 +280,6 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 		return false
 	}
 	return true
-}
-
-// identify returns the claim for a call, the key forwarded upstream and
-// where the call's key came from (empty for a derived one), and whether the
-// call can be deduplicated at all; keyErr is an invalid key or a caller the
-// scope cannot name (see [scoper]).
-func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
-	scope, scopeErr := m.scope.scope(r, c.sessionID)
-	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
-	key, source, present, err := callKey(r, c)
-	if present {
-		if scopeErr != nil {
-			return req, "", source, true, scopeErr
-		}
-		if err == nil {
-			// Each round of a multi round-trip call is its own claim: see
-			// rounds.go.
-			if c.round == "" {
-				req.Key, err = idem.ParseKey(key)
-			} else {
-				req.Key, err = idem.ParseRoundKey(key, c.round)
-			}
-		}
-		return req, key, source, true, err
-	}
-	session := r.Header.Get("Mcp-Session-Id")
-	if session == "" || m.stateless || modern(r, c) {
-		// Request ids are unique per session only: without one, two
-		// clients' id 1 would be one key, and one would be answered with
-		// the other's result. From ModernProtocol on there are no sessions
-		// (a server ignores the header, so any client can send any value)
-		// and a retry has a new id anyway.
-		return req, "", "", false, nil
-	}
-	if scopeErr != nil {
-		return req, "", "", true, scopeErr
-	}
-	// The argument digest joins the tool name in the key's target, not
-	// only the fingerprint: JSON-RPC lets a client reuse an answered id, and
-	// a call with other arguments under it is a fresh call, where a
-	// fingerprint alone would make the store answer it with a mismatch.
-	target := c.name + "/" + c.digest
-	if c.round != "" {
-		target += "/" + c.round
-	}
-	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, target)
-	f := sha256.Sum256([]byte(scope + "\x00" + req.Key.String()))
-	return req, hex.EncodeToString(f[:]), "", true, nil
 }
 
 func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
