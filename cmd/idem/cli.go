@@ -324,8 +324,8 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 	)
 	fs := c.subFlagSet("sweep", "[--once] [--interval D]",
 		"Releases claims whose lease ran out and deletes results past retention, in batches.\n"+
-			"With --once it sweeps until nothing is left and exits; otherwise it sweeps every\n"+
-			"--interval until SIGINT/SIGTERM. Safe to run next to the applications' own sweepers.")
+			"With --once it sweeps until nothing is left and exits; otherwise it sweeps at once,\n"+
+			"then every --interval (±50%) until SIGINT/SIGTERM. Safe next to the applications' sweepers.")
 	fs.BoolVar(&once, "once", false, "sweep once and exit")
 	fs.DurationVar(&interval, "interval", time.Minute, "time between sweeps when not --once")
 	fs.IntVar(&batch, "batch", pgstore.DefaultSweepBatch, "rows deleted per statement")
@@ -344,41 +344,16 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
-	logger := slog.New(slog.NewTextHandler(c.stderr, nil))
-	for {
-		var total idem.SweepStats
-		for {
-			st, err := s.Sweep(ctx, batch)
-			if err != nil {
-				if ctx.Err() != nil && !once {
-					return nil
-				}
-				err = c.tableError(err)
-				if once {
-					return err
-				}
-				logger.Warn("sweep failed; retrying at the next interval", "err", err)
-				break
-			}
-			total.Abandoned += st.Abandoned
-			total.Expired += st.Expired
-			if st.Abandoned+st.Expired < batch {
-				break
-			}
-		}
-		if once {
-			fmt.Fprintf(c.stdout, "swept: %d abandoned claims released, %d expired results deleted\n", total.Abandoned, total.Expired)
-			return nil
-		}
-		if total.Abandoned+total.Expired > 0 {
-			logger.Info("swept", "abandoned", total.Abandoned, "expired", total.Expired)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(interval):
-		}
+	sw := idem.Sweeper{Store: s, Interval: interval, Batch: batch, Logger: slog.New(slog.NewTextHandler(c.stderr, nil))}
+	if !once {
+		return sw.Run(ctx)
 	}
+	total, err := sw.SweepOnce(ctx)
+	if err != nil {
+		return c.tableError(err)
+	}
+	fmt.Fprintf(c.stdout, "swept: %d abandoned claims released, %d expired results deleted\n", total.Abandoned, total.Expired)
+	return nil
 }
 
 func (c *cli) stats(ctx context.Context, args []string) error {
