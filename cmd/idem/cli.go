@@ -478,31 +478,43 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 	if !ok {
 		return fmt.Errorf("%w: scope %q, key %q is absent (never claimed, released, swept or forgotten)", errAbsent, kf.scope, kf.parsedKey)
 	}
-	now := c.now()
 	if asJSON {
-		out := map[string]any{
-			"scope":       kf.scope,
-			"key":         kf.parsedKey.String(),
-			"state":       e.State.String(),
-			"generation":  e.Generation,
-			"fingerprint": e.Fingerprint,
-			"owner":       e.Owner,
-			"created_at":  timeOrNil(e.CreatedAt),
-		}
-		switch e.State {
-		case idem.StateClaimed:
-			out["lease_end"] = timeOrNil(e.LeaseEnd)
-			out["live"] = now.Before(e.LeaseEnd)
-		case idem.StateCompleted:
-			out["completed_at"] = timeOrNil(e.CompletedAt)
-			out["expires_at"] = timeOrNil(e.ExpiresAt)
-			out["result"] = e.Result
-		}
-		return writeJSON(c.stdout, out)
+		return writeJSON(c.stdout, entryJSON(kf.scope, kf.parsedKey, e, c.now()))
 	}
+	return c.printEntry(kf.scope, kf.parsedKey, e)
+}
+
+// entryJSON is inspect --json's object: the entry's fields, and for a claim
+// whether its lease is live at now.
+func entryJSON(scope string, key idem.Key, e idem.Entry, now time.Time) map[string]any {
+	out := map[string]any{
+		"scope":       scope,
+		"key":         key.String(),
+		"state":       e.State.String(),
+		"generation":  e.Generation,
+		"fingerprint": e.Fingerprint,
+		"owner":       e.Owner,
+		"created_at":  timeOrNil(e.CreatedAt),
+	}
+	switch e.State {
+	case idem.StateClaimed:
+		out["lease_end"] = timeOrNil(e.LeaseEnd)
+		out["live"] = now.Before(e.LeaseEnd)
+	case idem.StateCompleted:
+		out["completed_at"] = timeOrNil(e.CompletedAt)
+		out["expires_at"] = timeOrNil(e.ExpiresAt)
+		out["result"] = e.Result
+	}
+	return out
+}
+
+// printEntry is inspect's text: a table of the entry's fields, then a
+// replayable result's headers and body as they would be replayed.
+func (c *cli) printEntry(scope string, key idem.Key, e idem.Entry) error {
+	now := c.now()
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "scope\t%s\n", kf.scope)
-	fmt.Fprintf(tw, "key\t%s\n", kf.parsedKey)
+	fmt.Fprintf(tw, "scope\t%s\n", scope)
+	fmt.Fprintf(tw, "key\t%s\n", key)
 	state := e.State.String()
 	if e.State == idem.StateClaimed {
 		if now.Before(e.LeaseEnd) {
@@ -536,26 +548,34 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if e.State == idem.StateCompleted && !e.Result.Unreplayable && len(e.Result.Header) > 0 {
-		names := make([]string, 0, len(e.Result.Header))
-		for name := range e.Result.Header {
+	if e.State != idem.StateCompleted || e.Result.Unreplayable {
+		return nil
+	}
+	printResult(c.stdout, e.Result)
+	return nil
+}
+
+// printResult prints a recorded result's headers, sorted by name, and body.
+func printResult(w io.Writer, r idem.Result) {
+	if len(r.Header) > 0 {
+		names := make([]string, 0, len(r.Header))
+		for name := range r.Header {
 			names = append(names, name)
 		}
 		sort.Strings(names)
-		fmt.Fprintln(c.stdout, "header:")
+		fmt.Fprintln(w, "header:")
 		for _, name := range names {
-			for _, v := range e.Result.Header[name] {
-				fmt.Fprintf(c.stdout, "  %s: %s\n", name, v)
+			for _, v := range r.Header[name] {
+				fmt.Fprintf(w, "  %s: %s\n", name, v)
 			}
 		}
 	}
-	if e.State == idem.StateCompleted && len(e.Result.Body) > 0 && !e.Result.Unreplayable {
-		fmt.Fprintf(c.stdout, "body:\n%s", e.Result.Body)
-		if !strings.HasSuffix(string(e.Result.Body), "\n") {
-			fmt.Fprintln(c.stdout)
+	if len(r.Body) > 0 {
+		fmt.Fprintf(w, "body:\n%s", r.Body)
+		if !strings.HasSuffix(string(r.Body), "\n") {
+			fmt.Fprintln(w)
 		}
 	}
-	return nil
 }
 
 func (c *cli) forget(ctx context.Context, args []string) error {
