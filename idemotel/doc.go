@@ -16,7 +16,8 @@
 //	tools := mcphttp.New(store, mcphttp.Options{Observer: obs.Observe})
 //	srv.Handler = otelhttp.NewHandler(mux, "api") // mux serves protect(...) and tools(...)
 //
-// A sweeper reports what it removed with [Observer.Swept].
+// A sweeper reports what it removed with [Observer.Swept], which fits
+// [idem.Sweeper]'s OnSweep as it is: idem.Sweeper{Store: store, OnSweep: obs.Swept}.
 //
 // # Spans
 //

@@ -794,3 +794,7 @@ func TestRejected(t *testing.T) {
 	}
 	f.noClearText()
 }
+
+// Observer.Swept is an idem.Sweeper's OnSweep as it is (a compile-time
+// assertion: the package doc says so).
+var _ = func(o *idemotel.Observer) idem.Sweeper { return idem.Sweeper{OnSweep: o.Swept} }
