@@ -2,16 +2,12 @@ package pgstore
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/internal/pgschema"
 )
 
 var _ idem.Store = (*Store)(nil)
@@ -137,7 +133,7 @@ type Options struct {
 // any number of Stores (in any number of processes) may share one table.
 type Store struct {
 	pool      *pgxpool.Pool
-	obj       migrations.Objects
+	obj       pgschema.Objects
 	lease     time.Duration
 	retention time.Duration // negative: forever
 	poll      time.Duration
@@ -172,7 +168,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
-	obj, err := migrations.ObjectsFor(opts.Table)
+	obj, err := pgschema.ObjectsFor(opts.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
@@ -197,7 +193,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		heartbeat: cmpOr(opts.Heartbeat, DefaultHeartbeat),
 		log:       opts.Logger,
 		now:       opts.Now,
-		sql:       buildStatements(obj),
+	}
+	if s.sql, err = buildStatements(obj); err != nil {
+		return nil, err
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -267,7 +265,7 @@ func unavailable(op string, err error) error {
 // staleFrom maps the completion function's SQLSTATE to a stale-claim error.
 func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleClaimSQLState {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgschema.StaleClaimSQLState {
 		return nil, false
 	}
 	se := &idem.StaleClaimError{Token: tok}
@@ -335,7 +333,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{Status: idem.Completed, Result: res}, nil
 		}
 		s.listener.start()
-		payload = notifyPayload(req.Scope, req.Key)
+		payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
 	}
 	lease := s.leaseOf(req.Lease).Microseconds()
 	serializationFailures := 0
@@ -543,8 +541,11 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	sweep := strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(limit))
-	err := retrying(ctx, func() error {
+	sweep, err := s.sql.sweepSQL(limit)
+	if err != nil {
+		return idem.SweepStats{}, err
+	}
+	err = retrying(ctx, func() error {
 		return s.pool.QueryRow(ctx, sweep, s.nowArg()).Scan(&abandoned, &expired, nil)
 	})
 	if err != nil {
@@ -608,7 +609,7 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	if err := validate(scope, key); err != nil {
 		return err
 	}
-	ch, ready, unsubscribe := s.listener.subscribe(notifyPayload(scope, key))
+	ch, ready, unsubscribe := s.listener.subscribe(pgschema.NotifyPayload(scope, key.String()))
 	defer unsubscribe()
 
 	pause := min(firstPollDelay, s.poll)
@@ -705,22 +706,6 @@ func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key, liste
 	return time.Duration(*remaining) * time.Microsecond, true, nil
 }
 
-// notifyPayload is the NOTIFY payload naming (scope, key), as the SQL
-// computes it: md5(scope || '\x00' || key). A key never holds a NUL byte,
-// so distinct pairs give distinct inputs; a hash collision would only cause
-// a spurious wake-up.
-//
-// It runs on every claim the replay cache misses, so it allocates little:
-// the input on the stack when it fits, and the result string.
-func notifyPayload(scope string, key idem.Key) string {
-	var stack [256]byte
-	in := append(append(append(stack[:0], scope...), 0), key.String()...)
-	sum := md5.Sum(in)
-	var out [2 * md5.Size]byte
-	hex.Encode(out[:], sum[:])
-	return string(out[:])
-}
-
 // Inspect returns the entry of (scope, key) as stored, whatever its state:
 // a claim whose lease ran out and a result past retention are reported as
 // they are (see LeaseEnd and ExpiresAt), until swept. It is for operators.
@@ -790,7 +775,7 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	if deleted > 0 && s.cache != nil {
 		// This instance's own cache forgets at once; the others when
 		// the NOTIFY reaches them.
-		s.cache.invalidate(notifyPayload(scope, key))
+		s.cache.invalidate(pgschema.NotifyPayload(scope, key.String()))
 	}
 	switch {
 	case deleted > 0:
