@@ -313,8 +313,9 @@ func retrying(ctx context.Context, op func() error) error {
 	}
 }
 
-// Claim implements [idem.Store]. It sends one statement in the common case;
-// see the package documentation for the SQL and the rare second round trip.
+// Claim implements [idem.Store]. It sends one statement (sql/claim.sql) in
+// the common case; see the package documentation for the rare second round
+// trip.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return idem.Claim{}, err
@@ -326,11 +327,8 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	)
 	if s.cache != nil {
 		cacheID = replayCacheID(req.Scope, req.Key)
-		if fp, res, ok := s.cache.get(cacheID, s.now); ok {
-			if mismatch(fp, req.Fingerprint) {
-				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
-			}
-			return idem.Claim{Status: idem.Completed, Result: res}, nil
+		if c, ok, err := s.claimFromCache(cacheID, req); ok {
+			return c, err
 		}
 		s.listener.start()
 		payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
@@ -344,17 +342,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			// came in between.
 			tk, sent = s.cache.ticket(payload), time.Now()
 		}
-		var (
-			inserted, takeover bool
-			gen                int64
-			leaseEnd, expires  *time.Time
-			now                time.Time
-			state, fp          string
-			result             []byte
-		)
-		err := s.pool.QueryRow(ctx, s.sql.claim,
-			[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, lease, s.nowArg(),
-		).Scan(&inserted, &gen, &leaseEnd, &takeover, &state, &fp, &expires, &result, &now)
+		row, err := s.queryClaim(ctx, req, lease)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The conflicting row is not in our snapshot: it committed
@@ -370,46 +358,87 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{}, unavailable("claim", err)
 		case err != nil:
 			return idem.Claim{}, unavailable("claim", err)
-		case inserted:
+		case row.inserted:
 			return idem.Claim{
 				Status:   idem.Acquired,
-				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: gen},
-				LeaseEnd: *leaseEnd,
-				Takeover: takeover,
+				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: row.generation},
+				LeaseEnd: *row.leaseEnd,
+				Takeover: row.takeover,
 			}, nil
+		case row.superseded():
+			continue
 		}
-		// Not inserted: the row we read is the statement's snapshot. If by
-		// that snapshot the claim should have succeeded, the row we
-		// conflicted with is a newer version: look again.
-		switch state {
+		switch row.state {
 		case "claimed":
-			if !now.Before(*leaseEnd) {
-				continue
-			}
-			if mismatch(fp, req.Fingerprint) {
+			if mismatch(row.fingerprint, req.Fingerprint) {
 				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
 			}
-			return idem.Claim{Status: idem.InFlight, LeaseEnd: *leaseEnd}, nil
+			return idem.Claim{Status: idem.InFlight, LeaseEnd: *row.leaseEnd}, nil
 		case "completed":
-			if expires != nil && !now.Before(*expires) {
-				continue
-			}
-			if mismatch(fp, req.Fingerprint) {
+			if mismatch(row.fingerprint, req.Fingerprint) {
 				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
 			}
 			var res idem.Result
-			if err := json.Unmarshal(result, &res); err != nil {
+			if err := json.Unmarshal(row.result, &res); err != nil {
 				return idem.Claim{}, unavailable("claim", err)
 			}
 			if s.cache != nil {
-				s.cache.put(tk, cacheID, payload, fp, res, sent, now, expires)
+				s.cache.put(tk, cacheID, payload, row.fingerprint, res, sent, row.now, row.expiresAt)
 			}
 			return idem.Claim{Status: idem.Completed, Result: res}, nil
 		default:
-			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", state))
+			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
 		}
 	}
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
+}
+
+// claimFromCache answers a claim of a key whose result the replay cache
+// holds: the replay, or a mismatch error. ok is false on a miss.
+func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
+	fp, res, ok := s.cache.get(cacheID, s.now)
+	switch {
+	case !ok:
+		return idem.Claim{}, false, nil
+	case mismatch(fp, req.Fingerprint):
+		return idem.Claim{}, true, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+	}
+	return idem.Claim{Status: idem.Completed, Result: res}, true, nil
+}
+
+// claimRow is the answer of sql/claim.sql: the claim inserted or taken
+// over, or the row as the statement's snapshot saw it.
+type claimRow struct {
+	inserted, takeover  bool
+	generation          int64
+	leaseEnd, expiresAt *time.Time
+	now                 time.Time // the statement's clock
+	state, fingerprint  string
+	result              []byte // completed: idem.Result's JSON
+}
+
+// queryClaim sends the claim statement once.
+func (s *Store) queryClaim(ctx context.Context, req idem.ClaimRequest, leaseMicros int64) (claimRow, error) {
+	var r claimRow
+	err := s.pool.QueryRow(ctx, s.sql.claim,
+		[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg(),
+	).Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.takeover, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
+	return r, err
+}
+
+// superseded reports whether a row the statement did not insert would, by
+// the statement's own snapshot, have let the claim succeed (its lease or
+// its retention had run out): then the row the INSERT conflicted with is a
+// newer version, committed after the snapshot, and the claim must look
+// again.
+func (r claimRow) superseded() bool {
+	switch r.state {
+	case "claimed":
+		return !r.now.Before(*r.leaseEnd)
+	case "completed":
+		return r.expiresAt != nil && !r.now.Before(*r.expiresAt)
+	}
+	return false
 }
 
 func mismatch(stored, asked string) bool {
