@@ -18,7 +18,10 @@
 //
 // goose SQL files cannot take parameters, so each embedded SQL file is a
 // template registered on the Provider as a Go migration that runs the SQL
-// with [Options.Table] filled in. The table name is validated as one or two
+// with [Options.Table] filled in. The templates are rendered by the
+// mechanism pgstore's statements use too (package internal/pgschema), which
+// also writes the expressions both must agree on: the NOTIFY payload the
+// completion function sends, and its clock. The table name is validated as one or two
 // plain lower-case identifiers before any SQL is built, so it never needs
 // quoting and cannot inject SQL. The goose version table is named after the
 // idem table (Table + "_goose_version", in the same schema), so an

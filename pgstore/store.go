@@ -481,7 +481,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		return err
 	}
 	// The body goes as its own bytea parameter and the statement builds
-	// the JSON around it (see sql.go): for a large body each copy counts.
+	// the JSON around it (see sql/complete.sql): for a large body each copy counts.
 	// The rest of the result is small JSON, sent as text, so that no
 	// query exec mode sends it as bytea.
 	body := res.Body
