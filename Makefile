@@ -69,5 +69,5 @@ demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL)
 	$(GO) run ./cmd/idemdemo
 
 .PHONY: conformance
-conformance: ## Run the official MCP conformance suite against the wrapped server (installs Node 22 into .tools if needed).
+conformance: ## Run the official MCP conformance suites (0.1.16 stateful, 0.2.0-alpha.12 --requirements 2026-07-28 stateless), wrapped vs bare (installs Node 22 into .tools if needed).
 	bash scripts/conformance.sh

@@ -17,8 +17,10 @@ var (
 	// request (a different fingerprint). Nothing was changed.
 	ErrFingerprintMismatch = errors.New("idem: key reused for a different request")
 
-	// ErrCapacity: a bounded store is full of live claims and cannot take
-	// another. Nothing was changed; retry later.
+	// ErrCapacity: a bounded store is full of live claims and retained
+	// results (it never evicts a retained result to make room) and cannot
+	// take a new key. The key was not claimed; retry later, when results
+	// have expired or claims ended.
 	ErrCapacity = errors.New("idem: store capacity exhausted")
 
 	// ErrUnavailable: the store could not be reached or did not answer. The

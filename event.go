@@ -52,6 +52,11 @@ const (
 	// long the work had run. Reported once per request, from the
 	// renewal's goroutine.
 	EventLeaseLost
+	// EventRejected: the protected handler's own checks (origin,
+	// authentication, protocol headers, session) refused a request that
+	// the adapter would otherwise have answered from the store; the client
+	// got that refusal. Status is its HTTP status.
+	EventRejected
 )
 
 func (k EventKind) String() string {
@@ -74,6 +79,8 @@ func (k EventKind) String() string {
 		return "store error"
 	case EventLeaseLost:
 		return "lease lost"
+	case EventRejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

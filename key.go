@@ -92,6 +92,18 @@ func ParseKey(s string) (Key, error) {
 	return buildKey("key", s), nil
 }
 
+// ParseRoundKey is [ParseKey] for one round of a multi round-trip call
+// (MCP 2026-07-28, SEP-2322): a client sends the same key s on every round,
+// and round (a digest of what it sent back, the round's requestState and
+// inputResponses) tells the rounds apart, so each is its own claim. Keys of
+// rounds never equal keys from ParseKey or from each other's rounds.
+func ParseRoundKey(s, round string) (Key, error) {
+	if _, err := ParseKey(s); err != nil {
+		return Key{}, err
+	}
+	return buildKey("round", s, round), nil
+}
+
 // KeyFromString returns the key whose encoding is s, as [Key.String]
 // rendered it: for tools that read keys back, such as an operator's CLI.
 // It checks only that s has a known form tag and is not longer than
@@ -104,7 +116,7 @@ func KeyFromString(s string) (Key, error) {
 	switch {
 	case !ok:
 		return Key{}, &InvalidKeyError{Reason: "no form tag"}
-	case tag != "id" && tag != "req" && tag != "call" && tag != "key":
+	case tag != "id" && tag != "req" && tag != "call" && tag != "key" && tag != "round":
 		return Key{}, &InvalidKeyError{Reason: fmt.Sprintf("unknown form tag %q", tag)}
 	}
 	return Key{s: s}, nil

@@ -142,11 +142,12 @@ func FuzzKeyInjective(f *testing.F) {
 	f.Add(uint8(2), "a/b", "c%2F", "tools/call", "x/y")
 	f.Add(uint8(2), "\x00", "\xff\xfe", "%", "%25")
 	f.Add(uint8(3), "", "Idempotency Key/%", "", "")
+	f.Add(uint8(4), "", "key/a", "", "0f/%")
 	f.Fuzz(func(t *testing.T, form uint8, session, id, method, target string) {
 		var k Key
 		var tag string
 		var want []string
-		switch form % 4 {
+		switch form % 5 {
 		case 0:
 			k, tag, want = KeyFromRequestID(StringRequestID(id)), "id", []string{id}
 		case 1:
@@ -159,6 +160,12 @@ func FuzzKeyInjective(f *testing.F) {
 				return
 			}
 			tag, want = "key", []string{id}
+		case 4:
+			var err error
+			if k, err = ParseRoundKey(id, target); err != nil {
+				return
+			}
+			tag, want = "round", []string{id, target}
 		}
 		gotTag, got, err := splitKey(k.String())
 		if err != nil {

@@ -40,10 +40,15 @@
 //	                 lease about to run out unrenewed), found while the work
 //	                 ran (EventLeaseLost) or when finishing it (EventStale);
 //	                 its result is not recorded.
+//	idem.rejected    event: the protected handler's own checks refused a
+//	                 request the adapter would have replayed (mcphttp's
+//	                 pre-replay probe); idem.result.status_code. It names no
+//	                 key: the refusal came before one was looked up.
 //	idem.store_error event: a store call after the claim failed;
 //	                 idem.store.operation, error.type.
 //
-// Every event carries idem.adapter, idem.store and idem.key.digest.
+// Every event carries idem.adapter and idem.store; all but idem.rejected
+// carry idem.key.digest.
 //
 // # Metrics
 //
@@ -65,6 +70,8 @@
 //	idem.takeovers           Counter {claim}: claims taken over from an owner
 //	                         whose lease ran out.
 //	idem.leases.lost         Counter {claim}: claims lost while running.
+//	idem.rejections          Counter {request}: requests the protected
+//	                         handler refused before a replay (EventRejected).
 //	idem.store.errors        Counter {error}: failed store calls, by
 //	                         idem.store.operation (claim, renew, complete,
 //	                         release).

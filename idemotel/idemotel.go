@@ -79,6 +79,7 @@ type Observer struct {
 	activeClaims   metric.Int64UpDownCounter
 	takeovers      metric.Int64Counter
 	leasesLost     metric.Int64Counter
+	rejections     metric.Int64Counter
 	storeErrors    metric.Int64Counter
 	sweeps         metric.Int64Counter
 	sweptEntries   metric.Int64Counter
@@ -119,6 +120,7 @@ func New(opts Options) (*Observer, error) {
 	o.executionTime = histogram("idem.execution.duration", "Time the protected work ran under its claim, by whether its result was recorded.")
 	o.takeovers = counter("idem.takeovers", "{claim}", "Claims taken over from an owner whose lease ran out.")
 	o.leasesLost = counter("idem.leases.lost", "{claim}", "Claims lost while the work ran (taken over or forgotten); their results were not recorded.")
+	o.rejections = counter("idem.rejections", "{request}", "Requests the protected handler's own checks refused before the adapter replayed (mcphttp's pre-replay probe).")
 	o.storeErrors = counter("idem.store.errors", "{error}", "Store calls that failed, by operation.")
 	o.sweeps = counter("idem.sweeps", "{sweep}", "Sweeper passes.")
 	o.sweptEntries = counter("idem.sweep.entries", "{entry}", "Entries removed by the sweeper: abandoned claims and expired results.")
@@ -211,6 +213,12 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 			span.AddEvent("idem.release", trace.WithAttributes(append(common, digestAttr,
 				AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
 		}
+	case idem.EventRejected:
+		o.rejections.Add(mctx, 1, p.common)
+		if tracing {
+			span.AddEvent("idem.rejected", trace.WithAttributes(append(common, AttrResultStatus.Int(e.Status))...))
+		}
+		return
 	case idem.EventStale, idem.EventLeaseLost:
 		o.leasesLost.Add(mctx, 1, p.common)
 		if tracing {

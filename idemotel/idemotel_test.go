@@ -766,3 +766,31 @@ func BenchmarkObserve(b *testing.B) {
 		})
 	}
 }
+
+// A request the protected handler itself refused before a replay (mcphttp's
+// probe, EventRejected) is counted and marked on the request's span.
+func TestRejected(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
+	f.observe(r, idem.Event{Kind: idem.EventRejected, Adapter: idem.AdapterMCP, Status: http.StatusBadRequest})
+	span.End()
+
+	if n := f.sum("idem.rejections", idemotel.AttrAdapter.String("mcp")); n != 1 {
+		t.Errorf("idem.rejections{mcp} = %d, want 1", n)
+	}
+	var found bool
+	for _, s := range f.spans.Ended() {
+		for _, ev := range s.Events() {
+			if ev.Name == "idem.rejected" {
+				found = true
+				wantAttr(t, "rejection", ev.Attributes, idemotel.AttrResultStatus, "400")
+			}
+		}
+	}
+	if !found {
+		t.Error("no idem.rejected event on the request's span")
+	}
+	f.noClearText()
+}

@@ -73,3 +73,57 @@ func BenchmarkToolsCall(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkToolsCallModern is BenchmarkToolsCall at protocol 2026-07-28,
+// on go-sdk's stateless handler: bare; behind mcphttp as a first execution
+// (a new _meta.idempotencyKey per call) and as a replay (one key, a new id
+// per call, answered after a server/discover probe); and a tools/list,
+// which mcphttp routes by its Mcp-Method header without reading the body.
+func BenchmarkToolsCallModern(b *testing.B) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in textArgs) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	for _, mode := range []string{"bare", "first", "replay", "list-bare", "list"} {
+		b.Run(mode, func(b *testing.B) {
+			var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+				&mcp.StreamableHTTPOptions{Stateless: true})
+			if mode != "bare" && mode != "list-bare" {
+				h = mcphttp.New(memstore.New(memstore.Options{Capacity: -1}), mcphttp.Options{Stateless: true})(h)
+			}
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			method, name, want := "tools/call", "echo", `"hello"`
+			if strings.HasPrefix(mode, "list") {
+				method, name, want = "tools/list", "", `"echo"`
+			}
+			for i := 0; b.Loop(); i++ {
+				key := "k"
+				if mode == "first" {
+					key = fmt.Sprint("k", i)
+				}
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"name":"echo","arguments":{"text":"hello"},"_meta":{"idempotencyKey":%q,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, i+1, method, key)
+				if method == "tools/list" {
+					body = fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, i+1)
+				}
+				req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+				req.Header.Set("Mcp-Method", method)
+				if name != "" {
+					req.Header.Set("Mcp-Name", name)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if !strings.Contains(string(got), want) {
+					b.Fatalf("got %s", got)
+				}
+			}
+		})
+	}
+}

@@ -20,36 +20,145 @@
 // DELETE, bodies that are not JSON (the inner handler owns the JSON-RPC
 // error), longer bodies, and batches: a batch is not deduplicated, since
 // its calls share one HTTP response and protocol revisions from 2025-06-18
-// on do not allow batches at all.
+// on do not allow batches at all. From protocol 2026-07-28 on, whose POSTs
+// name their method in the Mcp-Method header, a request whose header names
+// another method passes through without its body being read at all.
 //
 // # Keys
 //
-// Every key lives in a scope: the principal ([Options.Principal], by
-// default the Authorization and X-Api-Key credentials), plus the call's
-// _meta.sessionId when it carries one (seed 003). Scope parts are hashed.
-// Callers without credentials share one principal, so between them a
+// Every key lives in a scope: who is calling, plus the call's
+// _meta.sessionId when it carries one (seed 003), as a keyed hash
+// (HMAC-SHA-256 with [Options.ScopeSecret]; SHA-256 without one). Who is
+// calling is the principal [Options.Principal] returns, else the
+// credentials: the Authorization and X-Api-Key headers and the cookies
+// named in [Options.SessionCookies]. A call that carries cookies but none of
+// these, to a server that has not named its session cookies, is refused
+// ([CodeInternalError], [ReasonUnscopedCookies]): the cookie may be the
+// credential, and ignoring it would give one caller another's result.
+// Callers without credentials share one identity, so between them a
 // _meta.idempotencyKey is only as private as its value: one derived with
 // [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
 //
-// A call with params._meta.idempotencyKey is keyed by that key
-// ([idem.ParseKey]). Its fingerprint is the tool name and the canonical
-// arguments ([idem.CanonicalJSON]), so the same key with another tool or
-// other arguments is answered with [CodeKeyReused] and not run. Because the
+// A call's key comes from where clients put it:
+//
+//   - params._meta.idempotencyKey ([SourceMeta]), seed 003's place, and
+//     what go-sdk tool handlers read back with [FromCallToolRequest];
+//   - params.idempotencyKey ([SourceParams]), the shape of the closed
+//     SEP-3182 proposal;
+//   - the Idempotency-Key header of the HTTP POST ([SourceHeader]), an
+//     RFC 8941 string or a bare token, read as package middleware reads it.
+//
+// No source outranks another: a call may carry its key in several, but
+// two that name different keys are answered with [CodeInvalidParams]
+// (data.reason "conflicting_idempotency_keys", the message naming both)
+// and not run, since the wrapper cannot know which one the client meant.
+// A key is validated with [idem.ParseKey] (an invalid one is
+// [CodeInvalidParams], "invalid_idempotency_key", naming its source). Its
+// fingerprint is the tool name and the canonical arguments
+// ([idem.CanonicalJSON]), so the same key with another tool or other
+// arguments is answered with [CodeKeyReused] and not run. Because the
 // transport's Mcp-Session-Id plays no part, a client that re-initializes
 // after a server restart (its MCP session is gone) and retries with the same
-// key still gets the replay.
+// key still gets the replay. The tool receives the key in _meta as the
+// client sent it; a key from the other sources reaches it through
+// [DerivedKeyHeader].
 //
-// A call without one is keyed by seed 000's method-call key,
-// [idem.KeyForMethodCall], from the Mcp-Session-Id, the request id, the
-// method and a target made of the tool name and a digest of the arguments.
-// The digest is in the key, not only in the fingerprint: JSON-RPC lets a
-// client reuse an id once it was answered, and a different tool or other
-// arguments under a reused id must run as a fresh call, never be answered
-// with another call's result. With the digest only in the fingerprint, the
-// store would report a mismatch instead. A call without Mcp-Session-Id (a
-// stateless server) and without _meta.idempotencyKey is not deduplicated:
-// request ids are only unique per session, and two clients' id 1 must not
-// share a result.
+// A call without a key, before protocol 2026-07-28, is keyed by seed 000's
+// method-call key, [idem.KeyForMethodCall], from the Mcp-Session-Id, the
+// request id, the method and a target made of the tool name and a digest
+// of the arguments. The digest is in the key, not only in the fingerprint:
+// JSON-RPC lets a client reuse an id once it was answered, and a different
+// tool or other arguments under a reused id must run as a fresh call, never
+// be answered with another call's result. With the digest only in the
+// fingerprint, the store would report a mismatch instead. A call without
+// Mcp-Session-Id and without a key is not deduplicated: request ids are
+// only unique per session, and two clients' id 1 must not share a result.
+// A stateful server refuses a session it did not issue before the wrapper
+// answers anything (see "Order of checks"), so the session is the client's
+// own; a stateless one (go-sdk's StreamableHTTPOptions.Stateless) ignores
+// the header at every version, so set [Options.Stateless] in front of one:
+// then no call is keyed by session.
+//
+// # Protocol 2026-07-28
+//
+// [ModernProtocol] has no sessions and no initialize, and a retry is a new
+// request with a new JSON-RPC id. So a call made at it (by its
+// MCP-Protocol-Version header or its _meta protocol version) is never keyed
+// by Mcp-Session-Id (the server ignores the header, so any client could
+// send another's) or by its id: without a key it passes through, untouched,
+// and runs as often as it is sent. A modern POST whose Mcp-Method header is
+// not a deduplicated method passes through without its body being read
+// (the server refuses a body that disagrees with the header), and so does
+// one without the Mcp-Method or Mcp-Name header the spec requires of it.
+// One limit: Mcp-Param-* headers mirror tool arguments that the tool's
+// schema names (x-mcp-header), which the wrapper does not know, so for a
+// call it answers from the store (a replay) it cannot tell that they are
+// missing or disagree with the body; the inner handler judges them for
+// every call that runs. go-sdk serves
+// this version on a server built with StreamableHTTPOptions{Stateless:
+// true}, and its client picks it by itself.
+//
+// # Multi round-trip calls
+//
+// From 2026-07-28 a tool that needs input (an elicitation, a sampling, the
+// roots) answers resultType "input_required" with inputRequests and a
+// requestState, and the client retries the original call with
+// inputResponses and the requestState echoed, under a new id, with the
+// same key (go-sdk's client copies the call's params, _meta included).
+// input_required is not the call's final answer, and round 2 is not a key
+// reuse: each round is its own claim, keyed by the call's key and a digest
+// of the round's requestState and inputResponses ([idem.ParseRoundKey]);
+// neither is part of the fingerprint.
+//
+//	client                          mcphttp                        tool
+//	tools/call id 1, key K   ──▶ claim (K, round ∅) ──────────────▶ runs
+//	                         ◀── input_required, state S ◀────────
+//	                              record (K, ∅) = input_required
+//	(answer lost; resend)
+//	tools/call id 2, key K   ──▶ (K, ∅) completed: replay input_required
+//	tools/call id 3, key K,
+//	  state S, responses R   ──▶ claim (K, digest(S, R)) ─────────▶ runs once
+//	                         ◀── result ◀──────────────────────────
+//	                              record (K, digest(S, R)) = result
+//	(answer lost; resend)
+//	tools/call id 4, key K,
+//	  state S, responses R   ──▶ (K, digest(S, R)) completed: replay result
+//
+// A lost round-N answer retried replays round N; round N+1 runs once; the
+// final round's result is what a retry of that round gets. A client that
+// starts the whole call over with the same key replays every round. (Only
+// if it sends the same input again: a round whose inputResponses differ is
+// another round, and runs, since its answer may well differ too; a user who
+// declined and then accepts must not be told "declined".)
+// Before 2026-07-28 a server asks for input inside the one call (go-sdk
+// sends an elicitation request on the call's stream and waits), and the
+// call is one claim.
+//
+// # Cancellation
+//
+// Protocol 2026-07-28 says a closed response stream is the client's
+// cancellation of the call. For a keyed call the wrapper, by default,
+// finishes the tool and records its result anyway ("finish and record"):
+// the client that dropped its connection is, far more often than not, one
+// that lost it and will retry with the same key, and for a tool that is
+// not idempotent (a payment, an invoice, a message) cancelling halfway
+// leaves the side effect in an unknown state that the retry would repeat.
+// Finishing it and replaying its result to the retry gives the caller what
+// cancellation is for (no second effect, no work it did not ask for twice)
+// and what the spec's rule protects: the server sends nothing more to the
+// closed stream. [Options.CancelWithClient] instead propagates the
+// cancellation to the tool (go-sdk: also set
+// StreamableHTTPOptions.PropagateRequestCancellation) and releases the
+// key, so the retry runs the tool again; choose it only for tools that
+// stop cleanly, leaving no partial effect, or whose effect is itself
+// idempotent. A call so cut off is recorded if the wrapper saw its whole
+// response and that response is one it records (a tool result, which the
+// tool finished with despite the cancellation: its side effect happened);
+// otherwise (a JSON-RPC error, a tool error with isError, which is what
+// go-sdk makes of a tool that returns its cancelled context's error, or no
+// response) its key is released: see "Client hang-ups" in package
+// [engine]. Calls without a key are not the wrapper's: they run, and are
+// cancelled, exactly as the inner server runs them.
 //
 // # Stream, never buffer
 //
@@ -115,12 +224,17 @@
 // releases the claim). A call the wrapper would answer itself (a replay, a
 // wait, a reused key, an invalid key, an unavailable store) is first
 // probed: the wrapper sends the inner handler the same HTTP request (method,
-// URL, headers, credentials, context) with the body replaced by a ping
-// under the same id and _meta, and captures the answer. Ping is the one
-// request every MCP server answers, and it has no effect. Only if the inner
-// handler answers the ping with a JSON-RPC result does the wrapper answer
-// the call, in the framing the probe showed; otherwise the client gets the
-// probe's answer, the inner handler's own rejection, byte for byte.
+// URL, headers, credentials, context) with the body replaced by a probe
+// under the same id and _meta, and captures the answer. The probe is ping
+// before 2026-07-28 and server/discover from it on (with Mcp-Method saying
+// so): the one request every MCP server of that revision answers, with no
+// effect. Only if the inner handler answers the probe with a JSON-RPC
+// result does the wrapper answer the call, in the framing the probe showed;
+// otherwise the client gets the probe's answer, the inner handler's own
+// rejection, byte for byte, and the wrapper logs it and reports
+// [idem.EventRejected]. The wrapper's own errors (a reused key, a call in
+// flight, an unavailable store) never carry Idempotent-Replayed: only a
+// recorded response does.
 //
 // # Seed 003: _meta upstream
 //
@@ -132,11 +246,14 @@
 // carries no key, the key the wrapper derived is forwarded instead (a hash
 // of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
 // The caller's Authorization and X-Api-Key travel with them, as seed 003's
-// generated servers forward them: the upstream authenticates the same
-// caller, and its own idem middleware scopes the key to that caller, so two
-// callers who send one _meta.idempotencyKey never share a result upstream.
-// [Transport] sets the headers on every upstream request whose context
-// carries a [Meta] ([NewContext]).
+// generated servers forward them, but only to the upstream origins
+// [Transport.Upstreams] names and never on a redirect to another origin:
+// the upstream authenticates the same caller, and its own idem middleware
+// scopes the key to that caller, so two callers who send one
+// _meta.idempotencyKey never share a result upstream. [Transport] sets the
+// headers on every upstream request whose context carries a [Meta]
+// ([NewContext]); its documentation relates this to the MCP authorization
+// specification's rule against token passthrough.
 //
 // # Errors
 //

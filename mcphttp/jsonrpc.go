@@ -27,8 +27,20 @@ type call struct {
 	// present at all (a non-string value is an invalid key, not "no key").
 	idemKey string
 	hasKey  bool
+	// paramKey is params.idempotencyKey; hasParamKey as hasKey. See
+	// callKey for every key source.
+	paramKey    string
+	hasParamKey bool
+	// round is the digest of a multi round-trip call's later round (its
+	// requestState and inputResponses); empty for a first round. See
+	// rounds.go.
+	round string
+	// metaVersion is _meta["io.modelcontextprotocol/protocolVersion"];
+	// empty when absent.
+	metaVersion string
 	// digest is the hex SHA-256 of the method and the canonical params
-	// without _meta: for tools/call, the tool name and its arguments.
+	// without _meta, the key and the round: for tools/call, the tool name
+	// and its arguments.
 	digest string
 }
 
@@ -91,6 +103,9 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 		if s, ok := meta["sessionId"]; ok {
 			_ = json.Unmarshal(s, &c.sessionID) // not a string: no session
 		}
+		if v, ok := meta[metaProtocolVersion]; ok {
+			_ = json.Unmarshal(v, &c.metaVersion) // not a string: no version
+		}
 		if k, ok := meta["idempotencyKey"]; ok {
 			c.hasKey = true
 			if json.Unmarshal(k, &c.idemKey) != nil {
@@ -99,6 +114,8 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 		}
 	}
 	delete(params, "_meta")
+	c.paramKey, c.hasParamKey = takeParamKey(params)
+	c.round = takeRound(params)
 	h := sha256.New()
 	h.Write([]byte(c.method))
 	h.Write([]byte{0})
@@ -109,7 +126,7 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 		// Not canonicalisable (say, a repeated member name inside the
 		// arguments): the exact bytes still tell a retry from another call.
 		h.Write([]byte{1})
-		h.Write(w.Params)
+		h.Write(rest)
 	}
 	c.digest = hex.EncodeToString(h.Sum(nil))
 	return c, true
@@ -194,7 +211,7 @@ const (
 	// so it is neither run again nor replayed. data.reason is
 	// "unreplayable".
 	CodeUnreplayable = -32092
-	// CodeUnavailable: the store could not be reached, so the call was not
+	// CodeUnavailable: the store could not be reached or is full, so the call was not
 	// run (it never runs without a claim). data.reason is
 	// "store_unavailable"; data.retryAfterMs suggests when to retry.
 	CodeUnavailable = -32093
@@ -254,4 +271,10 @@ func errorResponse(rawID json.RawMessage, e rpcError) []byte {
 	b.Write(data)
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// wrapperError is errorResponse for replayBody: an error the wrapper made,
+// never a replay.
+func wrapperError(rawID json.RawMessage, e rpcError) ([]byte, bool) {
+	return errorResponse(rawID, e), false
 }

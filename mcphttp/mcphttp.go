@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +39,8 @@ type Options struct {
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
 	// process's claim runs out. If no renewal is confirmed in time, the
 	// inner handler's context ends shortly before the lease does (see the
-	// engine package). Zero means [idem.DefaultLease]; negative panics.
+	// engine package). Zero means [idem.DefaultLease]; negative or less
+	// than a millisecond panics.
 	Lease time.Duration
 	// StoreTimeout bounds each store call made once a call runs (renew,
 	// complete, release), which must not hang on a store outage; a
@@ -63,11 +65,25 @@ type Options struct {
 	// [CodeUnreplayable]. Zero means [DefaultMaxRecordBytes]; negative
 	// panics.
 	MaxRecordBytes int
-	// Principal returns who is calling, for the scope of every key. Nil
-	// means the credentials: the Authorization and X-Api-Key headers
-	// (anonymous callers share one principal). The value is hashed, never
-	// stored.
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the server's auth
+	// middleware filled. Non-empty, it alone is the caller's identity in
+	// the scope of every key; empty, or a nil Principal, means the
+	// credentials: the Authorization and X-Api-Key headers and the
+	// SessionCookies. Callers with none of these share one identity. The
+	// identity is hashed, never stored.
 	Principal func(*http.Request) string
+	// SessionCookies names the cookies whose values identify a caller.
+	// Nil means not configured: a call that carries a Cookie header but
+	// no principal and no credential is refused ([CodeInternalError],
+	// [ReasonUnscopedCookies]) and not run. An empty, non-nil slice
+	// declares that no cookie identifies a caller: cookies are ignored. A
+	// name that is not a cookie name panics.
+	SessionCookies []string
+	// ScopeSecret keys the hash of the scope (HMAC-SHA-256), so that
+	// credentials cannot be recovered from the table by hashing guesses.
+	// Nil means plain SHA-256. See middleware.Options.ScopeSecret.
+	ScopeSecret []byte
 	// Owner names this process in claims, for operators. Optional.
 	Owner string
 	// Logger receives store failures and lost claims, with keys as
@@ -78,6 +94,30 @@ type Options struct {
 	// renewal's) and must be fast and safe for concurrent use. Nil means
 	// none.
 	Observer func(r *http.Request, e idem.Event)
+	// CancelWithClient makes a deduplicated call's tool end when its
+	// client goes away (the HTTP request's context ends), as MCP
+	// 2026-07-28 says a closed response stream is cancellation. False (the
+	// default) runs a keyed call to completion and records it, so the
+	// client's retry gets that result and the tool runs once: see
+	// "Cancellation" in the package documentation for why, and for when
+	// true is safe. With true, a call cut off that way is recorded if the
+	// wrapper saw its whole response and that response is one it records
+	// (a tool result: not a JSON-RPC error, nor a tool error with isError,
+	// which is what go-sdk makes of a tool that returns its cancelled
+	// context's error); otherwise its key is released, so the retry runs
+	// the tool again. Calls the wrapper does not deduplicate behave as the
+	// inner handler makes them either way.
+	CancelWithClient bool
+	// Stateless says the inner handler keeps no sessions (go-sdk's
+	// StreamableHTTPOptions.Stateless), so an Mcp-Session-Id header is
+	// whatever the client chose: a call without a key is then never keyed
+	// by session and request id, at any protocol version, and passes
+	// through. False keys such calls by session before protocol 2026-07-28,
+	// which is right for a stateful server: it refuses a session it did not
+	// issue before the wrapper answers anything. On a stateless server it
+	// would let two clients who send the same session id and request id
+	// share a result.
+	Stateless bool
 }
 
 type wrapper struct {
@@ -89,10 +129,12 @@ type wrapper struct {
 	lease      time.Duration
 	maxInspect int64
 	maxRecord  int
-	principal  func(*http.Request) string
+	scope      *scoper
 	owner      string
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
+	// stateless is Options.Stateless.
+	stateless bool
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -131,9 +173,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if opts.MaxRecordBytes == 0 {
 		opts.MaxRecordBytes = DefaultMaxRecordBytes
 	}
-	if opts.Principal == nil {
-		opts.Principal = credentials
-	}
+	scope := newScoper(opts)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -145,19 +185,20 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		StoreTimeout: opts.StoreTimeout,
 		Shutdown:     opts.Shutdown,
 		Owner:        opts.Owner,
-		Logger:       logger,
+		// A call cut off by its client is recorded if the recorder saw
+		// its whole response and records it (recorder.verdict); released
+		// otherwise.
+		CancelWithClient: opts.CancelWithClient,
+		Logger:           logger,
 	})
 	return func(next http.Handler) http.Handler {
 		return &wrapper{
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
-			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
+			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
+			stateless: opts.Stateless,
 		}
 	}
-}
-
-func credentials(r *http.Request) string {
-	return r.Header.Get("Authorization") + "\x00" + r.Header.Get("X-Api-Key")
 }
 
 func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +206,7 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.Clone(r.Context())
 		r.Header.Del(DerivedKeyHeader)
 	}
-	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || m.routedAround(r) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
@@ -201,6 +242,9 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // not, the inner handler rejects the request, and the wrapper leaves that to
 // it rather than answer from the store.
 func (m *wrapper) headersAgree(r *http.Request, c call) bool {
+	if modern(r, c) && !standardHeadersPresent(r, c) {
+		return false
+	}
 	if v := r.Header.Get("Mcp-Method"); v != "" && v != c.method {
 		return false
 	}
@@ -210,51 +254,62 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 	return true
 }
 
-// identify returns the claim for a call, the key forwarded upstream, and
-// whether the call can be deduplicated at all.
-func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward string, ok bool, keyErr error) {
-	h := sha256.Sum256([]byte(m.principal(r)))
-	scope := "mcp:" + hex.EncodeToString(h[:16])
-	if c.sessionID != "" {
-		s := sha256.Sum256([]byte(c.sessionID))
-		scope += ":" + hex.EncodeToString(s[:16])
-	}
+// identify returns the claim for a call, the key forwarded upstream and
+// where the call's key came from (empty for a derived one), and whether the
+// call can be deduplicated at all; keyErr is an invalid key or a caller the
+// scope cannot name (see [scoper]).
+func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
+	scope, scopeErr := m.scope.scope(r, c.sessionID)
 	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
-	if c.hasKey {
-		k, err := idem.ParseKey(c.idemKey)
-		if err != nil {
-			return req, "", true, err
+	key, source, present, err := callKey(r, c)
+	if present {
+		if scopeErr != nil {
+			return req, "", source, true, scopeErr
 		}
-		req.Key = k
-		return req, c.idemKey, true, nil
+		if err == nil {
+			// Each round of a multi round-trip call is its own claim: see
+			// rounds.go.
+			if c.round == "" {
+				req.Key, err = idem.ParseKey(key)
+			} else {
+				req.Key, err = idem.ParseRoundKey(key, c.round)
+			}
+		}
+		return req, key, source, true, err
 	}
 	session := r.Header.Get("Mcp-Session-Id")
-	if session == "" {
+	if session == "" || m.stateless || modern(r, c) {
 		// Request ids are unique per session only: without one, two
 		// clients' id 1 would be one key, and one would be answered with
-		// the other's result.
-		return req, "", false, nil
+		// the other's result. From ModernProtocol on there are no sessions
+		// (a server ignores the header, so any client can send any value)
+		// and a retry has a new id anyway.
+		return req, "", "", false, nil
+	}
+	if scopeErr != nil {
+		return req, "", "", true, scopeErr
 	}
 	// The argument digest joins the tool name in the key's target, not
 	// only the fingerprint: under a reused id, a call with other arguments
 	// is a fresh call (seed 000), where a fingerprint alone would make the
 	// store answer it with a mismatch.
-	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, c.name+"/"+c.digest)
+	target := c.name + "/" + c.digest
+	if c.round != "" {
+		target += "/" + c.round
+	}
+	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, target)
 	f := sha256.Sum256([]byte(scope + "\x00" + req.Key.String()))
-	return req, hex.EncodeToString(f[:]), true, nil
+	return req, hex.EncodeToString(f[:]), "", true, nil
 }
 
 func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
-	req, forward, ok, keyErr := m.identify(r, c)
+	req, forward, source, ok, keyErr := m.identify(r, c)
 	if !ok {
 		m.next.ServeHTTP(w, r)
 		return
 	}
 	if keyErr != nil {
-		m.answer(w, r, c, errorResponse(c.rawID, rpcError{
-			Code: CodeInvalidParams, Message: "invalid _meta.idempotencyKey: " + keyErr.Error(),
-			Data: errorData{Reason: ReasonInvalidKey},
-		}), false)
+		m.answer(w, r, c, m.refusal(r, c, source, keyErr), false)
 		return
 	}
 	ctx := r.Context()
@@ -265,7 +320,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	d := m.eng.TryClaim(ctx, ereq)
 	switch d.Outcome {
 	case engine.Run:
-		m.execute(w, r, c, ereq, d, forward)
+		m.execute(w, r, c, ereq, d, forward, source)
 		return
 	case engine.Gone:
 		return
@@ -280,7 +335,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	if d.Outcome == engine.InFlight && m.wait > 0 {
 		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
 		case engine.Run:
-			m.execute(w, r, c, ereq, d, forward)
+			m.execute(w, r, c, ereq, d, forward, source)
 			return
 		case engine.Gone:
 			return // the client went away while it waited
@@ -288,32 +343,46 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	} else {
 		m.eng.Report(ctx, ereq, d)
 	}
-	m.answer(w, r, c, m.replayBody(c, req, d), true, probe)
+	body, replayed := m.replayBody(c, req, d)
+	m.answer(w, r, c, body, replayed, probe)
+}
+
+// observe reports e to Options.Observer, if any.
+func (m *wrapper) observe(r *http.Request, e idem.Event) {
+	if m.observer != nil {
+		m.observer(r, e)
+	}
 }
 
 // replayBody is the JSON-RPC response the wrapper answers a call with when
-// it does not run it.
-func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) []byte {
+// it does not run it. replayed reports that it is the recorded response
+// (a readable [engine.Replay]); the wrapper's own errors are not replays
+// and never say they are.
+func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (body []byte, replayed bool) {
 	switch d.Outcome {
 	case engine.Mismatch:
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeKeyReused,
 			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
 			Data:    errorData{Reason: ReasonKeyReused},
 		})
 	case engine.InvalidKey:
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code: CodeInvalidParams, Message: "the idempotency store rejected the call's key: " + d.Err.Error(),
 			Data: errorData{Reason: ReasonInvalidKey},
 		})
 	case engine.Unavailable:
-		return errorResponse(c.rawID, rpcError{
-			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
+		msg := "idempotency store unavailable; the call was not run, retry it"
+		if errors.Is(d.Err, idem.ErrCapacity) {
+			msg = "idempotency store full; the call was not run, retry it later"
+		}
+		return wrapperError(c.rawID, rpcError{
+			Code: CodeUnavailable, Message: msg,
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
 	case engine.Replay:
 		if d.Claim.Result.Unreplayable {
-			return errorResponse(c.rawID, rpcError{
+			return wrapperError(c.rawID, rpcError{
 				Code:    CodeUnreplayable,
 				Message: "this call already ran, but its response was too large to record and cannot be replayed",
 				Data:    errorData{Reason: ReasonUnreplayable},
@@ -321,16 +390,16 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) [
 		}
 		body, err := withID(d.Claim.Result.Body, c.rawID)
 		if err == nil {
-			return body
+			return body, true
 		}
 		m.log.Error("mcphttp: recorded response unreadable", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeUnreplayable,
 			Message: "this call already ran, but its recorded response cannot be replayed",
 			Data:    errorData{Reason: ReasonUnreplayable},
 		})
 	default: // still in flight after the wait
-		return errorResponse(c.rawID, rpcError{
+		return wrapperError(c.rawID, rpcError{
 			Code:    CodeInFlight,
 			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
 			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: d.RetryAfter.Milliseconds()},
@@ -382,45 +451,6 @@ func isSSE(contentType string) bool {
 	return mt == "text/event-stream"
 }
 
-// probe asks the inner handler whether it accepts the request, without
-// running the call: it sends the same HTTP request (method, URL, headers,
-// session, credentials, context) with the body replaced by a ping under the
-// same id and _meta. Ping is the one request every MCP server must answer
-// and has no effect, so the inner handler's answer is its verdict on
-// everything but the call itself: Host and Origin checks, authentication,
-// Content-Type and Accept, the protocol version, the session, and a
-// duplicate of an id still in flight. accepted reports a JSON-RPC result to
-// the ping; otherwise the captured answer is the inner handler's rejection,
-// for the client as is.
-func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
-	var b bytes.Buffer
-	b.WriteString(`{"jsonrpc":"2.0","id":`)
-	b.Write(c.rawID)
-	b.WriteString(`,"method":"ping"`)
-	if c.meta != nil {
-		b.WriteString(`,"params":{"_meta":`)
-		b.Write(c.meta)
-		b.WriteByte('}')
-	}
-	b.WriteByte('}')
-	pr := sibling(r.Context(), r, b.Bytes(), "ping")
-	capt := newCapture(m.maxRecord)
-	m.next.ServeHTTP(capt, pr)
-	if capt.status == 0 {
-		capt.status = http.StatusOK
-	}
-	if capt.status != http.StatusOK {
-		return capt, false
-	}
-	s := newScanner(c.id, m.maxRecord, capt.header.Get("Content-Type"))
-	s.write(capt.body.Bytes())
-	if s.sse {
-		s.write([]byte("\n\n")) // dispatch a last event left unterminated
-	}
-	s.finish()
-	return capt, s.final != nil && !s.finalError
-}
-
 func (c *capture) writeTo(w http.ResponseWriter) {
 	h := w.Header()
 	for k, vs := range c.header {
@@ -434,21 +464,22 @@ func (c *capture) writeTo(w http.ResponseWriter) {
 // acquired, streaming its answer to the client while recording the call's
 // response; the engine completes, releases or leaves the claim as the
 // recorder reads the answer.
-func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string) {
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward, source string) {
 	x := m.eng.Start(r.Context(), req, d)
 	// The inner handler runs on the engine's context, which outlives the
-	// client: a client that drops its connection after sending the call
-	// is exactly the one that will retry it, and its retry must find the
-	// response recorded, not a second execution.
+	// client (unless Options.CancelWithClient): a client that drops its
+	// connection after sending the call is exactly the one that will retry
+	// it, and its retry must find the response recorded, not a second
+	// execution.
 	ctx := NewContext(x.Context(), Meta{
 		SessionID: c.sessionID, IdempotencyKey: forward,
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
 	})
 	ir := r.Clone(ctx)
-	if !c.hasKey && forward != "" {
+	if source != SourceMeta && forward != "" {
 		ir.Header.Set(DerivedKeyHeader, forward)
 	}
-	rec := &recorder{w: w, id: c.id, limit: m.maxRecord}
+	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context()}
 	x.Do(func(context.Context) engine.Verdict {
 		stop := m.cancelOnEngineStop(x.Context(), r, c)
 		defer stop()

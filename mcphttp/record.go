@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -227,6 +228,8 @@ type recorder struct {
 	scan    *scanner
 	started bool
 	gone    bool // a write to the client failed: it hung up
+	// work is the context the call runs on; nil means one never cut off.
+	work context.Context
 }
 
 var (
@@ -290,6 +293,13 @@ func (r *recorder) verdict() engine.Verdict {
 	}
 	r.scan.finish()
 	switch s := r.scan; {
+	case s.final != nil && !s.finalError && r.work != nil && r.work.Err() != nil && isToolError(s.final):
+		// The call was cut off (Options.CancelWithClient) and its tool
+		// answered with an error: go-sdk makes a tool's returned error,
+		// such as its context's, a result with isError. That is an
+		// artefact of the cancellation, not the call's result: the retry
+		// runs the tool again.
+		return engine.Verdict{Action: engine.Release, Why: "the call was cut off and its tool answered with an error"}
 	case s.final != nil && !s.finalError:
 		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.status, Body: s.final}}
 	case s.final == nil && s.oversize && r.status == http.StatusOK:
@@ -346,4 +356,15 @@ func (c *capture) Flush() {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
+}
+
+// isToolError reports whether a JSON-RPC response is a tool result with
+// isError set.
+func isToolError(resp []byte) bool {
+	var r struct {
+		Result struct {
+			IsError bool `json:"isError"`
+		} `json:"result"`
+	}
+	return json.Unmarshal(resp, &r) == nil && r.Result.IsError
 }

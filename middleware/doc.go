@@ -46,11 +46,20 @@
 // The key is read from Idempotency-Key, a structured-field string
 // ("abc") or a bare value (abc), or from X-Idempotency-Key, the header MCP
 // servers forward _meta.idempotencyKey as; see [ParseKeyHeader]. A key is
-// looked up within a scope ([DefaultScope]: a hash of the credentials, the
-// X-Session-Id and the route), so two clients' keys never meet. With each key
-// the store keeps a fingerprint of the request ([DefaultFingerprint]: method,
-// path, query, content type and body hash): the same key for a different
-// request is a client bug, answered 422.
+// looked up within a scope, so two callers' keys never meet. The default
+// scope is a keyed hash (HMAC-SHA-256 with Options.ScopeSecret) of who is
+// asking, the X-Session-Id header, the method and the route. Who is asking
+// is the authenticated principal when Options.Principal returns one (from
+// the context the service's auth middleware filled), else the credentials:
+// Authorization, X-Api-Key and the cookies named in Options.SessionCookies.
+// A request with cookies but none of these, to a service that has not named
+// its session cookies, is refused (500, [TypeUnscopedCookies]): in a browser
+// application the cookie is the credential, and ignoring it would give one
+// user another's recorded answer. Options.Scope replaces all of this.
+//
+// With each key the store keeps a fingerprint of the request
+// ([DefaultFingerprint]: method, path, query, content type and body hash):
+// the same key for a different request is a client bug, answered 422.
 //
 // # Capture and replay
 //

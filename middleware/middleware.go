@@ -72,6 +72,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	scope, err := h.cfg.scoper.scope(r)
+	if err != nil {
+		h.refuse(w, r, err)
+		return
+	}
+
 	body, err := readBody(w, r, h.cfg.maxBody)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -87,7 +93,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	req := &engine.Request{Claim: idem.ClaimRequest{
-		Scope:       h.cfg.scope(r),
+		Scope:       scope,
 		Key:         key,
 		Fingerprint: h.cfg.fingerprint(r, body),
 	}}

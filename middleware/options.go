@@ -103,8 +103,43 @@ type Options struct {
 	// means such a request is answered 400 ([TypeMissingKey]).
 	KeyOptional bool
 
-	// Scope returns a request's scope. Nil means [DefaultScope].
+	// Scope returns a request's scope, replacing the default one; it is
+	// stored as returned (hash it if it holds anything secret). Nil means
+	// the default: a keyed hash of the caller's identity (Principal, else
+	// the Authorization and X-Api-Key headers and the SessionCookies), the
+	// X-Session-Id header, the method and the route. Setting Scope together
+	// with Principal, SessionCookies or ScopeSecret panics.
 	Scope ScopeFunc
+
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the service's auth
+	// middleware filled, which must therefore run before this middleware.
+	// When it returns a non-empty string, the principal alone is the
+	// caller's identity: a credential refreshed between a client's retries
+	// still finds its key. Empty, or a nil Principal, means the identity
+	// is the credentials.
+	Principal func(r *http.Request) string
+
+	// SessionCookies names the cookies whose values identify a user (the
+	// session cookie of a browser application); their values join
+	// Authorization and X-Api-Key as credentials. Nil means not
+	// configured: a request that carries a Cookie header but no principal
+	// and no credential is answered 500 ([TypeUnscopedCookies]) and its
+	// handler does not run, because hashing only the headers would put
+	// every cookie-authenticated user in one scope. An empty, non-nil
+	// slice declares that no cookie identifies a user here: cookies are
+	// ignored. A name that is not a cookie name panics.
+	SessionCookies []string
+
+	// ScopeSecret keys the hash of the default scope (HMAC-SHA-256), so
+	// that credentials cannot be recovered from the table by hashing
+	// guesses (a Basic password, a short API key). Use 32 random bytes,
+	// the same in every instance, kept like any other secret; changing it
+	// changes every scope, so a retry that straddles the change runs
+	// again. Nil means plain SHA-256: fine for high-entropy credentials
+	// (random bearer tokens, session ids), guessable for low-entropy ones
+	// by anyone who can read the table.
+	ScopeSecret []byte
 
 	// Fingerprint returns a request's fingerprint. Nil means
 	// [DefaultFingerprint].
@@ -196,7 +231,7 @@ type Options struct {
 type config struct {
 	methods          map[string]bool
 	keyOptional      bool
-	scope            ScopeFunc
+	scoper           *scoper
 	fingerprint      FingerprintFunc
 	maxBody          int64
 	maxRecord        int
@@ -216,7 +251,7 @@ type config struct {
 func newConfig(o Options) *config {
 	c := &config{
 		keyOptional:      o.KeyOptional,
-		scope:            o.Scope,
+		scoper:           newScoper(o),
 		fingerprint:      o.Fingerprint,
 		failOpen:         o.FailOpen,
 		cancelWithClient: o.CancelWithClient,
@@ -237,9 +272,6 @@ func newConfig(o Options) *config {
 			panic("middleware: Options.Methods holds an empty method")
 		}
 		c.methods[m] = true
-	}
-	if c.scope == nil {
-		c.scope = DefaultScope
 	}
 	if c.fingerprint == nil {
 		c.fingerprint = DefaultFingerprint

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/middleware"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -199,16 +200,28 @@ func callTool(t *testing.T, d *demo, args map[string]any, meta mcp.Meta) string 
 
 func callToolResult(t *testing.T, d *demo, args map[string]any, meta mcp.Meta) *mcp.CallToolResult {
 	t.Helper()
+	return callToolAt(t, d, "", args, meta)
+}
+
+// callToolAt calls create_invoice with go-sdk's client asking for protocol
+// version (empty: the client's choice, 2026-07-28), and checks that is the
+// version it got.
+func callToolAt(t *testing.T, d *demo, version string, args map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 	client := mcp.NewClient(&mcp.Implementation{Name: "idemdemo-test", Version: "1.0.0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("MCP connect: %v", err)
 	}
 	defer cs.Close()
+	if got := cs.InitializeResult().ProtocolVersion; version != "" && got != version {
+		t.Fatalf("MCP connect: protocol %s, want %s", got, version)
+	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_invoice", Arguments: args, Meta: meta})
 	if err != nil {
 		t.Fatalf("create_invoice: %v", err)
@@ -268,9 +281,17 @@ func TestMCPTool(t *testing.T) {
 	}
 
 	// A different key is a different call; no key at all is keyed by
-	// mcphttp (session and request id) and still runs once.
+	// mcphttp (session and request id) before protocol 2026-07-28 and
+	// still runs once. From 2026-07-28 on there is nothing to key it by
+	// (no session, a new id per retry): the tool refuses to create an
+	// invoice it could not protect upstream.
 	callTool(t, d, args, mcp.Meta{"sessionId": "conv-1", "idempotencyKey": "another-key"})
-	callTool(t, d, map[string]any{"customer": "nokey", "amount_cents": 1}, nil)
+	if res := callToolAt(t, d, "2025-11-25", map[string]any{"customer": "nokey", "amount_cents": 1}, nil); res.IsError {
+		t.Fatalf("no key at 2025-11-25: %s", toolText(res))
+	}
+	if res := callToolAt(t, d, "2026-07-28", map[string]any{"customer": "nokey", "amount_cents": 1}, nil); !res.IsError {
+		t.Fatalf("no key at 2026-07-28 created an invoice: %s", toolText(res))
+	}
 	if invs := d.invoices(); len(invs) != 3 {
 		t.Fatalf("%d invoices, want 3: %+v", len(invs), invs)
 	}
@@ -293,6 +314,33 @@ func TestMCPTool(t *testing.T) {
 		`idem_replayed_total{adapter="http"}`: "1",
 	} {
 		waitForMetric(t, d, series, want)
+	}
+}
+
+// TestMCPBothVersions: a 2025-11-25 client (a session) and a 2026-07-28
+// client (no session, stateless) each create an invoice through /mcp with
+// go-sdk's own client, and each one's repeated call, with the agent key
+// seed 003 derives, is a replay: one invoice per client.
+func TestMCPBothVersions(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	d := startDemo(t, dbURL)
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		args := map[string]any{"customer": "v" + version, "amount_cents": 700}
+		raw, _ := json.Marshal(args)
+		key, err := idem.AgentKey(idem.SessionID("conv-"+version), "1", "create_invoice", raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := mcp.Meta{"sessionId": "conv-" + version, "idempotencyKey": key}
+		first := callToolAt(t, d, version, args, meta)
+		second := callToolAt(t, d, version, args, meta)
+		if first.IsError || toolText(first) != toolText(second) {
+			t.Fatalf("%s: %q then %q, want one result twice", version, toolText(first), toolText(second))
+		}
+	}
+	if invs := d.invoices(); len(invs) != 2 {
+		t.Fatalf("%d invoices, want one per client: %+v", len(invs), invs)
 	}
 }
 

@@ -36,6 +36,7 @@ type metrics struct {
 	completed   *prometheus.CounterVec
 	released    *prometheus.CounterVec
 	stale       *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	sweptTotal  *prometheus.CounterVec
 	claimTime   *prometheus.HistogramVec
@@ -59,6 +60,7 @@ func newMetrics() *metrics {
 		completed:   counter("completed_total", "Results recorded.", "adapter"),
 		released:    counter("released_total", "Claims released so that a retry runs again (panic, 5xx/408/429, failed commit, shutdown).", "adapter"),
 		stale:       counter("stale_total", "Claims lost while the handler ran (lease ran out and the key was taken over, or forgotten).", "adapter"),
+		rejected:    counter("rejected_total", "Duplicates the protected handler's own checks refused (origin, auth, protocol headers, session) before the adapter answered them from the store; the client got that refusal.", "adapter"),
 		storeErrors: counter("store_errors_total", "Store calls that failed, by operation.", "adapter", "op"),
 		sweptTotal:  counter("swept_total", "Entries removed by the sweeper: abandoned claims and expired results.", "kind"),
 		claimTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -73,7 +75,7 @@ func newMetrics() *metrics {
 		}, []string{"adapter", "outcome"}),
 	}
 	m.reg.MustRegister(m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released,
-		m.stale, m.storeErrors, m.sweptTotal, m.claimTime, m.handlerTime,
+		m.stale, m.rejected, m.storeErrors, m.sweptTotal, m.claimTime, m.handlerTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Export every series at zero from the start, so dashboards and the
 	// demo's readers see them before the first event.
@@ -81,6 +83,7 @@ func newMetrics() *metrics {
 		c.WithLabelValues("http")
 		c.WithLabelValues("mcp")
 	}
+	m.rejected.WithLabelValues("mcp") // only mcphttp asks its handler first
 	m.sweptTotal.WithLabelValues("abandoned")
 	m.sweptTotal.WithLabelValues("expired")
 	return m
@@ -124,6 +127,8 @@ func (m *metrics) observe(r *http.Request, adapter string, e idem.Event) {
 		m.handlerTime.WithLabelValues(adapter, "released").Observe(secs)
 	case idem.EventStale, idem.EventLeaseLost:
 		m.stale.WithLabelValues(adapter).Inc()
+	case idem.EventRejected:
+		m.rejected.WithLabelValues(adapter).Inc()
 	case idem.EventStoreError:
 		if errors.Is(e.Err, context.Canceled) {
 			return // the client left; not the store's fault

@@ -4,6 +4,11 @@
 // Streamable HTTP handler in its default (stateful, SSE) mode, wrapped by
 // mcphttp. The suite passing against it shows the wrapper changes nothing
 // a conforming client can observe, including the tools/call it dedupes.
+// With -stateless it serves go-sdk's stateless handler (protocol
+// 2026-07-28), with the multi round-trip tools the 2026-07-28 requirements
+// call; -derive-keys (test only) gives the suite's calls keys, so they take
+// the dedupe path; scripts/conformance.sh runs both modes, bare
+// (-idem=false) and wrapped, and compares.
 //
 //	conformance-server -addr 127.0.0.1:8080   # serves http://127.0.0.1:8080/mcp
 //
@@ -43,33 +48,47 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address; the MCP endpoint is /mcp")
 	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL); empty means the in-memory store")
 	wrap := flag.Bool("idem", true, "wrap go-sdk's handler in mcphttp; -idem=false serves it bare, for comparison")
+	stateless := flag.Bool("stateless", false, "serve go-sdk's stateless handler (protocol 2026-07-28, no sessions) instead of the stateful one")
+	deriveKeys := flag.Bool("derive-keys", false, "test only: give every tools/call without a key one derived from its tool, arguments and _meta, so the suite's calls take the dedupe path")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *dbURL, *wrap, log); err != nil {
+	if err := run(ctx, config{addr: *addr, dbURL: *dbURL, wrap: *wrap, stateless: *stateless, deriveKeys: *deriveKeys}, log); err != nil {
 		log.Error("conformance-server", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addr, dbURL string, wrap bool, log *slog.Logger) error {
+type config struct {
+	addr, dbURL                 string
+	wrap, stateless, deriveKeys bool
+}
+
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	var handler http.Handler
+	addr, dbURL, wrap := cfg.addr, cfg.dbURL, cfg.wrap
 
 	server := newServer()
 	watchCtx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
 	go notifyWatched(watchCtx, server)
 
-	handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: cfg.stateless})
 	if wrap {
 		store, closeStore, err := openStore(ctx, dbURL, log)
 		if err != nil {
 			return err
 		}
 		defer closeStore()
-		handler = mcphttp.New(store, mcphttp.Options{Logger: log})(handler)
+		events := &eventCounts{}
+		defer events.report(log)
+		handler = mcphttp.New(store, mcphttp.Options{Logger: log, Observer: events.observe, Stateless: cfg.stateless})(handler)
+		if cfg.deriveKeys {
+			handler = deriveKeys(handler)
+		}
 	} else {
 		log.Warn("serving go-sdk's handler without mcphttp")
 	}
@@ -130,6 +149,7 @@ func newServer() *mcp.Server {
 		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 	})
 	addTools(s)
+	addInputRequiredTools(s)
 	addResources(s)
 	addPrompts(s)
 	return s

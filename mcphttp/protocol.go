@@ -1,0 +1,76 @@
+package mcphttp
+
+import "net/http"
+
+// ModernProtocol is the first MCP protocol revision without sessions and
+// without initialize (SEP-2575, SEP-2567): every request carries its
+// version in the MCP-Protocol-Version header and in
+// _meta["io.modelcontextprotocol/protocolVersion"], the Mcp-Method and
+// Mcp-Name headers mirror the body, a retry is a new request with a new
+// JSON-RPC id, and a tool may answer input_required (multi round-trip
+// requests, SEP-2322). Revisions are dated, so a later one compares greater.
+const ModernProtocol = "2026-07-28"
+
+// metaProtocolVersion is the _meta member that carries a modern request's
+// protocol version.
+const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+
+// modernHeader reports whether the request's MCP-Protocol-Version header
+// names ModernProtocol or later.
+func modernHeader(r *http.Request) bool {
+	return r.Header.Get("Mcp-Protocol-Version") >= ModernProtocol
+}
+
+// modern reports whether a call is made at ModernProtocol or later, by
+// either the header or its _meta: there, neither Mcp-Session-Id (which the
+// server ignores) nor the request id (new on every retry) can key it.
+func modern(r *http.Request, c call) bool {
+	return modernHeader(r) || c.metaVersion >= ModernProtocol
+}
+
+// routedAround reports whether a modern request's Mcp-Method header says
+// it is not a call to dedupe, so the wrapper passes it through without
+// reading its body. A body that disagrees with its Mcp-Method header is
+// the inner handler's to refuse (the spec requires servers to), and the
+// wrapper never runs or answers it. Before ModernProtocol the headers are
+// optional and unchecked, so the body decides.
+func (m *wrapper) routedAround(r *http.Request) bool {
+	return modernHeader(r) && !m.methods[r.Header.Get("Mcp-Method")]
+}
+
+// ByVersion returns a handler that sends requests made at [ModernProtocol]
+// or later (by their MCP-Protocol-Version header) to modern, and every
+// other request to legacy. go-sdk serves 2026-07-28 only on a stateless
+// handler, and earlier revisions' sessions only on a stateful one; with
+// ByVersion one endpoint serves both, each client at the version it picks,
+// and mcphttp in front dedupes both:
+//
+//	stateful := mcp.NewStreamableHTTPHandler(getServer, nil)
+//	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true})
+//	handler := mcphttp.New(store, opts)(mcphttp.ByVersion(stateful, stateless))
+//
+// A client's first request (initialize, or server/discover, which a
+// client that wants 2026-07-28 sends with that version's header) picks the
+// handler, and so the version the two settle on.
+func ByVersion(legacy, modern http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if modernHeader(r) {
+			modern.ServeHTTP(w, r)
+			return
+		}
+		legacy.ServeHTTP(w, r)
+	})
+}
+
+// standardHeadersPresent reports whether a modern call carries the headers
+// the spec requires of it: Mcp-Method, and Mcp-Name for a method with a
+// name. A call without them is the inner handler's to refuse, and the
+// wrapper must not answer it from the store: the probe (server/discover,
+// without Mcp-Name) cannot show that the call itself would be refused.
+func standardHeadersPresent(r *http.Request, c call) bool {
+	if r.Header.Get("Mcp-Method") == "" {
+		return false
+	}
+	named := c.name != "" || c.method == "tools/call" || c.method == "prompts/get" || c.method == "resources/read"
+	return !named || r.Header.Get("Mcp-Name") != ""
+}
