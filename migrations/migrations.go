@@ -18,7 +18,10 @@
 //
 // goose SQL files cannot take parameters, so each embedded SQL file is a
 // template registered on the Provider as a Go migration that runs the SQL
-// with [Options.Table] filled in. The table name is validated as one or two
+// with [Options.Table] filled in. The templates are rendered by the
+// mechanism pgstore's statements use too (package internal/pgschema), which
+// also writes the expressions both must agree on: the NOTIFY payload the
+// completion function sends, and its clock. The table name is validated as one or two
 // plain lower-case identifiers before any SQL is built, so it never needs
 // quoting and cannot inject SQL. The goose version table is named after the
 // idem table (Table + "_goose_version", in the same schema), so an
@@ -28,7 +31,6 @@
 package migrations
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -38,10 +40,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"regexp"
 	"strings"
-	"text/template"
+	"time"
 
+	"github.com/idemkit/idem/internal/pgschema"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -49,12 +51,7 @@ import (
 )
 
 // DefaultTable is the table name used when [Options.Table] is empty.
-const DefaultTable = "idem_keys"
-
-// StaleClaimSQLState is the SQLSTATE the completion function raises when the
-// generation it is given no longer holds the key. pgstore maps it to
-// *idem.StaleClaimError.
-const StaleClaimSQLState = "IDM01"
+const DefaultTable = pgschema.DefaultTable
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -87,68 +84,21 @@ const MaxPartitions = 1024
 // does not match the existing table.
 var ErrPartitions = errors.New("migrations: partitions")
 
-// Objects names the database objects the migrations create for one table.
-// pgstore uses it to address them.
-type Objects struct {
-	// Table is the claim table as configured, possibly schema-qualified.
-	Table string
-	// Base is the unqualified table name, the prefix of index names.
-	Base string
-	// Sequence issues generations.
-	Sequence string
-	// CompleteFunc is the completion function (see the SQL).
-	CompleteFunc string
-	// ChannelSQL is an SQL expression for the LISTEN/NOTIFY channel
-	// completions and releases are announced on: "idem_" and the table's
-	// oid, so that tables of the same name in different schemas (or
-	// databases) never share a channel. The payload is the hex MD5 of
-	// scope, a NUL byte, and key: it names the key within NOTIFY's payload
-	// limit.
-	ChannelSQL string
-	// VersionTable is goose's version table for this claim table.
-	VersionTable string
-	// StaleState is [StaleClaimSQLState].
-	StaleState string
-}
-
 // ErrInvalidTable is returned for a table name that is not one or two plain
 // lower-case identifiers.
-var ErrInvalidTable = errors.New("migrations: invalid table name")
+var ErrInvalidTable = pgschema.ErrInvalidTable
 
-// The table part leaves room for the longest derived suffix
-// ("_goose_version", "_generation_seq", "_expires_at_idx": 15 bytes) within
-// PostgreSQL's 63-byte identifiers, so no name is silently truncated.
-var (
-	schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-	tablePattern  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
-)
-
-// ObjectsFor validates table (zero meaning [DefaultTable]) and names the
-// objects the migrations create for it.
-func ObjectsFor(table string) (Objects, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	schema, base, qualified := strings.Cut(table, ".")
-	if !qualified {
-		schema, base = "", table
-	}
-	if (qualified && !schemaPattern.MatchString(schema)) || !tablePattern.MatchString(base) {
-		return Objects{}, fmt.Errorf("%w %q: want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes", ErrInvalidTable, table)
-	}
-	return Objects{
-		Table:        table,
-		Base:         base,
-		Sequence:     table + "_generation_seq",
-		CompleteFunc: table + "_complete",
-		ChannelSQL:   "'idem_' || '" + table + "'::regclass::oid",
-		VersionTable: table + "_goose_version",
-		StaleState:   StaleClaimSQLState,
-	}, nil
+// ValidateTable reports whether table is a valid [Options.Table]: empty
+// (meaning [DefaultTable]), or one or two plain lower-case identifiers
+// ("table" or "schema.table") short enough that no derived name is
+// truncated. The error wraps [ErrInvalidTable].
+func ValidateTable(table string) error {
+	_, err := pgschema.ObjectsFor(table)
+	return err
 }
 
 // lockID derives the advisory lock id from the table name.
-func (o Objects) lockID() int64 {
+func lockID(o pgschema.Objects) int64 {
 	sum := sha256.Sum256([]byte("idem migrations:" + o.Table))
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
@@ -167,7 +117,7 @@ var all = []migration{
 // templateData is what the SQL templates see: the objects' names and, for
 // the first migration, the partitions to create.
 type templateData struct {
-	Objects
+	pgschema.Objects
 	Partitions []partition
 }
 
@@ -176,28 +126,12 @@ type partition struct {
 	Modulus, Remainder int
 }
 
-func partitionsOf(o Objects, n int) []partition {
+func partitionsOf(o pgschema.Objects, n int) []partition {
 	ps := make([]partition, n)
 	for i := range ps {
 		ps[i] = partition{Name: fmt.Sprintf("%s_p%d", o.Table, i), Modulus: n, Remainder: i}
 	}
 	return ps
-}
-
-func render(name string, o templateData) (string, error) {
-	src, err := sqlFiles.ReadFile("sql/" + name)
-	if err != nil {
-		return "", err
-	}
-	tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return "", err
-	}
-	var b bytes.Buffer
-	if err := tmpl.Execute(&b, o); err != nil {
-		return "", err
-	}
-	return b.String(), nil
 }
 
 func execFunc(sqlText string) *goose.GoFunc {
@@ -213,7 +147,7 @@ func newProvider(pool *pgxpool.Pool, opts Options) (*goose.Provider, func(), err
 	if pool == nil {
 		return nil, nil, errors.New("migrations: nil pool")
 	}
-	o, err := ObjectsFor(opts.Table)
+	o, err := pgschema.ObjectsFor(opts.Table)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -223,11 +157,11 @@ func newProvider(pool *pgxpool.Pool, opts Options) (*goose.Provider, func(), err
 	data := templateData{Objects: o, Partitions: partitionsOf(o, opts.Partitions)}
 	var gms []*goose.Migration
 	for _, m := range all {
-		up, err := render(m.name+".up.sql", data)
+		up, err := pgschema.Render(sqlFiles, "sql/"+m.name+".up.sql", data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("migrations: %s: %w", m.name, err)
 		}
-		down, err := render(m.name+".down.sql", data)
+		down, err := pgschema.Render(sqlFiles, "sql/"+m.name+".down.sql", data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("migrations: %s: %w", m.name, err)
 		}
@@ -235,7 +169,7 @@ func newProvider(pool *pgxpool.Pool, opts Options) (*goose.Provider, func(), err
 	}
 	// goose polls pg_try_advisory_lock; its minimum period is one second.
 	// Wait up to ten minutes for another replica's migration.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(o.lockID()), lock.WithLockTimeout(1, 600))
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(o)), lock.WithLockTimeout(1, 600))
 	if err != nil {
 		return nil, nil, fmt.Errorf("migrations: %w", err)
 	}
@@ -277,7 +211,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 
 // checkPartitions fails unless the table has opts.Partitions partitions.
 func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
-	o, _ := ObjectsFor(opts.Table) // validated by newProvider
+	o, _ := pgschema.ObjectsFor(opts.Table) // validated by newProvider
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = $1::regclass`, o.Table).Scan(&n); err != nil {
 		return fmt.Errorf("migrations: counting partitions: %w", err)
@@ -315,12 +249,30 @@ func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	return nil
 }
 
-// MigrationStatus is the state of one migration.
-type MigrationStatus = goose.MigrationStatus
+// MigrationState says whether a migration is applied.
+type MigrationState string
+
+// The states of a migration.
+const (
+	MigrationApplied MigrationState = "applied"
+	MigrationPending MigrationState = "pending"
+)
+
+// MigrationVersion is one migration and its state in the database.
+type MigrationVersion struct {
+	// Version is the migration's version, 1 for the first.
+	Version int64
+	// Name describes the migration ("create_table").
+	Name string
+	// State is [MigrationApplied] or [MigrationPending].
+	State MigrationState
+	// AppliedAt is when it was applied; zero when pending.
+	AppliedAt time.Time
+}
 
 // Status reports every migration and whether it is applied, in version
 // order.
-func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]*MigrationStatus, error) {
+func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]MigrationVersion, error) {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
 		return nil, err
@@ -330,5 +282,24 @@ func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]*Migration
 	if err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)
 	}
-	return st, nil
+	versions := make([]MigrationVersion, len(st))
+	for i, m := range st {
+		versions[i] = MigrationVersion{Version: m.Source.Version, Name: nameOf(m.Source.Version), State: MigrationPending, AppliedAt: m.AppliedAt}
+		if m.State == goose.StateApplied {
+			versions[i].State = MigrationApplied
+		}
+	}
+	return versions, nil
+}
+
+// nameOf is the name of migration version: goose knows the migrations as Go
+// functions, without file names.
+func nameOf(version int64) string {
+	for _, m := range all {
+		if m.version == version {
+			_, name, _ := strings.Cut(m.name, "_")
+			return name
+		}
+	}
+	return ""
 }

@@ -17,27 +17,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestObjectsForValidates(t *testing.T) {
-	t.Parallel()
-	for _, name := range []string{
-		"Idem", "idem keys", "a.b.c", "1abc", "idem;drop", `"idem"`, ".idem", "idem.",
-		"a23456789012345678901234567890123456789012345678x", // 49 bytes
-	} {
-		if _, err := migrations.ObjectsFor(name); !errors.Is(err, migrations.ErrInvalidTable) {
-			t.Errorf("ObjectsFor(%q) = %v, want ErrInvalidTable", name, err)
-		}
-	}
-	for _, name := range []string{"", "idem_keys", "ops.idem_keys", "a23456789012345678901234567890123456789012345678"} {
-		if _, err := migrations.ObjectsFor(name); err != nil {
-			t.Errorf("ObjectsFor(%q) = %v", name, err)
-		}
-	}
-	o, _ := migrations.ObjectsFor("")
-	if o.Table != migrations.DefaultTable {
-		t.Errorf("default table = %q", o.Table)
-	}
-}
-
 func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -28,9 +28,22 @@
 // instances with skewed clocks agree on when a lease ends. (Options.Now
 // replaces it, in tests only.)
 //
+// # Where the SQL is
+//
+// Every statement is a file in pgstore/sql, named for its operation:
+// sql/claim.sql is Claim's, sql/complete.sql Complete's (and CompleteTx's),
+// then renew, release, sweep, wait_check and poll_check (Wait), inspect,
+// forget, stats, channel and heartbeat (the LISTEN connection). Each file
+// starts with a comment explaining the statement; the comment is not sent.
+// The files are embedded in the binary and rendered once, by New, with the
+// names of the table's objects ({{.Table}} and the others) by the template
+// mechanism the migrations use too (package internal/pgschema): the clock,
+// {{now "$6"}}, and the NOTIFY payload naming a key,
+// {{payload "scope" "key"}}, are written there once for both packages.
+//
 // # Claim: one statement
 //
-// Claim sends one statement (see sql.go) made of a read and an upsert:
+// Claim sends one statement (sql/claim.sql) made of a read and an upsert:
 //
 //	WITH cur AS (SELECT … FROM t WHERE scope = $1 AND key = $2),
 //	     ins AS (INSERT INTO t … SELECT …, nextval(seq), 'claimed', …

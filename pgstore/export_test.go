@@ -2,8 +2,9 @@ package pgstore
 
 import (
 	"context"
-	"strconv"
-	"strings"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgschema"
 )
 
 // SetWaitBlocked installs a hook called when Wait has seen a live claim and
@@ -20,10 +21,12 @@ func ChannelSQL(s *Store) string { return s.sql.channel }
 
 // PayloadSQL is the SQL expression of a row's NOTIFY payload, over columns
 // scope and key.
-const PayloadSQL = payloadSQL
+var PayloadSQL = pgschema.NotifyPayloadSQL("scope", "key")
 
 // NotifyPayload is the Go side of PayloadSQL.
-var NotifyPayload = notifyPayload
+func NotifyPayload(scope string, key idem.Key) string {
+	return pgschema.NotifyPayload(scope, key.String())
+}
 
 // CacheReady starts the listener the replay cache follows and waits until
 // its LISTEN is in effect: from then on replays are cached.
@@ -61,7 +64,11 @@ func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }
 // SweepSQL is the store's sweep statement for a batch of batch rows ($1 is
 // the test clock).
 func SweepSQL(s *Store, batch int) string {
-	return strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(batch))
+	sql, err := s.sql.sweepSQL(batch)
+	if err != nil {
+		panic(err)
+	}
+	return sql
 }
 
 // Heartbeats is the number of heartbeats the store's LISTEN connections

@@ -97,7 +97,7 @@ func TestNotifyPayloadMatchesSQL(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := testdb.Pool(t)
-	// The long scope does not fit notifyPayload's stack buffer.
+	// The long scope does not fit NotifyPayload's stack buffer.
 	for _, scope := range []string{"", "s", "\x00", "\xff\xfe", "日本", "a\x00b", strings.Repeat("long", 100)} {
 		for _, k := range []idem.Key{key("a"), key("\x00/%"), idem.KeyForMethodCall("s", idem.IntRequestID(7), "tools/call", "\xff")} {
 			var got string

@@ -3,16 +3,12 @@ package pgstore
 import (
 	"cmp"
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/internal/pgschema"
 )
 
 var _ idem.Store = (*Store)(nil)
@@ -138,7 +134,7 @@ type Options struct {
 // any number of Stores (in any number of processes) may share one table.
 type Store struct {
 	pool      *pgxpool.Pool
-	obj       migrations.Objects
+	obj       pgschema.Objects
 	lease     time.Duration
 	retention time.Duration // negative: forever
 	poll      time.Duration
@@ -176,7 +172,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	obj, err := migrations.ObjectsFor(opts.Table)
+	obj, err := pgschema.ObjectsFor(opts.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
@@ -190,7 +186,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		heartbeat: opts.Heartbeat,
 		log:       opts.Logger,
 		now:       opts.Now,
-		sql:       buildStatements(obj),
+	}
+	if s.sql, err = buildStatements(obj); err != nil {
+		return nil, err
 	}
 	if opts.ReplayCacheBytes > 0 {
 		s.cache = newReplayCache(opts.ReplayCacheBytes)
@@ -203,7 +201,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 }
 
 // validate names the first field of o that is wrong. Table is checked by
-// [migrations.ObjectsFor].
+// pgschema.ObjectsFor.
 func (o Options) validate() error {
 	switch {
 	case o.Lease < 0:
@@ -221,7 +219,7 @@ func (o Options) validate() error {
 }
 
 // withDefaults returns o with every zero field that has a default set to
-// it (Table is resolved by [migrations.ObjectsFor], Now stays nil for the
+// it (Table is resolved by pgschema.ObjectsFor, Now stays nil for the
 // database's clock).
 func (o Options) withDefaults() Options {
 	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
@@ -282,7 +280,7 @@ func unavailable(op string, err error) error {
 // staleFrom maps the completion function's SQLSTATE to a stale-claim error.
 func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleClaimSQLState {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgschema.StaleClaimSQLState {
 		return nil, false
 	}
 	se := &idem.StaleClaimError{Token: tok}
@@ -330,8 +328,9 @@ func retrying(ctx context.Context, op func() error) error {
 	}
 }
 
-// Claim implements [idem.Store]. It sends one statement in the common case;
-// see the package documentation for the SQL and the rare second round trip.
+// Claim implements [idem.Store]. It sends one statement (sql/claim.sql) in
+// the common case; see the package documentation for the rare second round
+// trip.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return idem.Claim{}, err
@@ -343,14 +342,11 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	)
 	if s.cache != nil {
 		cacheID = replayCacheID(req.Scope, req.Key)
-		if fp, res, ok := s.cache.get(cacheID, s.now); ok {
-			if mismatch(fp, req.Fingerprint) {
-				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
-			}
-			return idem.Claim{Status: idem.Completed, Result: res}, nil
+		if c, ok, err := s.claimFromCache(cacheID, req); ok {
+			return c, err
 		}
 		s.listener.start()
-		payload = notifyPayload(req.Scope, req.Key)
+		payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
 	}
 	lease := s.leaseOf(req.Lease).Microseconds()
 	serializationFailures := 0
@@ -361,17 +357,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			// came in between.
 			tk, sent = s.cache.ticket(payload), time.Now()
 		}
-		var (
-			inserted, takeover bool
-			gen                int64
-			leaseEnd, expires  *time.Time
-			now                time.Time
-			state, fp          string
-			result             []byte
-		)
-		err := s.pool.QueryRow(ctx, s.sql.claim,
-			[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, lease, s.nowArg(),
-		).Scan(&inserted, &gen, &leaseEnd, &takeover, &state, &fp, &expires, &result, &now)
+		row, err := s.queryClaim(ctx, req, lease)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The conflicting row is not in our snapshot: it committed
@@ -387,46 +373,87 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{}, unavailable("claim", err)
 		case err != nil:
 			return idem.Claim{}, unavailable("claim", err)
-		case inserted:
+		case row.inserted:
 			return idem.Claim{
 				Status:   idem.Acquired,
-				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: gen},
-				LeaseEnd: *leaseEnd,
-				Takeover: takeover,
+				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: row.generation},
+				LeaseEnd: *row.leaseEnd,
+				Takeover: row.takeover,
 			}, nil
+		case row.superseded():
+			continue
 		}
-		// Not inserted: the row we read is the statement's snapshot. If by
-		// that snapshot the claim should have succeeded, the row we
-		// conflicted with is a newer version: look again.
-		switch state {
+		switch row.state {
 		case "claimed":
-			if !now.Before(*leaseEnd) {
-				continue
-			}
-			if mismatch(fp, req.Fingerprint) {
+			if mismatch(row.fingerprint, req.Fingerprint) {
 				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
 			}
-			return idem.Claim{Status: idem.InFlight, LeaseEnd: *leaseEnd}, nil
+			return idem.Claim{Status: idem.InFlight, LeaseEnd: *row.leaseEnd}, nil
 		case "completed":
-			if expires != nil && !now.Before(*expires) {
-				continue
-			}
-			if mismatch(fp, req.Fingerprint) {
+			if mismatch(row.fingerprint, req.Fingerprint) {
 				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
 			}
 			var res idem.Result
-			if err := json.Unmarshal(result, &res); err != nil {
+			if err := json.Unmarshal(row.result, &res); err != nil {
 				return idem.Claim{}, unavailable("claim", err)
 			}
 			if s.cache != nil {
-				s.cache.put(tk, cacheID, payload, fp, res, sent, now, expires)
+				s.cache.put(tk, cacheID, payload, row.fingerprint, res, sent, row.now, row.expiresAt)
 			}
 			return idem.Claim{Status: idem.Completed, Result: res}, nil
 		default:
-			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", state))
+			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
 		}
 	}
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
+}
+
+// claimFromCache answers a claim of a key whose result the replay cache
+// holds: the replay, or a mismatch error. ok is false on a miss.
+func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
+	fp, res, ok := s.cache.get(cacheID, s.now)
+	switch {
+	case !ok:
+		return idem.Claim{}, false, nil
+	case mismatch(fp, req.Fingerprint):
+		return idem.Claim{}, true, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+	}
+	return idem.Claim{Status: idem.Completed, Result: res}, true, nil
+}
+
+// claimRow is the answer of sql/claim.sql: the claim inserted or taken
+// over, or the row as the statement's snapshot saw it.
+type claimRow struct {
+	inserted, takeover  bool
+	generation          int64
+	leaseEnd, expiresAt *time.Time
+	now                 time.Time // the statement's clock
+	state, fingerprint  string
+	result              []byte // completed: idem.Result's JSON
+}
+
+// queryClaim sends the claim statement once.
+func (s *Store) queryClaim(ctx context.Context, req idem.ClaimRequest, leaseMicros int64) (claimRow, error) {
+	var r claimRow
+	err := s.pool.QueryRow(ctx, s.sql.claim,
+		[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg(),
+	).Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.takeover, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
+	return r, err
+}
+
+// superseded reports whether a row the statement did not insert would, by
+// the statement's own snapshot, have let the claim succeed (its lease or
+// its retention had run out): then the row the INSERT conflicted with is a
+// newer version, committed after the snapshot, and the claim must look
+// again.
+func (r claimRow) superseded() bool {
+	switch r.state {
+	case "claimed":
+		return !r.now.Before(*r.leaseEnd)
+	case "completed":
+		return r.expiresAt != nil && !r.now.Before(*r.expiresAt)
+	}
+	return false
 }
 
 func mismatch(stored, asked string) bool {
@@ -469,7 +496,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		return err
 	}
 	// The body goes as its own bytea parameter and the statement builds
-	// the JSON around it (see sql.go): for a large body each copy counts.
+	// the JSON around it (see sql/complete.sql): for a large body each copy counts.
 	// The rest of the result is small JSON, sent as text, so that no
 	// query exec mode sends it as bytea.
 	body := res.Body
@@ -558,8 +585,11 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	sweep := strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(limit))
-	err := retrying(ctx, func() error {
+	sweep, err := s.sql.sweepSQL(limit)
+	if err != nil {
+		return idem.SweepStats{}, err
+	}
+	err = retrying(ctx, func() error {
 		return s.pool.QueryRow(ctx, sweep, s.nowArg()).Scan(&abandoned, &expired, nil)
 	})
 	if err != nil {
@@ -592,7 +622,7 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	if err := validate(scope, key); err != nil {
 		return err
 	}
-	ch, ready, unsubscribe := s.listener.subscribe(notifyPayload(scope, key))
+	ch, ready, unsubscribe := s.listener.subscribe(pgschema.NotifyPayload(scope, key.String()))
 	defer unsubscribe()
 
 	pause := min(firstPollDelay, s.poll)
@@ -689,22 +719,6 @@ func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key, liste
 	return time.Duration(*remaining) * time.Microsecond, true, nil
 }
 
-// notifyPayload is the NOTIFY payload naming (scope, key), as the SQL
-// computes it: md5(scope || '\x00' || key). A key never holds a NUL byte,
-// so distinct pairs give distinct inputs; a hash collision would only cause
-// a spurious wake-up.
-//
-// It runs on every claim the replay cache misses, so it allocates little:
-// the input on the stack when it fits, and the result string.
-func notifyPayload(scope string, key idem.Key) string {
-	var stack [256]byte
-	in := append(append(append(stack[:0], scope...), 0), key.String()...)
-	sum := md5.Sum(in)
-	var out [2 * md5.Size]byte
-	hex.Encode(out[:], sum[:])
-	return string(out[:])
-}
-
 // Inspect returns the entry of (scope, key) as stored, whatever its state:
 // a claim whose lease ran out and a result past retention are reported as
 // they are (see LeaseEnd and ExpiresAt), until swept. It is for operators.
@@ -774,7 +788,7 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	if deleted > 0 && s.cache != nil {
 		// This instance's own cache forgets at once; the others when
 		// the NOTIFY reaches them.
-		s.cache.invalidate(notifyPayload(scope, key))
+		s.cache.invalidate(pgschema.NotifyPayload(scope, key.String()))
 	}
 	switch {
 	case deleted > 0:

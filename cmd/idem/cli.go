@@ -240,7 +240,7 @@ func (c *cli) tableName() string {
 // store opens the store on the configured database; closeStore closes the
 // store and its pool.
 func (c *cli) store(ctx context.Context) (s *pgstore.Store, closeStore func(), err error) {
-	if _, err := migrations.ObjectsFor(c.table); err != nil {
+	if err := migrations.ValidateTable(c.table); err != nil {
 		return nil, nil, &usageError{err.Error()}
 	}
 	pool, err := c.connect(ctx)
@@ -281,7 +281,7 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	if action == "down" && !yes {
 		return usagef("migrate down drops the table %s and every recorded result: add --yes to confirm", c.tableName())
 	}
-	if _, err := migrations.ObjectsFor(c.table); err != nil {
+	if err := migrations.ValidateTable(c.table); err != nil {
 		return &usageError{err.Error()}
 	}
 	pool, err := c.connect(ctx)
@@ -311,7 +311,7 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		if !m.AppliedAt.IsZero() {
 			applied = m.AppliedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", m.Source.Version, m.State, applied)
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", m.Version, m.State, applied)
 	}
 	return tw.Flush()
 }

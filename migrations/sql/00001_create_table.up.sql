@@ -71,7 +71,7 @@ CREATE FUNCTION {{.CompleteFunc}}(
 ) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_now     timestamptz := coalesce(p_now, statement_timestamp());
+    v_now     timestamptz := {{now "p_now"}};
     v_current bigint;
 BEGIN
     UPDATE {{.Table}}
@@ -84,7 +84,7 @@ BEGIN
      WHERE scope = p_scope AND key = p_key
        AND generation = p_generation AND state = 'claimed';
     IF FOUND THEN
-        PERFORM pg_notify({{.ChannelSQL}}, md5(p_scope || '\x00'::bytea || convert_to(p_key, 'UTF8')));
+        PERFORM pg_notify({{.ChannelSQL}}, {{payload "p_scope" "p_key"}});
         RETURN;
     END IF;
     SELECT generation INTO v_current FROM {{.Table}} WHERE scope = p_scope AND key = p_key;

@@ -28,7 +28,7 @@ CREATE OR REPLACE FUNCTION {{.CompleteFunc}}(
 ) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_now     timestamptz := coalesce(p_now, statement_timestamp());
+    v_now     timestamptz := {{now "p_now"}};
     v_waited  boolean;
     v_current bigint;
 BEGIN
@@ -45,7 +45,7 @@ BEGIN
     IF FOUND THEN
         -- Only when a waiter marked the row: see the migration's comment.
         IF v_waited THEN
-            PERFORM pg_notify({{.ChannelSQL}}, md5(p_scope || '\x00'::bytea || convert_to(p_key, 'UTF8')));
+            PERFORM pg_notify({{.ChannelSQL}}, {{payload "p_scope" "p_key"}});
         END IF;
         RETURN;
     END IF;

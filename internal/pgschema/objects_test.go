@@ -1,10 +1,11 @@
-package migrations_test
+package pgschema_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/internal/pgschema"
 )
 
 // FuzzObjectsFor checks that every table name ObjectsFor accepts is safe to
@@ -15,7 +16,7 @@ func FuzzObjectsFor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, table string) {
-		o, err := migrations.ObjectsFor(table)
+		o, err := pgschema.ObjectsFor(table)
 		if err != nil {
 			return
 		}
@@ -36,4 +37,25 @@ func FuzzObjectsFor(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestObjectsForValidates(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{
+		"Idem", "idem keys", "a.b.c", "1abc", "idem;drop", `"idem"`, ".idem", "idem.",
+		"a23456789012345678901234567890123456789012345678x", // 49 bytes
+	} {
+		if _, err := pgschema.ObjectsFor(name); !errors.Is(err, pgschema.ErrInvalidTable) {
+			t.Errorf("ObjectsFor(%q) = %v, want ErrInvalidTable", name, err)
+		}
+	}
+	for _, name := range []string{"", "idem_keys", "ops.idem_keys", "a23456789012345678901234567890123456789012345678"} {
+		if _, err := pgschema.ObjectsFor(name); err != nil {
+			t.Errorf("ObjectsFor(%q) = %v", name, err)
+		}
+	}
+	o, _ := pgschema.ObjectsFor("")
+	if o.Table != pgschema.DefaultTable {
+		t.Errorf("default table = %q", o.Table)
+	}
 }

@@ -1,0 +1,2 @@
+-- The channel the statements notify on, for the LISTEN connection.
+SELECT {{.ChannelSQL}}
