@@ -13,9 +13,8 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: ## Run every test with -race (needs TEST_DATABASE_URL; see `make db`).
-	$(GO) test -race -count=1 ./...
-	@if [ -f integration/go.mod ]; then cd integration && $(GO) test -race -count=1 ./...; fi
+test: ## Run every test with -race: on TEST_DATABASE_URL, else in PostgreSQL containers (Docker); prints what skipped and why.
+	@GO=$(GO) bash scripts/test.sh
 
 .PHONY: lint
 lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet and staticcheck.
@@ -41,10 +40,24 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
 bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
+# `docker compose` (v2) when present, else `docker-compose` (1.29, Debian's).
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
 .PHONY: db
-db: ## Start PostgreSQL for local development (docker compose).
-	docker compose up -d --wait postgres
-	@echo 'export TEST_DATABASE_URL=postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
+db: ## Start PostgreSQL for local development (docker compose or docker-compose).
+	$(COMPOSE) up -d postgres
+	@for i in $$(seq 1 60); do \
+		[ "$$(docker inspect -f '{{.State.Health.Status}}' $$($(COMPOSE) ps -q postgres))" = healthy ] && break; sleep 1; \
+	done; [ "$$(docker inspect -f '{{.State.Health.Status}}' $$($(COMPOSE) ps -q postgres))" = healthy ]
+	@echo "export TEST_DATABASE_URL='postgres://idem:idem@127.0.0.1:$${IDEM_POSTGRES_PORT:-5432}/idem?sslmode=disable'"
+
+.PHONY: compose-test
+compose-test: ## Bring docker-compose.yml up, check /healthz and replays across a demo restart, bring it down.
+	bash scripts/compose-test.sh
+
+.PHONY: images
+images: ## Build PostgreSQL and Go images from Debian packages (no registry needed); prints the exports to use them.
+	@bash scripts/images.sh
 
 .PHONY: demo
 demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).

@@ -19,7 +19,8 @@
 #       use it unchanged.
 #   idem-local/go:VERSION        [IDEM_LOCAL_GO_IMAGE]
 #       the base plus this machine's Go toolchain ($(go env GOROOT)) copied
-#       in: the Dockerfile's builder stage (GO_IMAGE build argument).
+#       in, with the host's CA bundle (to reach the Go module proxy as the
+#       host does): the Dockerfile's builder stage (GO_IMAGE build argument).
 #
 # Prints `export NAME=image` lines for the images it built, so that
 #   eval "$(scripts/images.sh)"
@@ -76,6 +77,9 @@ build_go() {
 		ctx=$(mktemp -d /tmp/idem-goctx.XXXXXX)
 		trap 'rm -rf "$ctx"' RETURN
 		cp "$HERE/images/go/Dockerfile" "$ctx/"
+		# The host's trust store, so that the builder reaches the Go module
+		# proxy wherever the host does (through a TLS-inspecting proxy too).
+		cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
 		# The toolchain without its tests and docs: what go build needs.
 		tar -C "$goroot" --exclude=./test --exclude=./doc --exclude='*_test.go' -c . | (mkdir "$ctx/go" && tar -C "$ctx/go" -x)
 		docker build -q --build-arg BASE="$BASE" -t "$image" "$ctx" >/dev/null
