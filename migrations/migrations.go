@@ -230,7 +230,8 @@ func Up(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 }
 
 // Down rolls back the most recent migration. Rolling back the first one
-// drops the table and every recorded result.
+// drops the table and every recorded result, and then the goose version
+// table too: nothing of idem is left.
 func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
@@ -240,6 +241,16 @@ func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	if _, err := p.Down(ctx); err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
 	}
+	version, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: down: %w", err)
+	}
+	if version == 0 {
+		o, _ := ObjectsFor(opts.Table) // validated by newProvider
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+o.VersionTable); err != nil {
+			return fmt.Errorf("migrations: down: drop the version table: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -247,13 +258,27 @@ func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 type MigrationStatus = goose.MigrationStatus
 
 // Status reports every migration and whether it is applied, in version
-// order.
+// order. It writes nothing: without a version table (never migrated, or a
+// mistyped table name) every migration is pending.
 func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]*MigrationStatus, error) {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	o, _ := ObjectsFor(opts.Table) // validated by newProvider
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, o.VersionTable).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	if !exists {
+		// goose's Status would create the version table.
+		var st []*MigrationStatus
+		for _, src := range p.ListSources() {
+			st = append(st, &MigrationStatus{Source: src, State: goose.StatePending})
+		}
+		return st, nil
+	}
 	st, err := p.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)

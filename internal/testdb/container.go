@@ -50,7 +50,6 @@ var (
 	// someone to remove them.
 	mainMu   sync.Mutex
 	mainOn   bool
-	shared   *postgres.PostgresContainer
 	sharedFn func() (string, error) // memoised start of the shared container
 	live     = map[*postgres.PostgresContainer]bool{}
 )
@@ -174,9 +173,6 @@ func startShared() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mainMu.Lock()
-	shared = ctr
-	mainMu.Unlock()
 	url, err := ctr.ConnectionString(ctx, "sslmode=disable")
 	if err != nil {
 		return "", fmt.Errorf("container URL: %w", err)
@@ -211,7 +207,6 @@ func (r mainRunner) Run() int {
 	for c := range live {
 		ctrs = append(ctrs, c)
 	}
-	shared = nil
 	mainMu.Unlock()
 	for _, c := range ctrs {
 		if err := terminate(c); err != nil {
