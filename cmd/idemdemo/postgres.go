@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -15,6 +17,7 @@ import (
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
 )
 
 // invoicesDDL is the demo's own table. It is not an idem migration: it stands
@@ -40,17 +43,12 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 	}
 	logger.Info("connected to PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
 	if cfg.migrate {
-		// Replicas starting together are safe: Up serialises on an
-		// advisory lock, and CREATE TABLE IF NOT EXISTS is idempotent.
-		if err := migrations.Up(ctx, pool, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
+		if err := migrate(ctx, pool, cfg.table, logger); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("migrate: %w", err)
+			return nil, err
 		}
-		if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("create the invoices table: %w", err)
-		}
-		logger.Info("schema up to date", "table", tableName(cfg.table))
+	} else {
+		logger.Info("not migrating (-migrate=false): the idem table must exist", "table", tableName(cfg.table))
 	}
 	store, err := pgstore.New(pool, pgstore.Options{
 		Table:     cfg.table,
@@ -75,6 +73,44 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 			pool.Close()
 		},
 	}, nil
+}
+
+// migrate brings the idem table and the invoices table up to date and logs
+// what it did: the migrations it found pending and applied, or that there
+// was nothing to do. Replicas starting together are safe: Up serialises on
+// an advisory lock (a migration another replica applied meanwhile is still
+// listed as applied here), and CREATE TABLE IF NOT EXISTS is idempotent.
+func migrate(ctx context.Context, pool *pgxpool.Pool, table string, logger *slog.Logger) error {
+	opts := migrations.Options{Table: table, Logger: logger}
+	before, err := migrations.Status(ctx, pool, opts)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var pending []string
+	for _, m := range before {
+		if m.State != goose.StateApplied {
+			pending = append(pending, strconv.FormatInt(m.Source.Version, 10))
+		}
+	}
+	if err := migrations.Up(ctx, pool, opts); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if len(pending) > 0 {
+		logger.Info("migrated the idem table", "table", tableName(table), "applied", strings.Join(pending, ","))
+	} else {
+		logger.Info("idem table up to date; nothing to migrate", "table", tableName(table), "version", before[len(before)-1].Source.Version)
+	}
+	var invoicesExisted bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('idemdemo_invoices') IS NOT NULL`).Scan(&invoicesExisted); err != nil {
+		return fmt.Errorf("create the invoices table: %w", err)
+	}
+	if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
+		return fmt.Errorf("create the invoices table: %w", err)
+	}
+	if !invoicesExisted {
+		logger.Info("created the invoices table", "table", "idemdemo_invoices")
+	}
+	return nil
 }
 
 func tableName(t string) string {
