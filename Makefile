@@ -55,6 +55,10 @@ db: ## Start PostgreSQL for local development (docker compose or docker-compose)
 compose-test: ## Bring docker-compose.yml up, check /healthz and replays across a demo restart, bring it down.
 	bash scripts/compose-test.sh
 
+.PHONY: clean-containers
+clean-containers: ## Remove test containers a killed test run left behind (label io.idemkit.testdb).
+	@ids=$$(docker ps -aq --filter label=io.idemkit.testdb); [ -z "$$ids" ] || docker rm -fv $$ids
+
 .PHONY: images
 images: ## Build PostgreSQL and Go images from Debian packages (no registry needed); prints the exports to use them.
 	@bash scripts/images.sh
