@@ -37,8 +37,9 @@ const (
 	LabelSession = "io.idemkit.testdb.session" // $IDEM_TEST_SESSION
 )
 
-// errNoDocker means no Docker engine answered: the caller skips (or fails in
-// CI) as it does without TEST_DATABASE_URL.
+// errNoDocker means no Docker engine answered, or IDEM_TEST_CONTAINERS=0
+// said not to use one: the caller skips (or fails in CI) as it does without
+// TEST_DATABASE_URL, and private servers run local binaries.
 var errNoDocker = errors.New("no Docker engine")
 
 var (
@@ -57,6 +58,10 @@ var (
 // dockerAvailable reports whether a Docker engine answers, once per binary.
 func dockerAvailable() error {
 	dockerOnce.Do(func() {
+		if os.Getenv("IDEM_TEST_CONTAINERS") == "0" {
+			dockerErr = fmt.Errorf("%w: containers disabled by IDEM_TEST_CONTAINERS=0", errNoDocker)
+			return
+		}
 		// Testcontainers' reaper (Ryuk) is an image pulled from a registry;
 		// this package removes its containers itself (see [Main]).
 		if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !set {

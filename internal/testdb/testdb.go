@@ -6,9 +6,10 @@
 //     the database and removed when the test binary ends (see [Main]): one
 //     container per test binary, from IDEM_TEST_POSTGRES_IMAGE (default
 //     [DefaultImage]), through testcontainers-go's postgres module;
-//  3. else, with no Docker engine either, the test is skipped on a
-//     developer's machine and fails when CI is set: in CI a missing database
-//     must fail the run, never skip it.
+//  3. else, with no Docker engine either (or IDEM_TEST_CONTAINERS=0, which
+//     says not to use one), the test is skipped on a developer's machine
+//     and fails when CI is set: in CI a missing database must fail the
+//     run, never skip it.
 //
 // Private servers ([StartServer]) that a test stops, crashes and restarts
 // are containers too when a Docker engine answers, else PostgreSQL's
