@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -204,8 +206,37 @@ func (r mainRunner) Run() int {
 	mainMu.Lock()
 	mainOn = true
 	mainMu.Unlock()
+
+	// Interrupted (Ctrl-C on make test, or SIGTERM), the binary would die
+	// with its containers running: remove them first.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	stopWatching, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-signals:
+			removeAll()
+			fmt.Fprintf(os.Stderr, "testdb: %v: removed this binary's PostgreSQL containers\n", sig)
+			os.Exit(1)
+		case <-stopWatching:
+		}
+	}()
+
 	code := r.m.Run()
 
+	signal.Stop(signals)
+	close(stopWatching)
+	<-watched
+	if !removeAll() {
+		code = 1
+	}
+	return code
+}
+
+// removeAll removes every container still registered, reporting whether
+// all were removed. No container starts afterwards.
+func removeAll() bool {
 	mainMu.Lock()
 	mainOn = false
 	var ctrs []*postgres.PostgresContainer
@@ -213,13 +244,14 @@ func (r mainRunner) Run() int {
 		ctrs = append(ctrs, c)
 	}
 	mainMu.Unlock()
+	ok := true
 	for _, c := range ctrs {
 		if err := terminate(c); err != nil {
 			fmt.Fprintf(os.Stderr, "testdb: remove container %s: %v\n", c.GetContainerID(), err)
-			code = 1
+			ok = false
 		}
 	}
-	return code
+	return ok
 }
 
 // Signals [Server.Stop] sends for pg_ctl's shutdown modes.
