@@ -48,12 +48,22 @@ func StartServer(t testing.TB) *Server {
 	if dockerAvailable() == nil {
 		return startContainerServer(t)
 	}
+	return StartLocalServer(t)
+}
+
+// StartLocalServer is [StartServer] with PostgreSQL's binaries run as local
+// processes even when Docker answers, for a test that needs the server's
+// files or tools (pg_basebackup, a data directory). Without the binaries
+// the test is skipped locally and fails in CI.
+func StartLocalServer(t testing.TB) *Server {
+	t.Helper()
 	bin, err := serverBinDir()
 	if err != nil {
+		msg := SkipReason + " server binaries: " + err.Error()
 		if os.Getenv("CI") != "" {
-			t.Fatalf("testdb: %v", err)
+			t.Fatal(msg)
 		}
-		t.Skipf("testdb: %v", err)
+		t.Skip(msg)
 	}
 	s := &Server{t: t, bin: bin}
 	root, err := os.MkdirTemp("", "idem-pg-")

@@ -12,7 +12,18 @@ import (
 
 func TestServerStopsAndStarts(t *testing.T) {
 	t.Parallel()
-	s := testdb.StartServer(t)
+	for name, start := range map[string]func(testing.TB) *testdb.Server{
+		"container when Docker answers": testdb.StartServer,
+		"local binaries":                testdb.StartLocalServer,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			stopAndStart(t, start(t))
+		})
+	}
+}
+
+func stopAndStart(t *testing.T, s *testdb.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	query := func() error {
