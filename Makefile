@@ -13,7 +13,7 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: ## Run every test with -race: on TEST_DATABASE_URL, else in PostgreSQL containers (Docker); prints what skipped and why.
+test: ## Run every test with -race (pgstore also in two query exec modes): on TEST_DATABASE_URL, else in PostgreSQL containers (Docker); prints what skipped and why.
 	@GO=$(GO) bash scripts/test.sh
 
 .PHONY: lint

@@ -22,6 +22,10 @@ import (
 // strings are stored verbatim, and this keeps results readable in psql), and
 // "body_base64" otherwise. Body bytes are never reinterpreted as JSON, because
 // jsonb would reorder and reformat them and a replay must be byte for byte.
+// Headers are kept the same way: "header" when every name and value is
+// valid UTF-8 without NUL (the common case), otherwise "header_base64", the
+// same map with every name and value base64-encoded, since jsonb refuses
+// \u0000 and encoding/json would replace invalid UTF-8.
 type Result struct {
 	// Status is the HTTP status code. Zero means none was recorded.
 	Status int
@@ -43,6 +47,7 @@ type Result struct {
 type resultJSON struct {
 	Status       int                 `json:"status,omitempty"`
 	Header       map[string][]string `json:"header,omitempty"`
+	HeaderBase64 map[string][]string `json:"header_base64,omitempty"`
 	Body         json.RawMessage     `json:"body,omitempty"`
 	BodyBase64   json.RawMessage     `json:"body_base64,omitempty"`
 	Unreplayable bool                `json:"unreplayable,omitempty"`
@@ -54,14 +59,19 @@ type resultJSON struct {
 // (string conversion, encoding, growth).
 func (r Result) MarshalJSON() ([]byte, error) {
 	var header []byte
+	headerField := "header"
 	if r.Header != nil {
+		h := r.Header
+		if !headerIsText(h) {
+			h, headerField = headerBase64(h), "header_base64"
+		}
 		var err error
-		if header, err = json.Marshal(r.Header); err != nil {
+		if header, err = json.Marshal(h); err != nil {
 			return nil, fmt.Errorf("idem: encoding result header: %w", err)
 		}
 	}
-	text := utf8.Valid(r.Body) && bytes.IndexByte(r.Body, 0) < 0
-	size := len(`{"status":,"header":,"body_base64":"","unreplayable":true}`) + 20 + len(header)
+	text := IsText(r.Body)
+	size := len(`{"status":,"header_base64":,"body_base64":"","unreplayable":true}`) + 20 + len(header)
 	if text {
 		size += len(r.Body) + len(r.Body)/16 // room for a few escapes
 	} else {
@@ -80,7 +90,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		b = strconv.AppendInt(b, int64(r.Status), 10)
 	}
 	if r.Header != nil {
-		field("header")
+		field(headerField)
 		b = append(b, header...)
 	}
 	switch {
@@ -102,6 +112,61 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		b = append(b, '{')
 	}
 	return append(b, '}'), nil
+}
+
+// IsText reports whether b can be stored as a JSON string in PostgreSQL's
+// jsonb and read back byte for byte: valid UTF-8 without NUL. [Result]
+// stores bodies and headers that are not as base64.
+func IsText[T string | []byte](b T) bool {
+	return utf8.Valid([]byte(b)) && bytes.IndexByte([]byte(b), 0) < 0
+}
+
+func headerIsText(h map[string][]string) bool {
+	for k, vs := range h {
+		if !IsText(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !IsText(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func headerBase64(h map[string][]string) map[string][]string {
+	enc := base64.StdEncoding.EncodeToString
+	out := make(map[string][]string, len(h))
+	for k, vs := range h {
+		ev := make([]string, len(vs))
+		for i, v := range vs {
+			ev[i] = enc([]byte(v))
+		}
+		out[enc([]byte(k))] = ev
+	}
+	return out
+}
+
+func headerFromBase64(h map[string][]string) (map[string][]string, error) {
+	dec := base64.StdEncoding.DecodeString
+	out := make(map[string][]string, len(h))
+	for ek, evs := range h {
+		k, err := dec(ek)
+		if err != nil {
+			return nil, err
+		}
+		vs := make([]string, len(evs))
+		for i, ev := range evs {
+			v, err := dec(ev)
+			if err != nil {
+				return nil, err
+			}
+			vs[i] = string(v)
+		}
+		out[string(k)] = vs
+	}
+	return out, nil
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string: quotes,
@@ -140,6 +205,16 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("idem: decoding result: %w", err)
 	}
 	*r = Result{Status: j.Status, Header: j.Header, Unreplayable: j.Unreplayable}
+	if j.HeaderBase64 != nil {
+		if j.Header != nil {
+			return fmt.Errorf("idem: decoding result: both header and header_base64")
+		}
+		h, err := headerFromBase64(j.HeaderBase64)
+		if err != nil {
+			return fmt.Errorf("idem: decoding result header: %w", err)
+		}
+		r.Header = h
+	}
 	hasBody, hasBase64 := j.Body != nil && string(j.Body) != "null", j.BodyBase64 != nil && string(j.BodyBase64) != "null"
 	switch {
 	case hasBody && hasBase64:

@@ -60,16 +60,16 @@ func FuzzResultJSON(f *testing.F) {
 		if err != nil {
 			t.Fatalf("marshal: %v", err)
 		}
-		if strings.Contains(string(b), `\u0000`) && !strings.ContainsRune(hk+hv, 0) {
-			t.Fatalf("encoding %s holds \\u0000 from the body", b)
+		if strings.Contains(string(b), `\u0000`) {
+			t.Fatalf("encoding %s holds \\u0000, which jsonb refuses", b)
 		}
 		var back Result
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatalf("unmarshal %s: %v", b, err)
 		}
-		// Header strings go through encoding/json, which replaces invalid
-		// UTF-8; bodies must come back exactly.
-		if string(back.Body) != string(res.Body) || back.Status != res.Status || back.Unreplayable != res.Unreplayable {
+		// Bodies and headers must come back exactly, whatever bytes they
+		// hold.
+		if !back.Equal(res) {
 			t.Fatalf("round trip: %+v, want %+v", back, res)
 		}
 	})

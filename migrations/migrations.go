@@ -143,6 +143,7 @@ type migration struct {
 
 var all = []migration{
 	{1, "00001_create_table"},
+	{2, "00002_notify_waiters"},
 }
 
 func render(name string, o Objects) (string, error) {
@@ -225,6 +226,19 @@ func Up(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	defer done()
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
+
+// upTo applies the migrations up to version, for the upgrade test.
+func upTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version int64) error {
+	p, done, err := newProvider(pool, opts)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := p.UpTo(ctx, version); err != nil {
+		return fmt.Errorf("migrations: up to %d: %w", version, err)
 	}
 	return nil
 }

@@ -70,7 +70,7 @@ func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0].State != "applied" {
+	if len(st) != 2 || st[0].State != "applied" || st[1].State != "applied" {
 		t.Fatalf("status = %+v", st)
 	}
 }
@@ -97,8 +97,10 @@ func TestUpDownSchemaQualified(t *testing.T) {
 	if comments != 0 {
 		t.Errorf("%d columns without a comment", comments)
 	}
-	if err := migrations.Down(ctx, pool, opts); err != nil {
-		t.Fatal(err)
+	for range 2 { // version 2, then version 1
+		if err := migrations.Down(ctx, pool, opts); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, opts.Table).Scan(&exists); err != nil {
@@ -115,5 +117,48 @@ func TestUpInvalidTable(t *testing.T) {
 	err := migrations.Up(context.Background(), pool, migrations.Options{Table: "x; DROP TABLE y"})
 	if !errors.Is(err, migrations.ErrInvalidTable) {
 		t.Fatalf("err = %v, want ErrInvalidTable", err)
+	}
+}
+
+// TestUpgradeFromVersion1 upgrades an installation of version 1 holding a
+// live claim and a result: both survive, the claim starts unmarked, and the
+// replaced completion function completes the claim.
+func TestUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := testdb.Pool(t)
+	if err := migrations.UpTo(ctx, pool, migrations.Options{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO idem_keys (scope, key, generation, state, lease_end, created_at)
+		VALUES ('s', 'key/claimed', nextval('idem_keys_generation_seq'), 'claimed', now() + interval '1 hour', now());
+		INSERT INTO idem_keys (scope, key, generation, state, result, created_at, completed_at)
+		VALUES ('s', 'key/done', nextval('idem_keys_generation_seq'), 'completed', '{"status":201}', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var gen int64
+	var waited bool
+	if err := pool.QueryRow(ctx, `SELECT generation, waited FROM idem_keys WHERE key = 'key/claimed'`).Scan(&gen, &waited); err != nil {
+		t.Fatal(err)
+	}
+	if waited {
+		t.Error("an upgraded claim is marked as waited on")
+	}
+	if _, err := pool.Exec(ctx, `SELECT idem_keys_complete('s', 'key/claimed', $1, '{"status":200}', -1, NULL)`, gen); err != nil {
+		t.Fatalf("completing an upgraded claim: %v", err)
+	}
+	var states []string
+	rows, _ := pool.Query(ctx, `SELECT state FROM idem_keys ORDER BY key`)
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		states = append(states, s)
+	}
+	if rows.Err() != nil || len(states) != 2 || states[0] != "completed" || states[1] != "completed" {
+		t.Fatalf("states after upgrade and completion = %v, %v", states, rows.Err())
 	}
 }

@@ -98,13 +98,36 @@
 //     writes without a result. Pass the outermost transaction.
 //   - Under REPEATABLE READ or SERIALIZABLE, a claim taken over after the
 //     transaction's snapshot makes CompleteTx fail with a serialization
-//     error (reported as unavailable): also a rollback, also safe.
+//     error (reported as unavailable): also a rollback, also safe. So does
+//     a duplicate that starts waiting for the key after the snapshot was
+//     taken (Wait marks the row; see Waiting): run the business
+//     transaction at READ COMMITTED, or expect such a duplicate to cost the
+//     original a rollback and the duplicate a takeover after the release
+//     (TestWaiterAfterRepeatableReadSnapshot).
 //
 // # Waiting
 //
-// Complete, Release, a sweep of an abandoned claim and Forget send
-// pg_notify in the same statement (a NOTIFY is delivered at commit, so
-// CompleteTx wakes waiters only if the transaction commits). The channel is
+// A NOTIFY is not free: PostgreSQL serialises the commits of transactions
+// that notify (a database-wide lock held through the commit's WAL flush),
+// so a completion that notified unconditionally would cost every first
+// request its group commit. So Wait marks the row it waits on (column
+// waited, set by the statement that finds the claim live, and only if its
+// snapshot does not show it marked already), and Complete, Release and a
+// sweep of an abandoned claim notify, in the same statement, only when the
+// mark is set. The row lock orders the waiter's mark and the completer's
+// UPDATE: if the mark commits first, the completer (READ COMMITTED re-reads
+// the row it waited for) sees it and notifies at its commit; if the
+// completer's UPDATE comes first, the mark waits for the completer's
+// transaction (with CompleteTx, the caller's commit) and then finds the
+// claim completed, and Wait returns without blocking; if that transaction
+// rolls back, the claim is marked and waited on. Every new claim of a key
+// starts unmarked. Forget always notifies (the replay caches of other
+// instances follow it). TestWaitInterleavingsWithCompleteTx holds a
+// completer's transaction open and registers a waiter before, during and
+// after it.
+//
+// A NOTIFY is delivered at commit, so CompleteTx wakes waiters only if the
+// transaction commits. The channel is
 // "idem_" and the table's oid; the payload is an MD5 of scope and key. Each
 // Store has one dedicated LISTEN connection, taken out of the pool, shared
 // by all its waiters, started by the first Wait, reconnected with backoff

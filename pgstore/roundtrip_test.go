@@ -84,6 +84,15 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"complete a large result", func() {
+			// From 64 KiB on, Complete encodes its parameters itself;
+			// still one statement, seen by the connection's tracer.
+			c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("large")}, idem.Acquired)
+			tr.reset()
+			if err := s.Complete(ctx, c.Token, idem.Result{Status: 200, Body: make([]byte, 1<<20)}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"replay", func() {
 			mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.Completed)
 		}},

@@ -67,6 +67,7 @@ WITH cur AS (
            takeover = (t.state = 'claimed'),
            lease_end = excluded.lease_end,
            result = NULL,
+           waited = false,
            created_at = excluded.created_at,
            completed_at = NULL,
            expires_at = NULL
@@ -82,7 +83,23 @@ SELECT false, generation, lease_end, false, state, fingerprint, expires_at, resu
 		// Complete: the completion function of the migration, which raises
 		// SQLSTATE migrations.StaleClaimSQLState for a stale generation
 		// (aborting a caller's transaction) and notifies waiters.
-		complete: r(`SELECT {FN}($1, $2, $3, $4::jsonb, $5, $6::timestamptz)`, "$6"),
+		//
+		// The result's JSON is built here, not in Go: $4 is the result
+		// without its body (status, header, unreplayable: small JSON, sent
+		// as text), $7 the body as bytea, $8 whether the body is text
+		// (idem.IsText). The body is then sent as it is, in one parameter,
+		// instead of being escaped into a second copy in Go; and no
+		// parameter is a []byte meant as jsonb, which pgx would send as
+		// bytea in the exec and simple-protocol modes. The JSON is the
+		// shape idem.Result reads: "body" as a string, or "body_base64"
+		// (PostgreSQL's base64 breaks lines, which are removed).
+		complete: r(`
+SELECT {FN}($1, $2, $3,
+       $4::jsonb || CASE WHEN coalesce(length($7::bytea), 0) = 0 THEN '{}'::jsonb
+                         WHEN $8::boolean THEN jsonb_build_object('body', convert_from($7::bytea, 'UTF8'))
+                         ELSE jsonb_build_object('body_base64', translate(encode($7::bytea, 'base64'), E'\n', ''))
+                    END,
+       $5, $6::timestamptz)`, "$6"),
 
 		// Renew: the new lease end, or null and the current generation.
 		renew: r(`
@@ -93,22 +110,25 @@ WITH upd AS (
 )
 SELECT (SELECT lease_end FROM upd), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2)`, "$5"),
 
-		// Release: delete and notify, or report the current generation.
+		// Release: delete (notifying if a waiter marked the row), or
+		// report the current generation. The last column, the count of
+		// notifications, is there to make the n CTE run.
 		release: r(`
 WITH del AS (
     DELETE FROM {T} WHERE scope = $1 AND key = $2 AND generation = $3 AND state = 'claimed'
-    RETURNING scope, key
+    RETURNING scope, key, waited
 ), n AS (
-    SELECT pg_notify({CH}, {PAYLOAD}) FROM del
+    SELECT pg_notify({CH}, {PAYLOAD}) FROM del WHERE waited
 )
-SELECT (SELECT count(*) FROM n), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2)`, "$3"),
+SELECT (SELECT count(*) FROM del), (SELECT generation FROM {T} WHERE scope = $1 AND key = $2), (SELECT count(*) FROM n)`, "$3"),
 
 		// Sweep: abandoned claims first, then expired results, $1 rows at
 		// most, each scan on its partial index. FOR UPDATE re-checks the
 		// condition on the latest row version (a claim renewed or taken
 		// over meanwhile is left alone); SKIP LOCKED lets sweepers in
 		// several instances share the work without waiting or deleting a
-		// row twice. Waiters of abandoned claims are notified.
+		// row twice. Waiters of abandoned claims are notified, if any marked
+		// the row.
 		sweep: r(`
 WITH abandoned AS (
     SELECT scope, key FROM {T}
@@ -127,19 +147,51 @@ WITH abandoned AS (
 ), del AS (
     DELETE FROM {T} t USING doomed d
      WHERE t.scope = d.scope AND t.key = d.key
-    RETURNING t.scope, t.key, d.abandoned
+    RETURNING t.scope, t.key, t.waited, d.abandoned
 ), n AS (
-    SELECT pg_notify({CH}, {PAYLOAD}) FROM del WHERE abandoned
+    SELECT pg_notify({CH}, {PAYLOAD}) FROM del WHERE abandoned AND waited
 )
-SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM del WHERE NOT abandoned)`, "$2"),
+SELECT (SELECT count(*) FROM del WHERE abandoned), (SELECT count(*) FROM del WHERE NOT abandoned),
+       (SELECT count(*) FROM n)`, "$2"),
 
-		// Wait's look at the key: microseconds left on a live claim's
-		// lease, null if the key is not held by a live claim, no row if
-		// absent.
+		// Wait's look at the key, which also marks a live claim as waited
+		// on, so that its completion, release or sweep notifies: the
+		// microseconds left on the claim's lease, null if the key is not
+		// (or, as far as this statement can tell, no longer) held by a live
+		// claim, no row if absent.
+		//
+		// The mark is written only if the statement's snapshot shows the
+		// claim live and unmarked: the replay path and further waiters of a
+		// marked claim write nothing. The UPDATE takes the row lock, so it
+		// is ordered against the completer's UPDATE (or release's DELETE):
+		//   - the mark commits first: the completer's UPDATE, even one whose
+		//     snapshot is older, re-reads the row's latest version
+		//     (READ COMMITTED), sees waited and notifies at its commit;
+		//   - the completer's UPDATE comes first: the mark waits for the
+		//     completer's transaction (CompleteTx: the caller's commit) and
+		//     then re-checks the latest version: completed (or gone) means
+		//     no row is updated and the waiter does not block; rolled back
+		//     means the claim is still live and is marked.
+		// An UPDATE that matched nothing although the snapshot showed a live
+		// unmarked claim therefore means the row changed under us
+		// (completed, released, taken over, or marked by another waiter):
+		// null, Wait returns, and the caller looks again. A mark seen in the
+		// snapshot is for the current claim (every new claim resets it), and
+		// a completion after the snapshot updates that marked version, so
+		// skipping the write is safe.
 		waitCheck: r(`
-SELECT CASE WHEN state = 'claimed' AND lease_end > {NOW}
-            THEN (extract(epoch FROM lease_end - {NOW}) * 1000000)::bigint END
-  FROM {T} WHERE scope = $1 AND key = $2`, "$3"),
+WITH cur AS (
+    SELECT state, lease_end, waited FROM {T} WHERE scope = $1 AND key = $2
+), mark AS (
+    UPDATE {T} SET waited = true
+     WHERE scope = $1 AND key = $2 AND state = 'claimed' AND lease_end > {NOW} AND NOT waited
+       AND EXISTS (SELECT FROM cur WHERE state = 'claimed' AND lease_end > {NOW} AND NOT waited)
+    RETURNING lease_end
+)
+SELECT (extract(epoch FROM
+          CASE WHEN state = 'claimed' AND lease_end > {NOW} AND waited THEN lease_end
+               ELSE (SELECT lease_end FROM mark) END - {NOW}) * 1000000)::bigint
+  FROM cur`, "$3"),
 
 		inspect: r(`
 SELECT state, generation, fingerprint, owner, created_at, lease_end, completed_at, expires_at, result

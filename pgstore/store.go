@@ -345,15 +345,23 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return err
 	}
-	// MarshalJSON directly, not json.Marshal (which would validate and
-	// copy its output again), and the bytes as they are, not as a string:
-	// for a large body each copy counts.
-	body, err := res.MarshalJSON()
+	// The body goes as its own bytea parameter and the statement builds
+	// the JSON around it (see sql.go): for a large body each copy counts.
+	// The rest of the result is small JSON, sent as text, so that no
+	// query exec mode sends it as bytea.
+	body := res.Body
+	res.Body = nil
+	meta, err := res.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
-	_, err = db.Exec(ctx, s.sql.complete,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation, body, s.retentionMicros(), s.nowArg())
+	args := completeArgs{[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(meta), s.retentionMicros(), s.nowArg(),
+		body, idem.IsText(body)}
+	if len(body) >= largeBody {
+		err = execLarge(ctx, db, s.sql.complete, args)
+	} else {
+		_, err = db.Exec(ctx, s.sql.complete, args.list()...)
+	}
 	if err != nil {
 		if se, ok := staleFrom(err, tok); ok {
 			return se
@@ -404,7 +412,7 @@ func (s *Store) Release(ctx context.Context, tok idem.Token) error {
 	)
 	err := s.pool.QueryRow(ctx, s.sql.release,
 		[]byte(tok.Scope), tok.Key.String(), tok.Generation,
-	).Scan(&deleted, &current)
+	).Scan(&deleted, &current, nil)
 	if err != nil {
 		return unavailable("release", err)
 	}
@@ -423,7 +431,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired)
+	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired, nil)
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)
 	}

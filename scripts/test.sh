@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: every test of the root module and of integration/, with the
-# race detector, printed as plain `go test` would plus one line counting
+# `make test`: every test of the root module (pgstore's also in the exec and
+# simple_protocol query exec modes) and of integration/, with the race
+# detector, printed as plain `go test` would plus one line counting
 # skipped tests by reason (internal/testsummary).
 #
 # The database (see internal/testdb): TEST_DATABASE_URL when set, else a
@@ -25,14 +26,16 @@ trap 'rm -rf "$bin"' EXIT
 
 status=0
 {
-	"$GO" test "${flags[@]}" ./...
-	root=$?
-	integ=0
+	failed=0
+	"$GO" test "${flags[@]}" ./... || failed=1
+	# pgstore again in the query exec modes poolers in transaction mode
+	# need (parameters sent with types guessed from Go, or interpolated).
+	TEST_QUERY_EXEC_MODE=exec "$GO" test "${flags[@]}" ./pgstore/ || failed=1
+	TEST_QUERY_EXEC_MODE=simple_protocol "$GO" test "${flags[@]}" ./pgstore/ || failed=1
 	if [ -f integration/go.mod ]; then
-		(cd integration && "$GO" test "${flags[@]}" ./...)
-		integ=$?
+		(cd integration && "$GO" test "${flags[@]}" ./...) || failed=1
 	fi
-	exit $((root | integ))
+	exit $failed
 } | "$bin/testsummary" || status=1
 
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then

@@ -89,9 +89,15 @@ func TestMigrate(t *testing.T) {
 	if !tableExists(t, pool, "idem_keys") {
 		t.Fatal("down without --yes dropped the table")
 	}
+	// Down rolls back the most recent migration: version 2 (the waited
+	// column) keeps the table, version 1 drops it.
 	if out := mustRun(t, dbURL, "migrate", "down", "--yes"); !strings.Contains(out, "pending") {
 		t.Fatalf("down:\n%s", out)
 	}
+	if !tableExists(t, pool, "idem_keys") {
+		t.Fatal("the first down (version 2) dropped the table")
+	}
+	mustRun(t, dbURL, "migrate", "down", "--yes")
 	if tableExists(t, pool, "idem_keys") {
 		t.Fatal("idem_keys still there after migrate down --yes")
 	}

@@ -33,16 +33,21 @@ import (
 	"github.com/idemkit/idem/pgstore"
 )
 
-// Modes, in the order "all" runs them.
+// Modes, in the order "all" runs them. "wait" is not part of "all": it
+// measures latency, one configuration at a time (see wait.go).
 const (
-	modeRaw      = "raw"
-	modeHTTPBare = "http-bare"
-	modeUnique   = "unique"
-	modeReplay   = "replay"
-	modeMixed    = "mixed"
+	modeFloor     = "floor"
+	modeStore     = "store"
+	modeHTTPBare  = "http-bare"
+	modeUnique    = "unique"
+	modeReplay    = "replay"
+	modeMixed     = "mixed"
+	modeDemoFloor = "demo-floor"
+	modeDemo      = "demo"
+	modeWait      = "wait"
 )
 
-var allModes = []string{modeRaw, modeHTTPBare, modeUnique, modeReplay, modeMixed}
+var allModes = []string{modeFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed, modeDemoFloor, modeDemo}
 
 // config is the parsed command line.
 type config struct {
@@ -59,6 +64,9 @@ type config struct {
 	replayCache int
 	cpuProfile  string
 	memProfile  string
+	csvFile     string
+	instances   []int
+	waiters     []int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -72,7 +80,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per mode")
 	fs.IntVar(&c.rounds, "rounds", 20, "split each mode's duration into this many slices, the modes taking turns slice by slice")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured time per mode before measuring (connections, caches, JIT of the planner)")
-	fs.StringVar(&mode, "mode", "all", "comma-separated modes: raw, http-bare, unique, replay, mixed, or all")
+	fs.StringVar(&mode, "mode", "all", "comma-separated modes: "+strings.Join(allModes, ", ")+", wait; or all (every mode but wait)")
+	fs.StringVar(&c.csvFile, "csv", "", "also write every measurement to this CSV file, one row each: series,clients,instances,metric,value,unit")
+	instances := fs.String("instances", "1,3", "wait mode: comma-separated numbers of store instances (each its own pool and LISTEN connection)")
+	waiters := fs.String("waiters", "0,1,8", "wait mode: comma-separated numbers of waiters per key")
 	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (default $TEST_DATABASE_URL)")
 	fs.StringVar(&c.table, "table", "", `claim table ("table" or "schema.table"), migrated if needed and left in place; empty means a schema of idembench's own, dropped at the end`)
 	fs.Float64Var(&c.retryShare, "retry-share", 0.2, "mixed mode: share of requests that reuse a recent key of the same client (0..1)")
@@ -119,7 +130,26 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, err
 	}
 	c.modes = modes
+	if c.instances, err = parseInts("-instances", *instances, 1); err != nil {
+		return c, err
+	}
+	if c.waiters, err = parseInts("-waiters", *waiters, 0); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// parseInts parses a comma-separated list of integers, each at least least.
+func parseInts(flagName, s string, least int) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%s: %q is not a number of at least %d", flagName, f, least)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func parseModes(s string) ([]string, error) {
@@ -129,8 +159,16 @@ func parseModes(s string) ([]string, error) {
 	var modes []string
 	for m := range strings.SplitSeq(s, ",") {
 		m = strings.TrimSpace(m)
-		if !slices.Contains(allModes, m) {
-			return nil, fmt.Errorf("unknown mode %q (want %s, or all)", m, strings.Join(allModes, ", "))
+		if m == "all" {
+			for _, a := range allModes {
+				if !slices.Contains(modes, a) {
+					modes = append(modes, a)
+				}
+			}
+			continue
+		}
+		if !slices.Contains(allModes, m) && m != modeWait {
+			return nil, fmt.Errorf("unknown mode %q (want %s, %s, or all)", m, strings.Join(allModes, ", "), modeWait)
 		}
 		if !slices.Contains(modes, m) {
 			modes = append(modes, m)
@@ -145,6 +183,7 @@ const (
 	responseBody = `{"id":"inv_0000000000","customer":"ACME","amount_cents":12345}`
 	pathBare     = "/bare"
 	pathIdem     = "/idem"
+	pathDemo     = "/demo"
 )
 
 // handler is the service's side effect: a small JSON 201, the same bare and
@@ -157,9 +196,9 @@ func handler(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, responseBody)
 }
 
-// rawResult is what the middleware records for handler's response, so raw
-// writes what unique writes.
-var rawResult = idem.Result{
+// recordedResult is what the middleware records for handler's response, so
+// store and floor write what unique writes.
+var recordedResult = idem.Result{
 	Status: http.StatusCreated,
 	Header: map[string][]string{"Content-Type": {"application/json"}},
 	Body:   []byte(responseBody),
@@ -170,6 +209,8 @@ type bench struct {
 	cfg    config
 	pool   *pgxpool.Pool
 	store  *pgstore.Store
+	table  string
+	sql    floorSQL
 	base   string // http://127.0.0.1:port
 	client *http.Client
 	nonce  string // makes keys unique across invocations on one table
@@ -202,12 +243,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, replay cache %d bytes, warmup %v, duration %v per mode in %d round(s)\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.replayCache, cfg.warmup, cfg.duration, cfg.rounds)
+	out, err := openCSV(cfg.csvFile)
+	if err != nil {
+		return err
+	}
+	defer out.close()
+	if slices.Contains(cfg.modes, modeWait) {
+		ws, err := b.runWait(ctx, stderr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", modeWait, err)
+		}
+		printWait(stdout, ws)
+		out.wait(cfg, ws)
+		if len(cfg.modes) == 1 {
+			return out.close()
+		}
+	}
 	// Each mode is set up and warmed up first; then the rounds interleave
 	// the modes, so that a change in the machine's load during the run
 	// (other processes, autovacuum, checkpoints) falls on every mode alike
 	// rather than on whichever ran at the time.
 	var ms []*measurement
 	for _, mode := range cfg.modes {
+		if mode == modeWait {
+			continue
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -235,6 +295,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		results = append(results, m.result())
 	}
 	printTable(stdout, cfg, results)
+	out.results(cfg, results)
+	if err := out.close(); err != nil {
+		return err
+	}
 	for _, r := range results {
 		if r.errors > 0 {
 			return fmt.Errorf("%s: %d of %d requests failed; first: %v", r.mode, r.errors, r.ops+r.errors, r.firstErr)
@@ -287,6 +351,10 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	if err := migrations.Up(ctx, pool, migrations.Options{Table: table}); err != nil {
 		return fail(fmt.Errorf("migrating %s: %w", table, err))
 	}
+	fsql := newFloorSQL(table)
+	if _, err := pool.Exec(ctx, fsql.createInvoices); err != nil {
+		return fail(fmt.Errorf("creating the invoices table: %w", err))
+	}
 	store, err := pgstore.New(pool, storeOptions(cfg, table))
 	if err != nil {
 		return fail(err)
@@ -299,7 +367,9 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathBare, handler)
-	mux.Handle("POST "+pathIdem, middleware.New(store, middleware.Options{Owner: "idembench"})(http.HandlerFunc(handler)))
+	mw := middleware.New(store, middleware.Options{Owner: "idembench"})
+	mux.Handle("POST "+pathIdem, mw(http.HandlerFunc(handler)))
+	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {
@@ -326,6 +396,8 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 		cfg:    cfg,
 		pool:   pool,
 		store:  store,
+		table:  table,
+		sql:    fsql,
 		base:   "http://" + ln.Addr().String(),
 		client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
 		nonce:  nonce,
@@ -358,20 +430,28 @@ func (b *bench) newKey(mode string, w *worker) string {
 
 func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 	switch mode {
-	case modeRaw:
+	case modeFloor:
+		return b.floorOp(false), nil
+	case modeDemoFloor:
+		return b.floorOp(true), nil
+	case modeDemo:
+		return func(ctx context.Context, w *worker) error {
+			return b.post(ctx, pathDemo, b.newKey(mode, w), false)
+		}, nil
+	case modeStore:
 		return func(ctx context.Context, w *worker) error {
 			key, err := idem.ParseKey(b.newKey(mode, w))
 			if err != nil {
 				return err
 			}
-			c, err := b.store.Claim(ctx, idem.ClaimRequest{Scope: "idembench", Key: key, Fingerprint: rawFingerprint, Owner: "idembench"})
+			c, err := b.store.Claim(ctx, idem.ClaimRequest{Scope: "idembench", Key: key, Fingerprint: benchFingerprint, Owner: "idembench"})
 			if err != nil {
 				return err
 			}
 			if c.Status != idem.Acquired {
 				return fmt.Errorf("claim of a new key: %v", c.Status)
 			}
-			return b.store.Complete(ctx, c.Token, rawResult)
+			return b.store.Complete(ctx, c.Token, recordedResult)
 		}, nil
 	case modeHTTPBare:
 		return func(ctx context.Context, w *worker) error {
@@ -412,9 +492,9 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 	return nil, fmt.Errorf("unknown mode %q", mode)
 }
 
-// rawFingerprint has the length of the middleware's (hex SHA-256), so raw
-// writes rows of the same size as unique.
-var rawFingerprint = strings.Repeat("f", 64)
+// benchFingerprint has the length of the middleware's (hex SHA-256), so
+// store and floor write rows of the same size as unique.
+var benchFingerprint = strings.Repeat("f", 64)
 
 // post sends the request and checks the answer: 201 with the handler's body,
 // replayed or not as expected.
@@ -606,10 +686,13 @@ func writeMemProfile(cfg config, mode string) error {
 }
 
 // ratioBase names the mode each mode is compared with: the targets are
-// unique >= 80% of raw and replay >= 80% of http-bare.
+// unique >= 80% of floor (the same database work without idem), demo >= 70%
+// of demo-floor, and replay >= 90% of http-bare.
 var ratioBase = map[string]string{
-	modeUnique: modeRaw,
-	modeMixed:  modeRaw,
+	modeStore:  modeFloor,
+	modeUnique: modeFloor,
+	modeMixed:  modeFloor,
+	modeDemo:   modeDemoFloor,
 	modeReplay: modeHTTPBare,
 }
 

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +29,10 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults", nil, ""},
 		{"no database", []string{"-database-url", ""}, "no database"},
-		{"unknown mode", []string{"-mode", "raw,fast"}, `unknown mode "fast"`},
+		{"unknown mode", []string{"-mode", "store,fast"}, `unknown mode "fast"`},
+		{"renamed mode", []string{"-mode", "raw"}, `unknown mode "raw"`},
+		{"zero instances", []string{"-instances", "1,0"}, "-instances"},
+		{"negative waiters", []string{"-waiters", "-1"}, "-waiters"},
 		{"zero concurrency", []string{"-concurrency", "0"}, "-concurrency"},
 		{"zero duration", []string{"-duration", "0s"}, "-duration"},
 		{"retry share above one", []string{"-retry-share", "1.5"}, "-retry-share"},
@@ -54,9 +61,9 @@ func TestParseFlags(t *testing.T) {
 
 func TestParseModesDeduplicates(t *testing.T) {
 	t.Parallel()
-	got, err := parseModes("replay, raw,replay")
-	if err != nil || strings.Join(got, ",") != "replay,raw" {
-		t.Fatalf("parseModes = %v, %v; want [replay raw]", got, err)
+	got, err := parseModes("replay, floor,replay,wait")
+	if err != nil || strings.Join(got, ",") != "replay,floor,wait" {
+		t.Fatalf("parseModes = %v, %v; want [replay floor wait]", got, err)
 	}
 }
 
@@ -86,14 +93,43 @@ func TestRunAllModes(t *testing.T) {
 	ctx := context.Background()
 	before := benchSchemas(t, url)
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"-database-url", url, "-mode", "all", "-concurrency", "4", "-duration", "400ms", "-rounds", "2",
-		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5"}, &out, &errOut)
+	csvPath := filepath.Join(t.TempDir(), "bench.csv")
+	err := run(ctx, []string{"-database-url", url, "-mode", "all,wait", "-concurrency", "4", "-duration", "400ms", "-rounds", "2",
+		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5", "-instances", "1,2", "-waiters", "0,2", "-csv", csvPath}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
-	for _, want := range []string{"raw", "http-bare", "% of raw", "% of http-bare", "mixed: retry share 0.50"} {
+	for _, want := range []string{"floor", "demo-floor", "http-bare", "% of floor", "% of demo-floor", "% of http-bare", "mixed: retry share 0.50", "wake p99"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, row := range rows {
+		if i == 0 {
+			if strings.Join(row, ",") != "series,clients,instances,metric,value,unit" {
+				t.Fatalf("CSV header = %q", row)
+			}
+			continue
+		}
+		if _, err := strconv.ParseFloat(row[4], 64); err != nil || row[1] != "4" {
+			t.Errorf("CSV row %q: value not a number or clients not 4", row)
+		}
+		seen[row[0]+","+row[2]+","+row[3]+","+row[5]] = true
+	}
+	for _, want := range []string{"unique,1,throughput,req/s", "unique,1,ratio,of floor", "demo,1,ratio,of demo-floor",
+		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms"} {
+		if !seen[want] {
+			t.Errorf("CSV lacks a row %q; has %v", want, seen)
 		}
 	}
 	if after := benchSchemas(t, url); after > before {

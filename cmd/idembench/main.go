@@ -6,26 +6,39 @@
 // Idempotency-Key middleware over pgstore, and drives it over loopback with a
 // keep-alive client for a fixed duration per mode:
 //
-//	raw        pgstore Claim + Complete straight through pgx, no HTTP: the
-//	           floor of the design (two statements per request)
-//	http-bare  the handler without middleware: what HTTP itself costs
-//	unique     a new Idempotency-Key per request: claim, handler, complete
-//	replay     a fixed set of completed keys, requested again and again
-//	mixed      a -retry-share fraction of requests reuse a recent key
+//	floor       the database work of a first request without idem: the same
+//	            two statements pgstore sends (insert the claim, update it to
+//	            completed) as plain SQL through pgx, with no function, no
+//	            notification: what PostgreSQL itself costs
+//	store       pgstore Claim + Complete straight through pgx, no HTTP
+//	http-bare   the handler without middleware: what HTTP itself costs
+//	unique      a new Idempotency-Key per request: claim, handler, complete
+//	replay      a fixed set of completed keys, requested again and again
+//	mixed       a -retry-share fraction of requests reuse a recent key
+//	demo-floor  the demo's database work without idem: the claim, then
+//	            BEGIN; INSERT invoice; UPDATE to completed; COMMIT
+//	demo        the demo's POST /invoices over HTTP: claim, then the invoice
+//	            and the recorded response in one transaction (CompleteTx)
+//	wait        not a throughput mode: the time from a completion's commit
+//	            to its waiters' wake, with -instances stores (each its own
+//	            pool and LISTEN connection) and -waiters waiters per key
 //
-// "-mode all" runs them back to back at the same concurrency on the same
-// database and prints a table with the ratios the performance targets are
-// stated in (unique/raw and replay/http-bare). Without -table it creates a
-// schema of its own (idembench_<random>), migrates it, and drops it at the
-// end. Each mode is warmed up for -warmup, then the modes take turns in
-// -rounds slices of -duration, so that the load of a shared machine falls on
-// all of them alike; every run stops by itself. The store's replay cache
-// (pgstore.Options.ReplayCacheBytes) is on with -replay-cache bytes (64 MiB
-// by default); -replay-cache 0 measures without it.
+// "-mode all" runs every mode but wait back to back at the same concurrency
+// on the same database and prints a table with the ratios the performance
+// targets are stated in (unique/floor, demo/demo-floor, replay/http-bare);
+// "-mode all,wait" adds the wait table. -csv FILE also writes every
+// measurement as a row "series,clients,instances,metric,value,unit". Without
+// -table it creates a schema of its own (idembench_<random>), migrates it,
+// and drops it at the end. Each mode is warmed up for -warmup, then the modes
+// take turns in -rounds slices of -duration, so that the load of a shared
+// machine falls on all of them alike; every run stops by itself. The store's
+// replay cache (pgstore.Options.ReplayCacheBytes) is on with -replay-cache
+// bytes (64 MiB by default); -replay-cache 0 measures without it.
 //
 // Usage:
 //
-//	idembench -mode all -concurrency 16 -duration 10s
+//	idembench -mode all -concurrency 16 -duration 10s -csv bench.csv
+//	idembench -mode wait -instances 1,3 -waiters 0,1,8 -duration 5s
 //	idembench -mode all -replay-cache 0
 //	idembench -mode unique -rounds 1 -cpuprofile cpu.pprof -memprofile mem.pprof
 //

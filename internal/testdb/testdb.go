@@ -106,7 +106,26 @@ func Config(t testing.TB, schema string) *pgxpool.Config {
 		t.Fatalf("testdb: parse TEST_DATABASE_URL: %v", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if mode := os.Getenv("TEST_QUERY_EXEC_MODE"); mode != "" {
+		m, ok := queryExecModes[mode]
+		if !ok {
+			t.Fatalf("testdb: TEST_QUERY_EXEC_MODE=%q: want one of cache_statement, cache_describe, describe_exec, exec, simple_protocol", mode)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = m
+	}
 	return cfg
+}
+
+// queryExecModes are pgx's query exec modes by the names of its
+// default_query_exec_mode connection parameter. TEST_QUERY_EXEC_MODE sets
+// one for every pool [Config] makes, so that a suite can be run the way
+// poolers in transaction mode need (exec, simple_protocol).
+var queryExecModes = map[string]pgx.QueryExecMode{
+	"cache_statement": pgx.QueryExecModeCacheStatement,
+	"cache_describe":  pgx.QueryExecModeCacheDescribe,
+	"describe_exec":   pgx.QueryExecModeDescribeExec,
+	"exec":            pgx.QueryExecModeExec,
+	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 }
 
 // Pool returns a pool on a fresh schema (see [Schema]), closed when t ends.

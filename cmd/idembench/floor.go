@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// floorSQL is the database work of a first request done without idem: the
+// floor the unique and demo modes are compared with. The statements write
+// the same rows to the same table (same indexes) as pgstore does, in the
+// same number of statements and commits, but with no function, no CTE
+// reading the row first, and no NOTIFY.
+type floorSQL struct {
+	claim, complete, createInvoices, insertInvoice string
+}
+
+func newFloorSQL(table string) floorSQL {
+	invoices := table + "_invoices"
+	return floorSQL{
+		claim: `INSERT INTO ` + table + ` (scope, key, generation, state, fingerprint, owner, lease_end, created_at)
+VALUES ($1, $2, nextval('` + table + `_generation_seq'), 'claimed', $3, 'idembench', now() + interval '5 minutes', now())
+ON CONFLICT (scope, key) DO NOTHING RETURNING generation`,
+		complete: `UPDATE ` + table + `
+   SET state = 'completed', result = $4::jsonb, lease_end = NULL, completed_at = now(), expires_at = now() + interval '1 day'
+ WHERE scope = $1 AND key = $2 AND generation = $3 AND state = 'claimed'`,
+		createInvoices: `CREATE TABLE IF NOT EXISTS ` + invoices + ` (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    customer     text   NOT NULL,
+    amount_cents bigint NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now())`,
+		insertInvoice: `INSERT INTO ` + invoices + ` (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+	}
+}
+
+// recordedJSON is recordedResult as the floor stores it.
+var recordedJSON = func() string {
+	b, err := recordedResult.MarshalJSON()
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// floorOp claims a new key with a plain INSERT and completes it with a plain
+// UPDATE, two autocommit statements (floor); with invoice, the completion
+// is a transaction that first inserts an invoice (demo-floor: the demo's
+// database work, claim then BEGIN; INSERT invoice; UPDATE; COMMIT).
+func (b *bench) floorOp(invoice bool) op {
+	mode := modeFloor
+	if invoice {
+		mode = modeDemoFloor
+	}
+	return func(ctx context.Context, w *worker) error {
+		scope, key := []byte("idembench"), "key/"+b.newKey(mode, w)
+		var gen int64
+		if err := b.pool.QueryRow(ctx, b.sql.claim, scope, key, benchFingerprint).Scan(&gen); err != nil {
+			return fmt.Errorf("floor claim: %w", err)
+		}
+		if !invoice {
+			_, err := b.pool.Exec(ctx, b.sql.complete, scope, key, gen, recordedJSON)
+			return err
+		}
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var id int64
+			if err := tx.QueryRow(ctx, b.sql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, b.sql.complete, scope, key, gen, recordedJSON)
+			return err
+		})
+	}
+}
+
+// demoHandler is the demo's POST /invoices, shaped for the benchmark: it
+// inserts an invoice and records the response in the same transaction
+// (middleware.Commit with pgstore's CompleteTx), as cmd/idemdemo does, and
+// answers with handler's body so that every mode's answer is checked alike.
+func demoHandler(pool *pgxpool.Pool, store *pgstore.Store, fsql floorSQL) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		ctx := r.Context()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}()
+		var id int64
+		if err := tx.QueryRow(ctx, fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		hdr := http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(responseBody))}}
+		err = middleware.Commit(w, r, http.StatusCreated, hdr, []byte(responseBody),
+			func(ctx context.Context, tok idem.Token, res idem.Result) error {
+				if err := store.CompleteTx(ctx, tx, tok, res); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			})
+		if errors.Is(err, middleware.ErrNoClaim) {
+			http.Error(w, "no claim", http.StatusInternalServerError)
+		}
+	})
+}
