@@ -78,7 +78,10 @@ func dockerAvailable() error {
 		if os.Getenv("IDEM_TEST_VERBOSE_CONTAINERS") == "" {
 			tclog.SetDefault(tclog.NewNoopLogger())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Generous: a busy engine (an image import, many test binaries
+		// starting containers) can take seconds to answer, and a timeout
+		// here would turn every test of the binary into a skip.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 		if err != nil {
