@@ -33,9 +33,14 @@ const DefaultImage = "postgres:17-alpine"
 //
 // LabelSession carries IDEM_TEST_SESSION, which `make test` sets to check
 // that no container of its run outlives it.
+// A container whose test binary (LabelPID on LabelHost) no longer runs is
+// removed by the next test binary that starts containers: one that died
+// without cleaning up (SIGKILL, the go test timeout) leaves it only until
+// then.
 const (
 	LabelKind    = "io.idemkit.testdb"         // "shared" or "server"
 	LabelPID     = "io.idemkit.testdb.pid"     // the test binary's process id
+	LabelHost    = "io.idemkit.testdb.host"    // the test binary's host name
 	LabelSession = "io.idemkit.testdb.session" // $IDEM_TEST_SESSION
 )
 
@@ -91,9 +96,35 @@ func dockerAvailable() error {
 		defer cli.Close()
 		if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
 			dockerErr = fmt.Errorf("%w: %v", errNoDocker, err)
+			return
 		}
+		removeOrphans(ctx, cli)
 	})
 	return dockerErr
+}
+
+// removeOrphans removes the containers that test binaries of this host
+// left behind when they died without cleaning up: labelled with a process
+// id that no longer runs. Best effort: an error leaves them.
+func removeOrphans(ctx context.Context, cli *testcontainers.DockerClient) {
+	host, _ := os.Hostname()
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelKind)})
+	if err != nil {
+		return
+	}
+	for _, c := range list.Items {
+		pid, err := strconv.Atoi(c.Labels[LabelPID])
+		if c.Labels[LabelHost] != host || err != nil || processRuns(pid) {
+			continue
+		}
+		_, _ = cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}
+}
+
+// processRuns reports whether a process with this id exists.
+func processRuns(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func image() string {
@@ -118,7 +149,8 @@ func runContainer(ctx context.Context, kind string, hostPort int, args ...string
 	if err := dockerAvailable(); err != nil {
 		return nil, err
 	}
-	labels := map[string]string{LabelKind: kind, LabelPID: strconv.Itoa(os.Getpid())}
+	host, _ := os.Hostname()
+	labels := map[string]string{LabelKind: kind, LabelPID: strconv.Itoa(os.Getpid()), LabelHost: host}
 	if s := os.Getenv("IDEM_TEST_SESSION"); s != "" {
 		labels[LabelSession] = s
 	}

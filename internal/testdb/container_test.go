@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -94,4 +95,50 @@ func containerExists(t *testing.T, id string) bool {
 	defer cli.Close()
 	_, err = cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	return err == nil
+}
+
+// TestOrphansAreRemoved: a container labelled with the process id of a test
+// binary that no longer runs is removed when the next binary probes Docker;
+// one whose process runs is left alone.
+func TestOrphansAreRemoved(t *testing.T) {
+	if os.Getenv(helperEnv) != "" || os.Getenv("TEST_DATABASE_URL") != "" || dockerAvailable() != nil {
+		t.Skip("no container to check: TEST_DATABASE_URL is set or Docker does not answer")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() }) // after the containers' removal
+	host, _ := os.Hostname()
+	// A process that has exited: its id is free until reused.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	create := func(pid int) string {
+		t.Helper()
+		res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Config: &container.Config{Image: image(), Labels: map[string]string{
+				LabelKind: "orphan-test", LabelPID: fmt.Sprint(pid), LabelHost: host,
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = cli.ContainerRemove(context.Background(), res.ID, client.ContainerRemoveOptions{Force: true})
+		})
+		return res.ID
+	}
+	orphan, owned := create(gone.Process.Pid), create(os.Getpid())
+	removeOrphans(ctx, cli)
+	if containerExists(t, orphan) {
+		t.Error("the container of a test binary that no longer runs was not removed")
+	}
+	if !containerExists(t, owned) {
+		t.Error("the container of a running test binary was removed")
+	}
 }
