@@ -16,6 +16,14 @@ help: ## List the targets.
 test: ## Run every test with -race (pgstore also in two query exec modes): on TEST_DATABASE_URL, else in PostgreSQL containers (Docker); prints what skipped and why.
 	@GO=$(GO) bash scripts/test.sh
 
+.PHONY: test-pgbouncer
+test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in transaction mode (needs pgbouncer and TEST_DATABASE_URL).
+	@set -e; dir=$$(mktemp -d); trap 'bash scripts/pgbouncer.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	url=$$(bash scripts/pgbouncer.sh start "$$TEST_DATABASE_URL" "$$dir"); \
+	echo "PgBouncer in transaction mode: $$url"; \
+	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 ./pgstore/; \
+	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 -run 'TestDemoThroughPooler' ./cmd/idemdemo/
+
 .PHONY: lint
 lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet and staticcheck.
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +73,7 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	ctx := testCtx(t)
 	pool, schema := testdb.Pool(t)
 	table := schema + ".claims"
-	if err := migrationsUp(ctx, pool, table); err != nil {
+	if err := migrationsUp(ctx, sessionPool(t, pool, schema), table); err != nil {
 		t.Fatal(err)
 	}
 	s := newStore(t, pool, pgstore.Options{Table: table})
@@ -171,35 +170,48 @@ func TestOneAcquiredAmong64GoroutinesOn4Pools(t *testing.T) {
 	}
 	for round := range 3 { // a fresh key, a released key, a completed-and-forgotten key
 		k := key(fmt.Sprint("hot", round))
-		var acquired, inFlight atomic.Int32
-		var tokens sync.Map
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range 64 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				c, err := stores[i%4].Claim(ctx, idem.ClaimRequest{Scope: "s", Key: k, Fingerprint: "fp"})
-				switch {
-				case err != nil:
-					t.Errorf("claim: %v", err)
-				case c.Status == idem.Acquired:
-					acquired.Add(1)
-					tokens.Store(c.Token.Generation, true)
-				case c.Status == idem.InFlight:
-					inFlight.Add(1)
-				default:
-					t.Errorf("claim = %v", c.Status)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if acquired.Load() != 1 || inFlight.Load() != 63 {
-			t.Fatalf("round %d: %d acquired, %d in flight; want 1 and 63", round, acquired.Load(), inFlight.Load())
+		acquired, inFlight, _ := claimRace(t, 64, func(i int) (idem.Claim, error) {
+			return stores[i%4].Claim(ctx, idem.ClaimRequest{Scope: "s", Key: k, Fingerprint: "fp"})
+		})
+		if acquired != 1 || inFlight != 63 {
+			t.Fatalf("round %d: %d acquired, %d in flight; want 1 and 63", round, acquired, inFlight)
 		}
 	}
+}
+
+// claimRace runs n claims at once, claim(0) … claim(n-1), and counts the
+// outcomes; winner is the token of an Acquired one. Any other outcome fails t.
+func claimRace(t *testing.T, n int, claim func(i int) (idem.Claim, error)) (acquired, inFlight int, winner idem.Token) {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c, err := claim(i)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("claim: %v", err)
+			case c.Status == idem.Acquired:
+				acquired++
+				winner = c.Token
+			case c.Status == idem.InFlight:
+				inFlight++
+			default:
+				t.Errorf("claim = %v", c.Status)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return acquired, inFlight, winner
 }
 
 func TestCompleteTx(t *testing.T) {

@@ -129,13 +129,24 @@
 // A NOTIFY is delivered at commit, so CompleteTx wakes waiters only if the
 // transaction commits. The channel is
 // "idem_" and the table's oid; the payload is an MD5 of scope and key. Each
-// Store has one dedicated LISTEN connection, taken out of the pool, shared
-// by all its waiters, started by the first Wait, reconnected with backoff
-// (waking every waiter, since notifications may have been lost) and stopped
-// by Close. Wait subscribes, then reads the key once, and blocks until the
-// key's notification, the holder's lease end, or Options.PollInterval: the
-// polling fallback covers a listener that is down or a change nobody
+// Store has one dedicated LISTEN connection, taken out of the pool (or a
+// direct one, Options.ListenConfig, behind a transaction-mode pooler),
+// shared by all its waiters, started by the first Wait, reconnected with
+// backoff (waking every waiter, since notifications may have been lost) and
+// stopped by Close. Wait subscribes, then reads the key once, and blocks
+// until the key's notification, the holder's lease end, or
+// Options.PollInterval: the polling fallback covers a change nobody
 // notified. Instances wake each other: the NOTIFY goes through the database.
+//
+// The LISTEN connection can go deaf without failing: half-open, or
+// LISTENing on the channel of a table that was dropped and created again.
+// Every Options.Heartbeat the store notifies the statements' channel through
+// the pool and expects to hear it within the same interval, and Wait's read
+// of the key also returns the statements' channel; either mismatch replaces
+// the connection. While no LISTEN is in effect (starting, reconnecting,
+// deaf, or Options.NoListen, for engines without LISTEN/NOTIFY), Wait polls
+// the key with a pause that doubles from 10ms up to Options.PollInterval,
+// and switches to blocking if the LISTEN comes up.
 //
 // # Replay cache
 //
@@ -153,8 +164,9 @@
 // and the whole cache is dropped when the LISTEN connection is lost.
 //
 // What the cache does not see: rows deleted or changed by hand in SQL, and a
-// LISTEN connection that has silently stopped delivering before it is
-// detected as lost. Forget keys with [Store.Forget] (or the idem CLI), not
+// LISTEN connection that has silently stopped delivering, until the
+// heartbeat detects it (within twice Options.Heartbeat, which bounds how
+// long such a cache can serve a result forgotten elsewhere). Forget keys with [Store.Forget] (or the idem CLI), not
 // with DELETE. The fingerprint is still compared, so a reused key with
 // another request is a [*idem.MismatchError] as without the cache.
 //
@@ -166,6 +178,20 @@
 // without waiting for each other or deleting a row twice, and a row renewed
 // or taken over meanwhile is re-checked and left alone. [Store.Run] sweeps
 // on an interval with jitter.
+//
+// # Isolation
+//
+// The statements are written for READ COMMITTED, PostgreSQL's default,
+// where two writers racing on a row are settled by one waiting for the
+// other. A connection whose default_transaction_isolation is REPEATABLE
+// READ or SERIALIZABLE (a role or database setting) settles the same race
+// with a serialization failure, SQLSTATE 40001, and nothing of the failed
+// statement commits: the store runs it again, after a short random pause,
+// on a new snapshot, where it decides as under READ COMMITTED (40P01,
+// a deadlock, likewise). A claim race therefore still ends in one Acquired
+// and InFlight for the others, never in unavailable
+// (TestStrictDefaultIsolation). CompleteTx runs in the caller's
+// transaction and is never retried: its 40001 is the caller's to roll back.
 //
 // # Errors
 //

@@ -7,6 +7,10 @@ import "context"
 // interval or ctx can end the wait.
 func SetWaitBlocked(s *Store, f func()) { s.waitBlocked = f }
 
+// SetWaitPolled installs a hook called when Wait, not listening, has seen a
+// live claim and pauses before looking again.
+func SetWaitPolled(s *Store, f func()) { s.waitPolled = f }
+
 // ChannelSQL is the SQL expression of the store's LISTEN channel.
 func ChannelSQL(s *Store) string { return s.sql.channel }
 
@@ -49,3 +53,11 @@ func SetCacheInvalidated(s *Store, f func(payload string)) {
 // SetCacheDropped installs a hook called after the replay cache dropped
 // everything because the LISTEN connection was lost.
 func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }
+
+// Heartbeats is the number of heartbeats the store's LISTEN connections
+// heard back.
+func Heartbeats(s *Store) int {
+	s.listener.mu.Lock()
+	defer s.listener.mu.Unlock()
+	return s.listener.heartbeats
+}

@@ -2,27 +2,60 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // listener is the one LISTEN connection of a Store, shared by all its
-// waiters. It starts with the first Wait, reconnects with backoff when the
-// connection fails (waking every waiter, since notifications may have been
-// lost meanwhile), and stops at Close.
+// waiters. It starts with the first Wait (or the replay cache's first
+// claim), reconnects with backoff when the connection fails (waking every
+// waiter, since notifications may have been lost meanwhile), and stops at
+// Close.
 //
-// The connection is taken out of the pool (hijacked), so it neither counts
-// against the pool's size for long nor keeps pool.Close waiting.
+// A LISTEN connection can also go deaf without failing: a half-open TCP
+// connection reads nothing for minutes before the kernel notices, and a
+// connection LISTENing on the channel of a table that was dropped and
+// created again (the channel names the table's oid) hears nothing the
+// statements send. Two checks replace a deaf connection:
+//
+//   - the heartbeat: when nothing arrived for a heartbeat interval, the
+//     listener sends a notification through the pool, on the channel the
+//     statements use, and expects it back within another interval;
+//   - following the table: Wait's statement reports the channel the
+//     statements use, and a different one than the LISTEN's makes the
+//     listener reconnect at once (see follow).
+//
+// While the LISTEN is not in effect (connecting, reconnecting, replaced),
+// waiters poll and the replay cache is dropped and bypassed.
+//
+// By default the connection is taken out of the pool (hijacked), so it
+// neither counts against the pool's size for long nor keeps pool.Close
+// waiting; Options.ListenConfig connects it directly instead, past a
+// transaction-mode pooler.
 type listener struct {
 	s *Store
+	// off: Options.NoListen. subscribe and start do nothing, and waiters
+	// only poll.
+	off bool
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	ready   chan struct{} // closed while LISTEN is in effect
-	waiters map[string]*waitSet
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu         sync.Mutex
+	started    bool
+	closed     bool
+	ready      chan struct{} // closed while LISTEN is in effect
+	channel    string        // the channel LISTENed on; "" when not in effect
+	dropConn   context.CancelFunc
+	waiters    map[string]*waitSet
+	cancel     context.CancelFunc
+	done       chan struct{}
+	heartbeats int // heartbeats answered, for tests
 }
 
 // waitSet is the waiters of one payload: ch is closed to wake them all.
@@ -31,21 +64,19 @@ type waitSet struct {
 	n  int
 }
 
-func newListener(s *Store) *listener {
-	return &listener{s: s, ready: make(chan struct{}), waiters: make(map[string]*waitSet)}
+func newListener(s *Store, off bool) *listener {
+	return &listener{s: s, off: off, ready: make(chan struct{}), waiters: make(map[string]*waitSet)}
 }
-
-// closedChan is ready forever: after Close, waiters only poll.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // subscribe registers a waiter for payload. ch is closed when a
 // notification for payload arrives (or on a reconnect); ready is closed
-// once the LISTEN is in effect. unsubscribe must be called.
+// once the LISTEN is in effect. unsubscribe must be called. With LISTEN
+// off, or after Close, both channels are nil: the waiter only polls.
 func (l *listener) subscribe(payload string) (ch, ready <-chan struct{}, unsubscribe func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return make(chan struct{}), closedChan, func() {}
+	if l.off || l.closed {
+		return nil, nil, func() {}
 	}
 	l.startLocked()
 	ws := l.waiters[payload]
@@ -70,7 +101,7 @@ func (l *listener) subscribe(payload string) (ch, ready <-chan struct{}, unsubsc
 func (l *listener) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.closed {
+	if !l.off && !l.closed {
 		l.startLocked()
 	}
 }
@@ -100,6 +131,20 @@ func (l *listener) close() {
 	l.wakeAll()
 }
 
+// follow is told the channel a statement just used. If the LISTEN is on
+// another one (the table was dropped and created again since it began),
+// the connection is dropped at once, to reconnect on the new channel.
+func (l *listener) follow(channel string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.channel != "" && l.channel != channel && l.dropConn != nil {
+		l.s.log.Warn("pgstore: the table's notification channel changed (was it dropped and created again?); listening again",
+			"listening", l.channel, "statements", channel)
+		l.dropConn()
+		l.dropConn = nil
+	}
+}
+
 func (l *listener) dispatch(payload string) {
 	if c := l.s.cache; c != nil {
 		c.invalidate(payload)
@@ -124,7 +169,10 @@ func (l *listener) wakeAll() {
 	}
 }
 
-func (l *listener) setReady(up bool) {
+// setReady records whether the LISTEN on channel is in effect (channel is
+// "" when it is not).
+func (l *listener) setReady(channel string, dropConn context.CancelFunc) {
+	up := channel != ""
 	if c := l.s.cache; c != nil {
 		c.setReady(up)
 		if f := l.s.cacheDropped.Load(); f != nil && !up {
@@ -133,6 +181,7 @@ func (l *listener) setReady(up bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.channel, l.dropConn = channel, dropConn
 	select {
 	case <-l.ready:
 		if !up {
@@ -150,12 +199,12 @@ func (l *listener) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
 		connected, err := l.listen(ctx)
-		l.setReady(false)
+		l.setReady("", nil)
 		if ctx.Err() != nil {
 			return
 		}
-		// Notifications may have been lost while the connection was down:
-		// wake everyone to look again.
+		// Notifications may have been lost while the connection was down
+		// or deaf: wake everyone to look again.
 		l.wakeAll()
 		l.s.log.Warn("pgstore: LISTEN connection lost; waiters poll until it is back", "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
@@ -173,34 +222,103 @@ func (l *listener) run(ctx context.Context) {
 	}
 }
 
-// listen holds one LISTEN connection until it fails or ctx is done. It
-// reports whether the LISTEN was in effect.
-func (l *listener) listen(ctx context.Context) (connected bool, err error) {
+// errDeaf ends a LISTEN connection whose heartbeat did not come back.
+var errDeaf = errors.New("pgstore: the LISTEN connection did not hear its heartbeat")
+
+// connect opens the LISTEN connection: a direct one with
+// Options.ListenConfig, else one taken out of the pool.
+func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	if l.s.listenConfig != nil {
+		return pgx.ConnectConfig(ctx, l.s.listenConfig.Copy())
+	}
 	pc, err := l.s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pc.Hijack(), nil
+}
+
+// listen holds one LISTEN connection until it fails, goes deaf, is dropped
+// by follow, or ctx is done. It reports whether the LISTEN was in effect.
+func (l *listener) listen(ctx context.Context) (connected bool, err error) {
+	// The channel names the table's oid: it is looked up on each connect,
+	// through the pool (where the statements run), so that a re-created
+	// table is followed, and so that a direct LISTEN connection's
+	// search_path does not matter.
+	var channel string
+	if err := l.s.pool.QueryRow(ctx, l.s.sql.channel).Scan(&channel); err != nil {
+		return false, err
+	}
+	conn, err := l.connect(ctx)
 	if err != nil {
 		return false, err
 	}
-	conn := pc.Hijack()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	// The channel names the table's oid, looked up on each connect so a
-	// re-created table is followed.
-	var channel string
-	if err := conn.QueryRow(ctx, l.s.sql.channel).Scan(&channel); err != nil {
-		return false, err
-	}
+	// channel is "idem_" and digits: no quoting needed.
 	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
 		return false, err
 	}
-	l.setReady(true)
+	connCtx, dropConn := context.WithCancel(ctx)
+	defer dropConn()
+	l.setReady(channel, dropConn)
+
+	// One heartbeat is outstanding at a time: its payload, and when it is
+	// due back. Any notification proves the connection alive but not that
+	// it hears the statements' channel after a re-creation, so only the
+	// heartbeat's own payload counts.
+	var (
+		beat      string
+		deadline  = time.Now().Add(l.s.heartbeat)
+		heartbeat = l.s.heartbeat
+	)
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithDeadline(connCtx, deadline)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil && n.Payload == beat && beat != "":
+			l.mu.Lock()
+			l.heartbeats++
+			l.mu.Unlock()
+			beat, deadline = "", time.Now().Add(heartbeat)
+		case err == nil:
+			if !isHeartbeat(n.Payload) {
+				l.dispatch(n.Payload)
+			}
+		case connCtx.Err() != nil && ctx.Err() == nil:
+			return true, errors.New("pgstore: the statements' notification channel changed")
+		case !pgconn.Timeout(err) || ctx.Err() != nil:
 			return true, err
+		case beat != "":
+			return true, fmt.Errorf("%w within %v", errDeaf, heartbeat)
+		default:
+			if beat, err = l.sendHeartbeat(connCtx, heartbeat); err != nil {
+				return true, err
+			}
+			deadline = time.Now().Add(heartbeat)
 		}
-		l.dispatch(n.Payload)
 	}
+}
+
+// heartbeatPrefix starts every heartbeat's payload; a key's payload is hex.
+const heartbeatPrefix = "heartbeat:"
+
+func isHeartbeat(payload string) bool { return strings.HasPrefix(payload, heartbeatPrefix) }
+
+// sendHeartbeat notifies the statements' channel, through the pool, with a
+// payload only this listener knows, and returns it.
+func (l *listener) sendHeartbeat(ctx context.Context, timeout time.Duration) (string, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	beat := heartbeatPrefix + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := l.s.pool.Exec(ctx, l.s.sql.heartbeat, beat); err != nil {
+		return "", fmt.Errorf("pgstore: sending the LISTEN heartbeat: %w", err)
+	}
+	return beat, nil
 }

@@ -32,12 +32,7 @@ func listenTo(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgstore.
 	if err := pool.QueryRow(ctx, pgstore.ChannelSQL(s)).Scan(&channel); err != nil {
 		t.Fatal(err)
 	}
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := pc.Hijack()
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := listenConn(t, ctx, pool)
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,10 @@ import (
 // string), key is text, and $now is a nullable timestamptz: null means the
 // database clock, statement_timestamp().
 type statements struct {
-	claim, complete, renew, release, sweep, waitCheck, inspect, forget, stats, channel string
+	claim, complete, renew, release, sweep, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
+	// nobody LISTENs, and the engine may have no pg_notify.
+	forgetQuiet string
 }
 
 // nowSQL is "now" in every statement.
@@ -34,7 +37,7 @@ func buildStatements(o migrations.Objects) statements {
 			"{PAYLOAD}", payloadSQL,
 		).Replace(strings.ReplaceAll(sql, "{NOW}", nowSQL))
 	}
-	return statements{
+	st := statements{
 		// Claim: read the row; if it holds a live claim or a retained
 		// result, answer from it without writing (a replay or a duplicate
 		// takes no lock and writes no WAL). Otherwise insert, or take over a
@@ -154,9 +157,11 @@ WITH abandoned AS (
 SELECT (SELECT count(*) FROM del WHERE abandoned), (SELECT count(*) FROM del WHERE NOT abandoned),
        (SELECT count(*) FROM n)`, "$2"),
 
-		// Wait's look at the key, which also marks a live claim as waited
-		// on, so that its completion, release or sweep notifies: the
-		// microseconds left on the claim's lease, null if the key is not
+		// Wait's look at the key before it blocks on a notification,
+		// which also marks a live claim as waited on, so that its
+		// completion, release or sweep notifies: the channel the
+		// statements notify on (so that a LISTEN on the channel of a
+		// dropped table is noticed), and the microseconds left on the claim's lease, null if the key is not
 		// (or, as far as this statement can tell, no longer) held by a live
 		// claim, no row if absent.
 		//
@@ -188,10 +193,18 @@ WITH cur AS (
        AND EXISTS (SELECT FROM cur WHERE state = 'claimed' AND lease_end > {NOW} AND NOT waited)
     RETURNING lease_end
 )
-SELECT (extract(epoch FROM
+SELECT {CH}, (extract(epoch FROM
           CASE WHEN state = 'claimed' AND lease_end > {NOW} AND waited THEN lease_end
                ELSE (SELECT lease_end FROM mark) END - {NOW}) * 1000000)::bigint
   FROM cur`, "$3"),
+
+		// A polling Wait's look at the key (no LISTEN in effect, or
+		// NoListen): the same, without the mark, since nobody will hear a
+		// notification for it.
+		pollCheck: r(`
+SELECT {CH}, CASE WHEN state = 'claimed' AND lease_end > {NOW}
+                  THEN (extract(epoch FROM lease_end - {NOW}) * 1000000)::bigint END
+  FROM {T} WHERE scope = $1 AND key = $2`, "$3"),
 
 		inspect: r(`
 SELECT state, generation, fingerprint, owner, created_at, lease_end, completed_at, expires_at, result
@@ -212,6 +225,10 @@ SELECT (SELECT count(*) FROM n), EXISTS (SELECT FROM {T} WHERE scope = $1 AND ke
 
 		channel: r(`SELECT {CH}`, ""),
 
+		// The LISTEN connection's heartbeat, sent through the pool on
+		// the statements' channel.
+		heartbeat: r(`SELECT pg_notify({CH}, $1)`, ""),
+
 		stats: r(`
 SELECT count(*) FILTER (WHERE state = 'claimed' AND lease_end > {NOW}),
        count(*) FILTER (WHERE state = 'claimed' AND lease_end <= {NOW}),
@@ -222,4 +239,10 @@ SELECT count(*) FILTER (WHERE state = 'claimed' AND lease_end > {NOW}),
        pg_total_relation_size('{T}')
   FROM {T}`, "$1"),
 	}
+	notify := r(`SELECT pg_notify({CH}, {PAYLOAD}) FROM del`, "")
+	st.forgetQuiet = strings.Replace(st.forget, notify, `SELECT FROM del`, 1)
+	if strings.Contains(st.forgetQuiet, "pg_notify") {
+		panic("pgstore: the forget statement's NOTIFY was not found")
+	}
+	return st
 }

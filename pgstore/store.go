@@ -36,6 +36,14 @@ const DefaultRetention = 24 * time.Hour
 // Options.PollInterval is zero.
 const DefaultPollInterval = time.Second
 
+// DefaultHeartbeat is how often the LISTEN connection proves it still hears
+// when Options.Heartbeat is zero.
+const DefaultHeartbeat = 10 * time.Second
+
+// firstPollDelay is a polling wait's first pause; each next pause doubles,
+// up to the poll interval.
+const firstPollDelay = 10 * time.Millisecond
+
 // DefaultSweepBatch is the batch a Sweep with limit <= 0 removes at most.
 const DefaultSweepBatch = 1000
 
@@ -43,6 +51,10 @@ const DefaultSweepBatch = 1000
 // the conflicting row committed after the statement's snapshot. Each retry
 // sees a newer snapshot, so in practice the second attempt decides.
 const maxClaimAttempts = 100
+
+// maxSerializationAttempts bounds the runs of a statement that keeps failing
+// with a serialization failure or a deadlock (see [retryable]).
+const maxSerializationAttempts = 20
 
 // ErrLiveClaim is returned by [Store.Forget] for a key held by a claim whose
 // lease has not run out, unless forced.
@@ -64,6 +76,37 @@ type Options struct {
 	// a waiter notices a lease running out or a lost notification. Zero
 	// means [DefaultPollInterval]; negative is an error.
 	PollInterval time.Duration
+	// ListenConfig is the connection the store LISTENs on. Nil means a
+	// connection taken out of the pool and kept, which is right when the
+	// pool reaches PostgreSQL directly or through a pooler in session
+	// mode. Behind a pooler in transaction mode (PgBouncer's
+	// pool_mode=transaction), where a LISTEN lasts only as long as the
+	// transaction that sent it, set it to a direct connection to the same
+	// database. The channel is looked up through the pool, so this
+	// connection's search_path does not matter. Unused with NoListen.
+	ListenConfig *pgx.ConnConfig
+	// NoListen turns LISTEN off, for engines and endpoints that lack it
+	// (CockroachDB, Citus workers, a pooled endpoint without a direct
+	// one). Wait then polls the key: it looks again after 10ms, then after
+	// twice as long each time, up to PollInterval, and returns as soon as
+	// the key is not held by a live claim. A duplicate therefore learns of
+	// a completion up to one pause late (docs/performance.md measures
+	// it). The replay cache needs LISTEN to hear other instances' Forget,
+	// so NoListen with ReplayCacheBytes > 0 is an error at [New]. Forget
+	// then sends no NOTIFY, and a polling waiter never asks for one. False
+	// (the zero value) means LISTEN, with polling only while the LISTEN
+	// connection is down.
+	NoListen bool
+	// Heartbeat is how often the LISTEN connection proves that it still
+	// hears the statements' channel: the store sends a notification to
+	// it through the pool and expects it back within the same interval;
+	// otherwise the connection is deaf (half-open, or listening on the
+	// channel of a table dropped and created again) and is replaced,
+	// waking every waiter and dropping the replay cache. A heartbeat that
+	// cannot be sent within the interval (the pool exhausted, the
+	// database down) counts as missed. Zero means [DefaultHeartbeat];
+	// negative is an error.
+	Heartbeat time.Duration
 	// Logger receives the store's rare warnings (listener reconnects,
 	// sweeper errors). Nil means discard.
 	Logger *slog.Logger
@@ -96,8 +139,11 @@ type Store struct {
 	lease     time.Duration
 	retention time.Duration // negative: forever
 	poll      time.Duration
+	heartbeat time.Duration
 	log       *slog.Logger
-	now       func() time.Time
+
+	listenConfig *pgx.ConnConfig // nil: hijack a pool connection
+	now          func() time.Time
 
 	sql      statements
 	listener *listener
@@ -111,6 +157,9 @@ type Store struct {
 	// waitBlocked, when set (tests only), is called when Wait has seen a
 	// live claim and is about to block on a notification.
 	waitBlocked func()
+	// waitPolled, when set (tests only), is called when Wait, not
+	// listening, has seen a live claim and pauses before looking again.
+	waitPolled func()
 }
 
 // New returns a store on pool. It validates opts but does not touch the
@@ -132,6 +181,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: negative poll interval %v", opts.PollInterval)
 	case opts.ReplayCacheBytes < 0:
 		return nil, fmt.Errorf("pgstore: negative replay cache size %d", opts.ReplayCacheBytes)
+	case opts.Heartbeat < 0:
+		return nil, fmt.Errorf("pgstore: negative heartbeat %v", opts.Heartbeat)
+	case opts.NoListen && opts.ReplayCacheBytes > 0:
+		return nil, errors.New("pgstore: the replay cache needs LISTEN (it hears other instances' Forget): set ReplayCacheBytes to 0 with NoListen")
 	}
 	s := &Store{
 		pool:      pool,
@@ -139,6 +192,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		lease:     cmpOr(opts.Lease, idem.DefaultLease),
 		retention: cmpOr(opts.Retention, DefaultRetention),
 		poll:      cmpOr(opts.PollInterval, DefaultPollInterval),
+		heartbeat: cmpOr(opts.Heartbeat, DefaultHeartbeat),
 		log:       opts.Logger,
 		now:       opts.Now,
 		sql:       buildStatements(obj),
@@ -149,7 +203,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if opts.ReplayCacheBytes > 0 {
 		s.cache = newReplayCache(opts.ReplayCacheBytes)
 	}
-	s.listener = newListener(s)
+	if opts.ListenConfig != nil {
+		s.listenConfig = opts.ListenConfig.Copy()
+	}
+	s.listener = newListener(s, opts.NoListen)
 	return s, nil
 }
 
@@ -216,6 +273,46 @@ func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	return se, true
 }
 
+// retryable reports whether err is a serialization failure (SQLSTATE 40001)
+// or a deadlock (40P01). Either rolled the statement's transaction back, so
+// nothing of it committed and running it again is safe. pgstore's statements
+// are written for READ COMMITTED, where a race on a row is settled by waiting
+// for the other writer; a connection whose default_transaction_isolation is
+// REPEATABLE READ or SERIALIZABLE (a role or database setting some teams use)
+// settles it with 40001 instead, and the statement, run again on a new
+// snapshot, decides as it would have. It is not used inside a caller's
+// transaction (CompleteTx): there the caller must roll back and retry.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// pauseBeforeRetry waits a short random time before the attempt-th retry
+// of a statement that failed [retryable], so that the writers that collided
+// do not collide again in step. It reports false if ctx is done first.
+func pauseBeforeRetry(ctx context.Context, attempt int) bool {
+	d := time.Duration(rand.N(int64(time.Millisecond) << min(attempt, 5)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retrying runs op, a single statement outside any caller's transaction,
+// again while it fails [retryable], up to maxSerializationAttempts times.
+func retrying(ctx context.Context, op func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || !retryable(err) || attempt == maxSerializationAttempts || !pauseBeforeRetry(ctx, attempt) {
+			return err
+		}
+	}
+}
+
 // Claim implements [idem.Store]. It sends one statement in the common case;
 // see the package documentation for the SQL and the rare second round trip.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
@@ -239,6 +336,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		payload = notifyPayload(req.Scope, req.Key)
 	}
 	lease := s.leaseOf(req.Lease).Microseconds()
+	serializationFailures := 0
 	for range maxClaimAttempts {
 		if s.cache != nil {
 			// Taken before the statement is sent: its answer is cached
@@ -262,6 +360,14 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			// The conflicting row is not in our snapshot: it committed
 			// after the statement began. Look again.
 			continue
+		case retryable(err) && serializationFailures < maxSerializationAttempts:
+			// The same race under a stricter isolation level: the
+			// statement was rolled back. Look again.
+			serializationFailures++
+			if pauseBeforeRetry(ctx, serializationFailures) {
+				continue
+			}
+			return idem.Claim{}, unavailable("claim", err)
 		case err != nil:
 			return idem.Claim{}, unavailable("claim", err)
 		case inserted:
@@ -313,7 +419,7 @@ func mismatch(stored, asked string) bool {
 // Complete implements [idem.Store] in one statement: the completion function,
 // which notifies waiters.
 func (s *Store) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
-	return s.complete(ctx, s.pool, "complete", tok, res)
+	return retrying(ctx, func() error { return s.complete(ctx, s.pool, "complete", tok, res) })
 }
 
 // CompleteTx records res for tok's claim inside the caller's transaction tx,
@@ -381,9 +487,11 @@ func (s *Store) Renew(ctx context.Context, tok idem.Token, lease time.Duration) 
 		leaseEnd *time.Time
 		current  *int64
 	)
-	err := s.pool.QueryRow(ctx, s.sql.renew,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation, s.leaseOf(lease).Microseconds(), s.nowArg(),
-	).Scan(&leaseEnd, &current)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.renew,
+			[]byte(tok.Scope), tok.Key.String(), tok.Generation, s.leaseOf(lease).Microseconds(), s.nowArg(),
+		).Scan(&leaseEnd, &current)
+	})
 	if err != nil {
 		return time.Time{}, unavailable("renew", err)
 	}
@@ -410,9 +518,11 @@ func (s *Store) Release(ctx context.Context, tok idem.Token) error {
 		deleted int64
 		current *int64
 	)
-	err := s.pool.QueryRow(ctx, s.sql.release,
-		[]byte(tok.Scope), tok.Key.String(), tok.Generation,
-	).Scan(&deleted, &current, nil)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.release,
+			[]byte(tok.Scope), tok.Key.String(), tok.Generation,
+		).Scan(&deleted, &current, nil)
+	})
 	if err != nil {
 		return unavailable("release", err)
 	}
@@ -431,7 +541,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
-	err := s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired, nil)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired, nil)
+	})
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)
 	}
@@ -479,9 +591,13 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) error {
 }
 
 // Wait implements [idem.Store]. It returns at once if the key is no longer
-// held by a live claim; otherwise it blocks until a completion or release of
-// the key is notified (from any instance), the holder's lease runs out, the
-// poll interval passes, or ctx is done.
+// held by a live claim. Otherwise, while the LISTEN connection is in effect,
+// it blocks until a completion or release of the key is notified (from any
+// instance), the holder's lease runs out, the poll interval passes, or ctx
+// is done. While it is not (connecting, reconnecting, deaf, or NoListen), it
+// polls the key with a doubling pause, from 10ms up to the poll interval,
+// until the key is no longer held by a live claim or ctx is done; if the
+// LISTEN comes up meanwhile, it switches to waiting for notifications.
 func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -492,48 +608,98 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	ch, ready, unsubscribe := s.listener.subscribe(notifyPayload(scope, key))
 	defer unsubscribe()
 
-	timer := time.NewTimer(s.poll)
-	defer timer.Stop()
-	// Look at the key only once the listener is up, so that a completion
-	// between our look and the notification cannot be missed.
-	select {
-	case <-ready:
-	case <-ch:
-		return nil
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	var remaining *int64 // microseconds left on a live claim's lease
-	err := s.pool.QueryRow(ctx, s.sql.waitCheck, []byte(scope), key.String(), s.nowArg()).Scan(&remaining)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil
-	case err != nil:
-		if ctx.Err() != nil {
-			return ctx.Err()
+	pause := min(firstPollDelay, s.poll)
+	for {
+		// Look at the key only once the listener is up, so that a
+		// completion between our look and the notification cannot be
+		// missed; before that, each look is a poll.
+		listening := isClosed(ready)
+		left, live, err := s.leaseLeft(ctx, scope, key, listening)
+		if err != nil || !live {
+			return err
 		}
-		return unavailable("wait", err)
-	case remaining == nil:
-		return nil
+		timeout := s.poll
+		if !listening {
+			timeout = pause
+			pause = min(2*pause, s.poll)
+		}
+		// Under the Now test hook the lease runs out on the test's clock,
+		// not the wall clock; the poll interval covers it.
+		if s.now == nil && left < timeout {
+			timeout = left
+		}
+		switch {
+		case listening && s.waitBlocked != nil:
+			s.waitBlocked()
+		case !listening && s.waitPolled != nil:
+			s.waitPolled()
+		}
+		comesUp := ready
+		if listening {
+			comesUp = nil
+		}
+		timer := time.NewTimer(timeout)
+		select {
+		case <-ch:
+			timer.Stop()
+			return nil
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+			if listening {
+				return nil
+			}
+		case <-comesUp:
+			// The LISTEN came up while polling: look again, then block.
+			timer.Stop()
+		}
 	}
-	// Under the Now test hook the lease runs out on the test's clock, not
-	// the wall clock; the poll interval covers it.
-	if left := time.Duration(*remaining) * time.Microsecond; s.now == nil && left < s.poll {
-		timer.Reset(left)
-	}
-	if s.waitBlocked != nil {
-		s.waitBlocked()
+}
+
+// isClosed reports whether ch is closed; a nil ch is not.
+func isClosed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
 	}
 	select {
 	case <-ch:
-		return nil
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		return true
+	default:
+		return false
 	}
+}
+
+// leaseLeft is Wait's look at the key: whether it is held by a live claim,
+// and for how much longer. listening says whether Wait will then block on a
+// notification, or poll. It tells the listener which channel the
+// statements use, so that a LISTEN on a dropped table's channel is replaced.
+func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key, listening bool) (left time.Duration, live bool, err error) {
+	var (
+		channel   string
+		remaining *int64 // microseconds left on a live claim's lease
+	)
+	check := s.sql.pollCheck
+	if listening {
+		check = s.sql.waitCheck
+	}
+	err = retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, check, []byte(scope), key.String(), s.nowArg()).Scan(&channel, &remaining)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, false, ctx.Err()
+		}
+		return 0, false, unavailable("wait", err)
+	}
+	s.listener.follow(channel)
+	if remaining == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*remaining) * time.Microsecond, true, nil
 }
 
 // notifyPayload is the NOTIFY payload naming (scope, key), as the SQL
@@ -565,8 +731,10 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 		leaseEnd, completed, expiresAt *time.Time
 		result                         []byte
 	)
-	err := s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
-		&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
+			&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Entry{}, false, nil
 	}
@@ -606,7 +774,13 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 		deleted int64
 		present bool
 	)
-	err := s.pool.QueryRow(ctx, s.sql.forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	forget := s.sql.forget
+	if s.listener.off {
+		forget = s.sql.forgetQuiet
+	}
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	})
 	if err != nil {
 		return false, unavailable("forget", err)
 	}
@@ -651,8 +825,10 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		st                  Stats
 		oldest, oldestAband *time.Time
 	)
-	err := s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
-		&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
+			&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	})
 	if err != nil {
 		return Stats{}, unavailable("stats", err)
 	}

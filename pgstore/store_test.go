@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -23,15 +24,37 @@ func migrated(t testing.TB) (*pgxpool.Pool, string) {
 	pool, schema := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+	session := sessionPool(t, pool, schema)
+	if err := migrations.Up(ctx, session, migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
+	}
+	if session != pool {
+		session.Close() // early: the server's connections are shared
 	}
 	return pool, schema
 }
 
-// newStore opens a store on pool, closed when t ends.
+// sessionPool returns pool, or, when the tests run through a
+// transaction-mode pooler, a direct pool on schema: migrations need a
+// session (goose holds an advisory lock across statements).
+func sessionPool(t testing.TB, pool *pgxpool.Pool, schema string) *pgxpool.Pool {
+	t.Helper()
+	if testdb.PoolerURL() == "" {
+		return pool
+	}
+	return testdb.NewPool(t, testdb.DirectConfig(t, schema))
+}
+
+// newStore opens a store on pool, closed when t ends. When the tests run
+// through a transaction-mode pooler and pool goes through it, the store
+// LISTENs on a direct connection (named like the pool's connections), as
+// a service behind such a pooler must.
 func newStore(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.Store {
 	t.Helper()
+	if lc := testdb.ListenConfig(t); lc != nil && !opts.NoListen && opts.ListenConfig == nil && throughPooler(t, pool) {
+		lc.RuntimeParams["application_name"] = pool.Config().ConnConfig.RuntimeParams["application_name"]
+		opts.ListenConfig = lc
+	}
 	s, err := pgstore.New(pool, opts)
 	if err != nil {
 		t.Fatalf("pgstore.New: %v", err)
@@ -49,4 +72,38 @@ func TestContract(t *testing.T) {
 
 func migrationsUp(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	return migrations.Up(ctx, pool, migrations.Options{Table: table})
+}
+
+// throughPooler reports whether pool connects to TEST_POOLER_URL.
+func throughPooler(t testing.TB, pool *pgxpool.Pool) bool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.PoolerURL())
+	if err != nil {
+		t.Fatalf("parse TEST_POOLER_URL: %v", err)
+	}
+	c := pool.Config().ConnConfig
+	return c.Host == cfg.ConnConfig.Host && c.Port == cfg.ConnConfig.Port
+}
+
+// listenConn returns a connection a test can LISTEN on, closed when t ends:
+// one taken out of pool, or a direct one when pool goes through a
+// transaction-mode pooler.
+func listenConn(t testing.TB, ctx context.Context, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	var conn *pgx.Conn
+	if lc := testdb.ListenConfig(t); lc != nil && throughPooler(t, pool) {
+		c, err := pgx.ConnectConfig(ctx, lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn = c
+	} else {
+		pc, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn = pc.Hijack()
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
 }

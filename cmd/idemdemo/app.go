@@ -43,6 +43,8 @@ func exitCode(err error) int {
 type config struct {
 	addr            string
 	databaseURL     string
+	directURL       string
+	noListen        bool
 	table           string
 	lease           time.Duration
 	wait            time.Duration
@@ -60,6 +62,8 @@ type config struct {
 var envVar = map[string]string{
 	"addr":             "IDEMDEMO_ADDR",
 	"database-url":     "DATABASE_URL",
+	"direct-url":       "IDEMDEMO_DIRECT_URL",
+	"no-listen":        "IDEMDEMO_NO_LISTEN",
 	"table":            "IDEMDEMO_TABLE",
 	"lease":            "IDEMDEMO_LEASE",
 	"wait":             "IDEMDEMO_WAIT",
@@ -78,6 +82,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var cfg config
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.databaseURL, "database-url", "", "PostgreSQL `URL`; empty means the in-memory store (nothing survives a restart)")
+	fs.StringVar(&cfg.directURL, "direct-url", "", "behind a pooler in transaction mode (PgBouncer pool_mode=transaction), a direct PostgreSQL `URL` to the same database for what needs a session: migrations and LISTEN (empty: -database-url's connections; give -database-url default_query_exec_mode=exec)")
+	fs.BoolVar(&cfg.noListen, "no-listen", false, "with a database, never LISTEN (for engines or endpoints without LISTEN/NOTIFY): a duplicate polls for its original's result, and the replay cache is off")
 	fs.StringVar(&cfg.table, "table", "", "idem claim `table`, \"table\" or \"schema.table\" (empty: idem_keys)")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it")
 	fs.DurationVar(&cfg.wait, "wait", middleware.DefaultWait, "how long a duplicate waits for an in-flight original before 409 (negative: no wait)")

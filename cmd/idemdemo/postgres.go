@@ -42,22 +42,50 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		return nil, err
 	}
 	logger.Info("connected to PostgreSQL", "host", pcfg.ConnConfig.Host, "port", pcfg.ConnConfig.Port, "database", pcfg.ConnConfig.Database)
+	// Behind a pooler in transaction mode, what needs a session (goose's
+	// advisory lock, LISTEN) goes to PostgreSQL directly.
+	var listenConfig *pgx.ConnConfig
+	session := pool
+	if cfg.directURL != "" {
+		dcfg, err := pgxpool.ParseConfig(cfg.directURL)
+		if err != nil {
+			pool.Close()
+			return nil, &usageError{errors.New("-direct-url / IDEMDEMO_DIRECT_URL is not a valid PostgreSQL URL or DSN")}
+		}
+		listenConfig = dcfg.ConnConfig.Copy()
+		if cfg.migrate {
+			dcfg.MaxConns = 1
+			if session, err = pgconnect.Open(ctx, dcfg, 15*time.Second); err != nil {
+				pool.Close()
+				return nil, fmt.Errorf("direct connection: %w", err)
+			}
+			defer session.Close()
+		}
+	}
 	if cfg.migrate {
-		if err := migrate(ctx, pool, cfg.table, logger); err != nil {
+		// Through session: directly to PostgreSQL behind a pooler.
+		if err := migrate(ctx, session, cfg.table, logger); err != nil {
 			pool.Close()
 			return nil, err
 		}
 	} else {
 		logger.Info("not migrating (-migrate=false): the idem table must exist", "table", tableName(cfg.table))
 	}
+	replayCache := cfg.replayCache
+	if cfg.noListen && replayCache > 0 {
+		logger.Info("replay cache off: without LISTEN it cannot hear a key forgotten on another instance")
+		replayCache = 0
+	}
 	store, err := pgstore.New(pool, pgstore.Options{
-		Table:     cfg.table,
-		Lease:     cfg.lease,
-		Retention: cfg.retention,
-		Logger:    logger,
+		Table:        cfg.table,
+		Lease:        cfg.lease,
+		Retention:    cfg.retention,
+		Logger:       logger,
+		ListenConfig: listenConfig,
+		NoListen:     cfg.noListen,
 		// A replay is then answered without a round trip; a key
 		// forgotten on any instance leaves every instance's cache.
-		ReplayCacheBytes: cfg.replayCache,
+		ReplayCacheBytes: replayCache,
 	})
 	if err != nil {
 		pool.Close()

@@ -103,7 +103,13 @@ func (d *demo) invoices() []Invoice {
 // dropped when t ends, and a connection on it for assertions.
 func pgURL(t *testing.T) (string, *pgx.Conn) {
 	t.Helper()
-	schema := testdb.Schema(t)
+	return schemaURL(t, testdb.Schema(t))
+}
+
+// schemaURL returns TEST_DATABASE_URL with search_path set to schema, and
+// a connection on it for assertions.
+func schemaURL(t *testing.T, schema string) (string, *pgx.Conn) {
+	t.Helper()
 	u, err := url.Parse(testdb.URL(t))
 	if err != nil {
 		t.Fatalf("TEST_DATABASE_URL: %v", err)

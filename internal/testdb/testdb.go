@@ -14,6 +14,19 @@
 // Private servers ([StartServer]) that a test stops, crashes and restarts
 // are containers too when a Docker engine answers, else PostgreSQL's
 // binaries run as local processes.
+//
+// # Through a connection pooler
+//
+// When TEST_POOLER_URL is set too, it is a transaction-mode pooler in front
+// of the same database (scripts/pgbouncer.sh starts one), and the pools of
+// [Config] connect through it. A pooler in transaction mode hands each
+// transaction any server connection, so no session setting survives, not
+// even a search_path sent at connect time (PgBouncer refuses it as a
+// startup parameter). The schema of a test is therefore found by its role:
+// [Schema] also creates a role named like the schema, and PostgreSQL's
+// default search_path ("$user", public) puts that schema first for it.
+// [DirectConfig] and [ListenConfig] reach PostgreSQL directly, for what
+// needs a session: migrations (goose's advisory lock) and LISTEN.
 package testdb
 
 import (
@@ -21,7 +34,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,6 +97,18 @@ func Schema(t testing.TB) string {
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("testdb: create schema: %v", err)
 	}
+	if PoolerURL() != "" {
+		// The test's role, for connections through the pooler; a
+		// superuser like TEST_DATABASE_URL's, since the tests signal
+		// and inspect other backends.
+		var pw [12]byte
+		_, _ = rand.Read(pw[:])
+		password := hex.EncodeToString(pw[:])
+		if _, err := conn.Exec(ctx, "CREATE ROLE "+schema+" LOGIN SUPERUSER PASSWORD '"+password+"'"); err != nil {
+			t.Fatalf("testdb: create role: %v", err)
+		}
+		passwords.Store(schema, password)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -93,19 +121,38 @@ func Schema(t testing.TB) string {
 		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			t.Errorf("testdb: drop schema: %v", err)
 		}
+		if _, ok := passwords.LoadAndDelete(schema); ok {
+			if _, err := conn.Exec(ctx, "DROP ROLE "+schema); err != nil {
+				t.Errorf("testdb: drop role: %v", err)
+			}
+		}
 	})
 	return schema
 }
 
-// Config returns a pool configuration for TEST_DATABASE_URL whose
-// connections use schema as their search_path.
-func Config(t testing.TB, schema string) *pgxpool.Config {
+// passwords holds the password of each test role, by schema.
+var passwords sync.Map
+
+// PoolerURL returns TEST_POOLER_URL: empty, or a transaction-mode pooler in
+// front of TEST_DATABASE_URL's database (see the package documentation).
+func PoolerURL() string { return os.Getenv("TEST_POOLER_URL") }
+
+// DirectConfig returns a pool configuration for TEST_DATABASE_URL, never
+// through a pooler, whose connections use schema as their search_path.
+func DirectConfig(t testing.TB, schema string) *pgxpool.Config {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(URL(t))
 	if err != nil {
 		t.Fatalf("testdb: parse TEST_DATABASE_URL: %v", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	setExecMode(t, cfg)
+	return cfg
+}
+
+// setExecMode sets the query exec mode TEST_QUERY_EXEC_MODE names, if any.
+func setExecMode(t testing.TB, cfg *pgxpool.Config) {
+	t.Helper()
 	if mode := os.Getenv("TEST_QUERY_EXEC_MODE"); mode != "" {
 		m, ok := queryExecModes[mode]
 		if !ok {
@@ -113,6 +160,71 @@ func Config(t testing.TB, schema string) *pgxpool.Config {
 		}
 		cfg.ConnConfig.DefaultQueryExecMode = m
 	}
+}
+
+// PoolerURLFor returns TEST_POOLER_URL as schema's role (made by [Schema]),
+// with default_query_exec_mode=exec unless the URL names a mode: the URL a
+// process under test (the demo) uses to reach schema through the pooler.
+// It fails t if TEST_POOLER_URL is unset.
+func PoolerURLFor(t testing.TB, schema string) string {
+	t.Helper()
+	password, ok := passwords.Load(schema)
+	if PoolerURL() == "" || !ok {
+		t.Fatalf("testdb: no pooler role for schema %q (is TEST_POOLER_URL set?)", schema)
+	}
+	u, err := url.Parse(PoolerURL())
+	if err != nil {
+		t.Fatalf("testdb: parse TEST_POOLER_URL: %v", err)
+	}
+	u.User = url.UserPassword(schema, password.(string))
+	q := u.Query()
+	if q.Get("default_query_exec_mode") == "" {
+		q.Set("default_query_exec_mode", "exec")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// ListenConfig returns, when tests run through a pooler, a direct
+// connection's configuration for a store's LISTEN (pgstore's
+// Options.ListenConfig); nil otherwise, meaning the pool's own connections.
+func ListenConfig(t testing.TB) *pgx.ConnConfig {
+	t.Helper()
+	if PoolerURL() == "" {
+		return nil
+	}
+	cfg, err := pgx.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("testdb: parse TEST_DATABASE_URL: %v", err)
+	}
+	return cfg
+}
+
+// Config returns a pool configuration for TEST_DATABASE_URL whose
+// connections use schema as their search_path: directly, or through
+// TEST_POOLER_URL as schema's role when it is set (in the query-exec mode
+// its URL names, else "exec", which needs no prepared statement to outlive
+// a transaction).
+func Config(t testing.TB, schema string) *pgxpool.Config {
+	t.Helper()
+	pooler := PoolerURL()
+	if pooler == "" {
+		return DirectConfig(t, schema)
+	}
+	URL(t)
+	password, ok := passwords.Load(schema)
+	if !ok {
+		t.Fatalf("testdb: schema %q was not made by testdb.Schema: no role to reach it through the pooler", schema)
+	}
+	cfg, err := pgxpool.ParseConfig(pooler)
+	if err != nil {
+		t.Fatalf("testdb: parse TEST_POOLER_URL: %v", err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = schema, password.(string)
+	if os.Getenv("TEST_QUERY_EXEC_MODE") == "" && !strings.Contains(pooler, "default_query_exec_mode=") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	setExecMode(t, cfg)
 	return cfg
 }
 
