@@ -48,6 +48,12 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
 bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
+CSV ?= docs/performance.csv
+
+.PHONY: charts
+charts: ## Draw docs/performance-*.svg from the load tool's CSVs (CSV="a.csv b.csv", one per run; see docs/performance.md).
+	$(GO) run ./cmd/idemcharts $(addprefix -csv ,$(CSV)) -out $(dir $(firstword $(CSV)))
+
 # `docker compose` (v2) when present, else `docker-compose` (1.29, Debian's).
 COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 

@@ -17,8 +17,10 @@ var (
 	// request (a different fingerprint). Nothing was changed.
 	ErrFingerprintMismatch = errors.New("idem: key reused for a different request")
 
-	// ErrCapacity: a bounded store is full of live claims and cannot take
-	// another. Nothing was changed; retry later.
+	// ErrCapacity: a bounded store is full of live claims and retained
+	// results (it never evicts a retained result to make room) and cannot
+	// take a new key. The key was not claimed; retry later, when results
+	// have expired or claims ended.
 	ErrCapacity = errors.New("idem: store capacity exhausted")
 
 	// ErrUnavailable: the store could not be reached or did not answer. The
@@ -102,3 +104,11 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 
 // Unwrap returns the cause.
 func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// ErrLeaseLost is the cause ([context.Cause]) with which the adapters cancel
+// the context of protected work whose claim can no longer be trusted: the
+// lease was about to run out without a confirmed renewal (a renewal failed
+// or hung), or a renewal found the claim taken over or forgotten. The work
+// should stop and start no further side effects; whatever it answers is not
+// recorded, because another request may own the key now.
+var ErrLeaseLost = errors.New("idem: claim lost while the work ran")

@@ -32,15 +32,26 @@ const (
 	// the side effect. Status is the recorded status.
 	EventCompleted
 	// EventReleased: the key was released (a panic, a failure the policy
-	// does not record), so a retry runs again. Duration is the run time.
+	// does not record, work cut off by shutdown or a lost lease), so a
+	// retry runs again. Duration is the run time. Err holds the cause
+	// when the work was cut off (engine.ErrShutdown, ErrLeaseLost).
 	EventReleased
-	// EventStale: the claim was lost while the request ran (its lease ran
-	// out and another request took the key over, or an operator forgot
-	// it); its result is not recorded.
+	// EventStale: completing or releasing found the claim no longer the
+	// request's (its lease ran out and another request took the key over,
+	// or an operator forgot it); its result is not recorded. A claim lost
+	// while the work still ran is reported as EventLeaseLost instead.
 	EventStale
 	// EventStoreError: a store call failed. Op names it ("claim", "renew",
 	// "complete", "release"); Err holds the error.
 	EventStoreError
+	// EventLeaseLost: the work's claim could no longer be trusted while it
+	// ran, so its context was cancelled with cause [ErrLeaseLost]: the
+	// lease was about to run out without a confirmed renewal (renewals
+	// failed or hung), or a renewal found the claim stale. Nothing the
+	// work answers is recorded. Err holds the reason; Duration is how
+	// long the work had run. Reported once per request, from the
+	// renewal's goroutine.
+	EventLeaseLost
 )
 
 func (k EventKind) String() string {
@@ -61,6 +72,8 @@ func (k EventKind) String() string {
 		return "stale"
 	case EventStoreError:
 		return "store error"
+	case EventLeaseLost:
+		return "lease lost"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -78,7 +91,8 @@ type Event struct {
 	Duration time.Duration
 	// Op is the store operation of an EventStoreError.
 	Op string
-	// Err is the error of an EventStoreError or EventStale.
+	// Err is the error of an EventStoreError, EventStale or
+	// EventLeaseLost, and the cause of an EventReleased of cut-off work.
 	Err error
 	// Adapter names the adapter that reported the event: [AdapterHTTP] or
 	// [AdapterMCP]. Empty when the reporter does not say.

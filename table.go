@@ -46,14 +46,28 @@ func (e *Entry) expired(now time.Time) bool {
 }
 
 // TableConfig configures a [Table].
+//
+// The bounds are the bounded-resource rule: a retained result is never
+// evicted to make room (invariant 4 of [Store]: a retry of an evicted key
+// would run its side effect again, and anyone able to send new keys could
+// flush every other client's results). When a claim for a new key would
+// exceed a bound, the table first reclaims what the protocol no longer
+// protects, results past retention and claims whose lease ran out (as a
+// sweep would); if that frees no room, Claim fails with [ErrCapacity] and
+// claims nothing. Keys already present are always answered.
 type TableConfig struct {
-	// Capacity bounds the number of present keys. When a new key would
-	// exceed it, the oldest completed entry is evicted, else a claim whose
-	// lease ran out; if every entry is a live claim, Claim fails with
-	// [ErrCapacity]. Zero or less means unbounded.
+	// Capacity bounds the number of present keys. Zero or less means no
+	// bound on the count.
 	Capacity int
+	// MaxBytes bounds the bytes the entries hold, as [Table.Bytes] counts
+	// them (scope, key, fingerprint, owner, recorded result, and a fixed
+	// overhead per entry). It is checked when a new key is claimed; a
+	// completion is never refused for size, so the table can exceed it by
+	// the results of the claims admitted before it filled (each bounded by
+	// the adapter's record limit). Zero or less means no bound on bytes.
+	MaxBytes int64
 	// Retention is how long a result is kept after completion. Zero means
-	// forever (or until evicted for capacity).
+	// forever.
 	Retention time.Duration
 	// DefaultLease is the lease of a claim or renewal that asks for none.
 	// Zero means [DefaultLease].
@@ -74,26 +88,34 @@ type completion struct {
 	gen int64
 }
 
-// Table is the transition table of DESIGN.md, and nothing else: a map, the
-// claim operations, and one bounded-resource rule. It has no lock, no I/O and
-// no clock: every operation that needs the time is given it, so the table can
-// be tested as a state machine and serves as the model stores are checked
-// against. A Table is not safe for concurrent use; memstore puts it behind a
-// lock, which is what makes its claims atomic.
+// Table is the transition table of docs/design.md, and nothing else: a map,
+// the claim operations, and one bounded-resource rule (see [TableConfig]).
+// It has no lock, no I/O and no clock: every operation that needs the time
+// is given it, so the table can be tested as a state machine and serves as
+// the model stores are checked against. A Table is not safe for concurrent
+// use; memstore puts it behind a lock, which is what makes its claims
+// atomic.
 //
 // Generations come from one counter for the whole table, so a generation is
 // never reused for a key, whatever happened to the key in between.
 type Table struct {
 	cfg     TableConfig
 	entries map[scopedKey]*Entry
-	claimed map[scopedKey]struct{} // keys in StateClaimed, for sweeping and eviction
+	claimed map[scopedKey]struct{} // keys in StateClaimed, for sweeping and reclaiming
 	// completions lists completed entries in completion order, oldest first,
-	// for eviction and retention. Entries are validated when popped (the key
+	// for retention. Entries are validated when popped (the key
 	// may have been released, forgotten or re-claimed since), so removal
 	// from the middle is free.
 	completions []completion
 	head        int
 	lastGen     int64
+	bytes       int64 // the sum of entrySize over entries
+	// noAbandonedBefore is a time before which no claim's lease can have
+	// run out: at most the earliest lease end. Leases only grow (renewal)
+	// or leave (completion, release), so once computed it stays a lower
+	// bound, and a full table scans its claims for abandoned ones only when
+	// the clock passes it, not on every refused claim.
+	noAbandonedBefore time.Time
 }
 
 // NewTable returns an empty table.
@@ -110,6 +132,32 @@ func NewTable(cfg TableConfig) *Table {
 
 // Len returns the number of present keys.
 func (t *Table) Len() int { return len(t.entries) }
+
+// Bytes returns the bytes the entries hold, as [TableConfig.MaxBytes]
+// counts them.
+func (t *Table) Bytes() int64 { return t.bytes }
+
+// entryOverhead approximates what an entry costs beyond its variable-length
+// fields: the map slot, the Entry struct and its bookkeeping.
+const entryOverhead = 256
+
+// entrySize is what an entry counts against [TableConfig.MaxBytes].
+func entrySize(sk scopedKey, e *Entry) int64 {
+	n := entryOverhead + len(sk.scope) + len(sk.key.String()) + len(e.Fingerprint) + len(e.Owner) + len(e.Result.Body)
+	for name, vs := range e.Result.Header {
+		n += len(name)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return int64(n)
+}
+
+// full reports whether a new entry of size n would exceed a bound.
+func (t *Table) full(n int64) bool {
+	return t.cfg.Capacity > 0 && len(t.entries) >= t.cfg.Capacity ||
+		t.cfg.MaxBytes > 0 && t.bytes+n > t.cfg.MaxBytes
+}
 
 // Lookup returns the entry for (scope, key), if present. The returned entry
 // is a copy.
@@ -147,18 +195,30 @@ func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 				return Claim{Status: Completed, Result: e.Result}, nil
 			}
 		}
-	} else if t.cfg.Capacity > 0 && len(t.entries) >= t.cfg.Capacity && !t.evict(now) {
-		return Claim{}, ErrCapacity
 	}
-	t.lastGen++
 	lease := t.lease(req.Lease)
-	t.entries[sk] = &Entry{
+	next := &Entry{
 		State:       StateClaimed,
-		Generation:  t.lastGen,
 		Fingerprint: req.Fingerprint,
 		Owner:       req.Owner,
 		CreatedAt:   now,
 		LeaseEnd:    now.Add(lease),
+	}
+	if !ok && t.full(entrySize(sk, next)) {
+		t.reclaim(now)
+		if t.full(entrySize(sk, next)) {
+			return Claim{}, ErrCapacity
+		}
+	}
+	if ok {
+		t.remove(sk)
+	}
+	t.lastGen++
+	next.Generation = t.lastGen
+	t.entries[sk] = next
+	t.bytes += entrySize(sk, next)
+	if t.noAbandonedBefore.IsZero() || next.LeaseEnd.Before(t.noAbandonedBefore) {
+		t.noAbandonedBefore = next.LeaseEnd
 	}
 	t.claimed[sk] = struct{}{}
 	return Claim{
@@ -200,6 +260,7 @@ func (t *Table) Complete(tok Token, res Result, now time.Time) error {
 	}
 	sk := scopedKey{tok.Scope, tok.Key}
 	delete(t.claimed, sk)
+	t.bytes -= entrySize(sk, e)
 	e.State = StateCompleted
 	e.LeaseEnd = time.Time{}
 	e.CompletedAt = now
@@ -208,6 +269,7 @@ func (t *Table) Complete(tok Token, res Result, now time.Time) error {
 		e.ExpiresAt = now.Add(t.cfg.Retention)
 	}
 	e.Result = res
+	t.bytes += entrySize(sk, e)
 	t.completions = append(t.completions, completion{sk, e.Generation})
 	return nil
 }
@@ -219,6 +281,9 @@ func (t *Table) Renew(tok Token, lease time.Duration, now time.Time) (time.Time,
 		return time.Time{}, err
 	}
 	e.LeaseEnd = now.Add(t.lease(lease))
+	if e.LeaseEnd.Before(t.noAbandonedBefore) { // a renewal may shorten a lease
+		t.noAbandonedBefore = e.LeaseEnd
+	}
 	return e.LeaseEnd, nil
 }
 
@@ -244,6 +309,9 @@ func (t *Table) Forget(scope string, key Key) bool {
 }
 
 func (t *Table) remove(sk scopedKey) {
+	if e, ok := t.entries[sk]; ok {
+		t.bytes -= entrySize(sk, e)
+	}
 	delete(t.entries, sk)
 	delete(t.claimed, sk)
 }
@@ -277,28 +345,33 @@ func (t *Table) Sweep(now time.Time, limit int) SweepStats {
 	return st
 }
 
-// evict makes room for one new key, and reports whether it could.
-func (t *Table) evict(now time.Time) bool {
-	if _, sk, ok := t.oldestCompleted(); ok {
+// reclaim removes, at time now, what the protocol no longer protects:
+// every result past retention and every claim whose lease ran out, exactly
+// what a sweep would remove. It never touches a retained result or a live
+// claim. Expired results are a prefix of the completion queue; the claims
+// are scanned only once the clock has passed noAbandonedBefore, and the
+// scan moves it to the earliest live lease end.
+func (t *Table) reclaim(now time.Time) {
+	for {
+		e, sk, ok := t.oldestCompleted()
+		if !ok || !e.expired(now) {
+			break
+		}
 		t.remove(sk)
 		t.popCompletion()
-		return true
 	}
-	// No result to evict: the oldest abandoned claim, if any. This scans
-	// the claims, which only happens when the table is full of them.
-	var victim *scopedKey
-	var victimEnd time.Time
+	if now.Before(t.noAbandonedBefore) {
+		return
+	}
+	t.noAbandonedBefore = time.Time{}
 	for sk := range t.claimed {
 		e := t.entries[sk]
-		if e.leaseOver(now) && (victim == nil || e.LeaseEnd.Before(victimEnd)) {
-			victim, victimEnd = &sk, e.LeaseEnd
+		if e.leaseOver(now) {
+			t.remove(sk)
+		} else if t.noAbandonedBefore.IsZero() || e.LeaseEnd.Before(t.noAbandonedBefore) {
+			t.noAbandonedBefore = e.LeaseEnd
 		}
 	}
-	if victim == nil {
-		return false
-	}
-	t.remove(*victim)
-	return true
 }
 
 // oldestCompleted returns the oldest completed entry still present, dropping

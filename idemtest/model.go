@@ -22,12 +22,27 @@ import (
 // report stale claims against the same current generation.
 func RunModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps int) {
 	t.Helper()
+	runModel(t, ctx, s, clock, seed, steps, idem.TableConfig{Retention: Retention})
+}
+
+// RunBoundedModel is [RunModel] for a store bounded to capacity keys, as
+// [idem.TableConfig.Capacity] bounds a table: a claim for a new key in a
+// full store reclaims expired results and abandoned claims, and fails with
+// [idem.ErrCapacity] if that frees no room, never evicting a retained
+// result. The model uses six keys, so a capacity under six is reached.
+func RunBoundedModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps, capacity int) {
+	t.Helper()
+	runModel(t, ctx, s, clock, seed, steps, idem.TableConfig{Retention: Retention, Capacity: capacity})
+}
+
+func runModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps int, cfg idem.TableConfig) {
+	t.Helper()
 	m := &model{
 		t:       t,
 		ctx:     ctx,
 		s:       s,
 		clock:   clock,
-		table:   idem.NewTable(idem.TableConfig{Retention: Retention}),
+		table:   idem.NewTable(cfg),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		toModel: map[int64]int64{},
 		toStore: map[int64]int64{},

@@ -2,9 +2,11 @@ package idemtest_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +36,8 @@ var mutants = map[string]func(*memstore.Store) idem.Store{
 	"renew-noop": func(s *memstore.Store) idem.Store { return renewNoop{s} },
 	// Leases that never run out: abandoned claims stick forever.
 	"no-takeover": func(s *memstore.Store) idem.Store { return noTakeover{s} },
+	// Invariant 4 under a bound: a full store evicts the oldest result.
+	"evict-retained": func(s *memstore.Store) idem.Store { return &evictRetained{Store: s} },
 }
 
 func TestSuiteCatchesMutants(t *testing.T) {
@@ -60,13 +64,17 @@ func TestSuiteCatchesMutants(t *testing.T) {
 // IDEMTEST_MUTANT, or against the unmodified memstore when it is unset.
 func TestSuiteUnderMutant(t *testing.T) {
 	name := os.Getenv(mutantEnv)
-	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
-		s := memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention})
-		if name == "" {
-			return s
+	factory := func(capacity int) idemtest.Factory {
+		return func(t *testing.T, clock *idemtest.Clock) idem.Store {
+			s := memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention, Capacity: capacity})
+			if name == "" {
+				return s
+			}
+			return mutants[name](s)
 		}
-		return mutants[name](s)
-	})
+	}
+	t.Run("Run", func(t *testing.T) { idemtest.Run(t, factory(0)) })
+	t.Run("RunBounded", func(t *testing.T) { idemtest.RunBounded(t, factory(idemtest.BoundedCapacity)) })
 }
 
 type ignoreGeneration struct{ *memstore.Store }
@@ -153,4 +161,40 @@ func (m noTakeover) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Clai
 		return idem.Claim{Status: idem.InFlight, LeaseEnd: e.LeaseEnd}, nil
 	}
 	return m.Store.Claim(ctx, req)
+}
+
+// evictRetained is the bounded-resource rule before it kept retained
+// results: when the store is full, the oldest completed key is forgotten
+// to make room.
+type evictRetained struct {
+	*memstore.Store
+	mu        sync.Mutex
+	completed []idem.Token
+}
+
+func (m *evictRetained) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	err := m.Store.Complete(ctx, tok, res)
+	if err == nil {
+		m.mu.Lock()
+		m.completed = append(m.completed, tok)
+		m.mu.Unlock()
+	}
+	return err
+}
+
+func (m *evictRetained) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	c, err := m.Store.Claim(ctx, req)
+	for errors.Is(err, idem.ErrCapacity) {
+		m.mu.Lock()
+		if len(m.completed) == 0 {
+			m.mu.Unlock()
+			break
+		}
+		oldest := m.completed[0]
+		m.completed = m.completed[1:]
+		m.mu.Unlock()
+		m.Forget(oldest.Scope, oldest.Key)
+		c, err = m.Store.Claim(ctx, req)
+	}
+	return c, err
 }

@@ -24,10 +24,16 @@
 //
 // # Keys
 //
-// Every key lives in a scope: the principal ([Options.Principal], by
-// default the Authorization and X-Api-Key credentials), plus the call's
-// _meta.sessionId when it carries one (seed 003). Scope parts are hashed.
-// Callers without credentials share one principal, so between them a
+// Every key lives in a scope: who is calling, plus the call's
+// _meta.sessionId when it carries one (seed 003), as a keyed hash
+// (HMAC-SHA-256 with [Options.ScopeSecret]; SHA-256 without one). Who is
+// calling is the principal [Options.Principal] returns, else the
+// credentials: the Authorization and X-Api-Key headers and the cookies
+// named in [Options.SessionCookies]. A call that carries cookies but none of
+// these, to a server that has not named its session cookies, is refused
+// ([CodeInternalError], [ReasonUnscopedCookies]): the cookie may be the
+// credential, and ignoring it would give one caller another's result.
+// Callers without credentials share one identity, so between them a
 // _meta.idempotencyKey is only as private as its value: one derived with
 // [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
 //
@@ -62,7 +68,9 @@
 // [idem.Result] Body. A tool result, even one with isError, completes the
 // key; a JSON-RPC error, or a rejection by the inner handler, releases it,
 // so a retry runs again. A response larger than [Options.MaxRecordBytes]
-// completes the key as unreplayable. An SSE stream that ends without the
+// completes the key as unreplayable; a notification that large (a message
+// naming a top-level "method" within its first MaxRecordBytes) is only
+// dropped. An SSE stream that ends without the
 // call's response (the session closed, or the server closed the stream for
 // the client to resume it with a GET, SEP-1699) leaves the claim to its
 // lease: the tool may still be running, and the response, delivered on a
@@ -73,10 +81,21 @@
 // ends a call's stream when the HTTP request's context ends, and the
 // client that dropped its connection is exactly the one that will retry.
 // With the context detached, the inner handler keeps writing the call's
-// response (to a connection that fails silently) and the wrapper records it
-// for the retry. The claim's lease is renewed while the inner handler runs.
-// A tool that never ends keeps its request's goroutine, as it keeps go-sdk's
-// own; a session that closes ends both.
+// response (the wrapper stops sending it to the gone client) and the
+// wrapper records it for the retry. The claim, its renewal, the deadline
+// that cancels the inner handler's context (cause [idem.ErrLeaseLost])
+// before the lease could run out unrenewed, [Options.Shutdown], which
+// endings are recorded and the retry delays are the shared behaviour of
+// idem's adapters, built once in package [engine] and documented there.
+// go-sdk runs a stateful session's tool handlers on the session's context,
+// so for them a cancelled request context ends the call's stream, not the
+// tool: when the engine cancels a call (lease lost, shutdown), the wrapper
+// also sends the inner handler a notifications/cancelled for the call's id
+// on the same session, as a client would, which cancels the tool. A
+// stateless go-sdk server handles that notice in a fresh session, so there
+// the tool runs on (a known gap). A tool that never ends keeps
+// its request's goroutine, as it keeps go-sdk's own; a session that closes
+// ends both.
 //
 // A replay is the recorded response with its id rewritten to the retry's id,
 // framed as the inner handler frames its answers: an SSE "message" event or
@@ -119,11 +138,14 @@
 // carries no key, the key the wrapper derived is forwarded instead (a hash
 // of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
 // The caller's Authorization and X-Api-Key travel with them, as seed 003's
-// generated servers forward them: the upstream authenticates the same
-// caller, and its own idem middleware scopes the key to that caller, so two
-// callers who send one _meta.idempotencyKey never share a result upstream.
-// [Transport] sets the headers on every upstream request whose context
-// carries a [Meta] ([NewContext]).
+// generated servers forward them, but only to the upstream origins
+// [Transport.Upstreams] names and never on a redirect to another origin:
+// the upstream authenticates the same caller, and its own idem middleware
+// scopes the key to that caller, so two callers who send one
+// _meta.idempotencyKey never share a result upstream. [Transport] sets the
+// headers on every upstream request whose context carries a [Meta]
+// ([NewContext]); its documentation relates this to the MCP authorization
+// specification's rule against token passthrough.
 //
 // # Errors
 //

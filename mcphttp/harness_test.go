@@ -154,7 +154,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		}
 		return text("sampled: " + tc.Text), nil, nil
 	})
-	upstreamClient := &http.Client{Transport: &mcphttp.Transport{}}
+	var upstreams []string // the test's upstream receives the caller's credentials
+	if o.upstream != "" {
+		upstreams = []string{o.upstream}
+	}
+	upstreamClient := &http.Client{Transport: &mcphttp.Transport{Upstreams: upstreams}}
 	mcp.AddTool(server, &mcp.Tool{Name: "meta"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
 		h.runs.add("meta")
 		m := mcphttp.FromCallToolRequest(req)

@@ -194,7 +194,7 @@ const (
 	// so it is neither run again nor replayed. data.reason is
 	// "unreplayable".
 	CodeUnreplayable = -32092
-	// CodeUnavailable: the store could not be reached, so the call was not
+	// CodeUnavailable: the store could not be reached or is full, so the call was not
 	// run (it never runs without a claim). data.reason is
 	// "store_unavailable"; data.retryAfterMs suggests when to retry.
 	CodeUnavailable = -32093

@@ -12,11 +12,10 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 )
 
 // Defaults of [Options].
@@ -25,11 +24,6 @@ const (
 	DefaultMaxInspectBytes = 4 << 20 // go-sdk's default request body limit
 	DefaultMaxRecordBytes  = 1 << 20
 )
-
-// storeTimeout bounds the store calls made after the inner handler returned
-// (complete, release), which must not depend on the client still being
-// there.
-const storeTimeout = 10 * time.Second
 
 // Options configures the wrapper. The zero value is ready to use.
 type Options struct {
@@ -43,9 +37,22 @@ type Options struct {
 	Wait time.Duration
 	// Lease is the lease of a call's claim, renewed every third of it while
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
-	// process's claim runs out. Zero means [idem.DefaultLease]; negative
-	// panics.
+	// process's claim runs out. If no renewal is confirmed in time, the
+	// inner handler's context ends shortly before the lease does (see the
+	// engine package). Zero means [idem.DefaultLease]; negative or less
+	// than a millisecond panics.
 	Lease time.Duration
+	// StoreTimeout bounds each store call made once a call runs (renew,
+	// complete, release), which must not hang on a store outage; a
+	// renewal is bounded further by the time left on the lease. Zero
+	// means [engine.DefaultStoreTimeout]; negative panics.
+	StoreTimeout time.Duration
+	// Shutdown, when done, ends the context of every call the wrapper
+	// runs with cause [engine.ErrShutdown]; a call so cut off is not
+	// recorded and its key is released. Calls run on a context detached
+	// from the client's, so closing the HTTP server does not end them:
+	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	Shutdown context.Context
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through
 	// to the inner handler intact and is not deduplicated. Zero means
@@ -58,11 +65,25 @@ type Options struct {
 	// [CodeUnreplayable]. Zero means [DefaultMaxRecordBytes]; negative
 	// panics.
 	MaxRecordBytes int
-	// Principal returns who is calling, for the scope of every key. Nil
-	// means the credentials: the Authorization and X-Api-Key headers
-	// (anonymous callers share one principal). The value is hashed, never
-	// stored.
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the server's auth
+	// middleware filled. Non-empty, it alone is the caller's identity in
+	// the scope of every key; empty, or a nil Principal, means the
+	// credentials: the Authorization and X-Api-Key headers and the
+	// SessionCookies. Callers with none of these share one identity. The
+	// identity is hashed, never stored.
 	Principal func(*http.Request) string
+	// SessionCookies names the cookies whose values identify a caller.
+	// Nil means not configured: a call that carries a Cookie header but
+	// no principal and no credential is refused ([CodeInternalError],
+	// [ReasonUnscopedCookies]) and not run. An empty, non-nil slice
+	// declares that no cookie identifies a caller: cookies are ignored. A
+	// name that is not a cookie name panics.
+	SessionCookies []string
+	// ScopeSecret keys the hash of the scope (HMAC-SHA-256), so that
+	// credentials cannot be recovered from the table by hashing guesses.
+	// Nil means plain SHA-256. See middleware.Options.ScopeSecret.
+	ScopeSecret []byte
 	// Owner names this process in claims, for operators. Optional.
 	Owner string
 	// Logger receives store failures and lost claims, with keys as
@@ -77,13 +98,14 @@ type Options struct {
 
 type wrapper struct {
 	next       http.Handler
+	eng        *engine.Engine
 	store      idem.Store
 	methods    map[string]bool
 	wait       time.Duration
 	lease      time.Duration
 	maxInspect int64
 	maxRecord  int
-	principal  func(*http.Request) string
+	scope      *scoper
 	owner      string
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
@@ -97,8 +119,8 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if store == nil {
 		panic("mcphttp: nil store")
 	}
-	if opts.Lease < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
-		panic("mcphttp: negative Lease, MaxInspectBytes or MaxRecordBytes")
+	if opts.Lease < 0 || opts.StoreTimeout < 0 || opts.MaxInspectBytes < 0 || opts.MaxRecordBytes < 0 {
+		panic("mcphttp: negative Lease, StoreTimeout, MaxInspectBytes or MaxRecordBytes")
 	}
 	methods := map[string]bool{}
 	if opts.Methods == nil {
@@ -125,24 +147,27 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if opts.MaxRecordBytes == 0 {
 		opts.MaxRecordBytes = DefaultMaxRecordBytes
 	}
-	if opts.Principal == nil {
-		opts.Principal = credentials
-	}
+	scope := newScoper(opts)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	eng := engine.New(store, engine.Options{
+		Adapter:      idem.AdapterMCP,
+		Lease:        opts.Lease,
+		Wait:         opts.Wait,
+		StoreTimeout: opts.StoreTimeout,
+		Shutdown:     opts.Shutdown,
+		Owner:        opts.Owner,
+		Logger:       logger,
+	})
 	return func(next http.Handler) http.Handler {
 		return &wrapper{
-			next: next, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
+			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
-			principal: opts.Principal, owner: opts.Owner, log: logger, observer: opts.Observer,
+			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
 		}
 	}
-}
-
-func credentials(r *http.Request) string {
-	return r.Header.Get("Authorization") + "\x00" + r.Header.Get("X-Api-Key")
 }
 
 func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -196,16 +221,15 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 }
 
 // identify returns the claim for a call, the key forwarded upstream, and
-// whether the call can be deduplicated at all.
+// whether the call can be deduplicated at all; keyErr is an invalid key or a
+// caller the scope cannot name (see [scoper]).
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward string, ok bool, keyErr error) {
-	h := sha256.Sum256([]byte(m.principal(r)))
-	scope := "mcp:" + hex.EncodeToString(h[:16])
-	if c.sessionID != "" {
-		s := sha256.Sum256([]byte(c.sessionID))
-		scope += ":" + hex.EncodeToString(s[:16])
-	}
+	scope, scopeErr := m.scope.scope(r, c.sessionID)
 	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
 	if c.hasKey {
+		if scopeErr != nil {
+			return req, "", true, scopeErr
+		}
 		k, err := idem.ParseKey(c.idemKey)
 		if err != nil {
 			return req, "", true, err
@@ -219,6 +243,9 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		// clients' id 1 would be one key, and one would be answered with
 		// the other's result.
 		return req, "", false, nil
+	}
+	if scopeErr != nil {
+		return req, "", true, scopeErr
 	}
 	// The argument digest joins the tool name in the key's target, not
 	// only the fingerprint: under a reused id, a call with other arguments
@@ -236,18 +263,20 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	if keyErr != nil {
-		m.answer(w, r, c, errorResponse(c.rawID, rpcError{
-			Code: CodeInvalidParams, Message: "invalid _meta.idempotencyKey: " + keyErr.Error(),
-			Data: errorData{Reason: ReasonInvalidKey},
-		}), false)
+		m.answer(w, r, c, m.refusal(r, c, keyErr), false)
 		return
 	}
 	ctx := r.Context()
-	start := time.Now()
-	claim, err := m.store.Claim(ctx, req)
-	if err == nil && claim.Status == idem.Acquired {
-		m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
-		m.execute(w, r, c, claim.Token, forward)
+	ereq := &engine.Request{Claim: req}
+	if m.observer != nil {
+		ereq.Observe = func(e idem.Event) { m.observer(r, e) }
+	}
+	d := m.eng.TryClaim(ctx, ereq)
+	switch d.Outcome {
+	case engine.Run:
+		m.execute(w, r, c, ereq, d, forward)
+		return
+	case engine.Gone:
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
@@ -257,75 +286,53 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		probe.writeTo(w)
 		return
 	}
-	if err == nil && claim.Status == idem.InFlight && m.wait > 0 {
-		claim, err = idem.ClaimWait(ctx, m.store, req, m.wait)
-		if ctx.Err() != nil {
+	if d.Outcome == engine.InFlight && m.wait > 0 {
+		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
+		case engine.Run:
+			m.execute(w, r, c, ereq, d, forward)
+			return
+		case engine.Gone:
 			return // the client went away while it waited
 		}
-		if err == nil && claim.Status == idem.Acquired {
-			m.observe(r, idem.Event{Kind: idem.EventClaimed, Scope: req.Scope, Key: req.Key, Duration: time.Since(start)})
-			m.execute(w, r, c, claim.Token, forward)
-			return
-		}
+	} else {
+		m.eng.Report(ctx, ereq, d)
 	}
-	e := idem.Event{Kind: answerKind(claim, err), Scope: req.Scope, Key: req.Key, Duration: time.Since(start)}
-	if e.Kind == idem.EventStoreError {
-		e.Op, e.Err = "claim", err
-	}
-	m.observe(r, e)
-	m.answer(w, r, c, m.replayBody(c, req, claim, err), true, probe)
-}
-
-// answerKind is the event of a call the wrapper answers without running it.
-func answerKind(claim idem.Claim, err error) idem.EventKind {
-	var mismatch *idem.MismatchError
-	switch {
-	case errors.As(err, &mismatch):
-		return idem.EventMismatch
-	case err != nil:
-		return idem.EventStoreError
-	case claim.Status == idem.Completed:
-		return idem.EventReplayed
-	}
-	return idem.EventInFlight
-}
-
-func (m *wrapper) observe(r *http.Request, e idem.Event) {
-	if m.observer != nil {
-		m.observer(r, e)
-	}
+	m.answer(w, r, c, m.replayBody(c, req, d), true, probe)
 }
 
 // replayBody is the JSON-RPC response the wrapper answers a call with when
 // it does not run it.
-func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, err error) []byte {
-	var mismatch *idem.MismatchError
-	switch {
-	case errors.As(err, &mismatch):
+func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) []byte {
+	switch d.Outcome {
+	case engine.Mismatch:
 		return errorResponse(c.rawID, rpcError{
 			Code:    CodeKeyReused,
 			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
 			Data:    errorData{Reason: ReasonKeyReused},
 		})
-	case err != nil:
-		m.log.Warn("mcphttp: claim failed", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
-		retry := time.Second
-		var ue *idem.UnavailableError
-		if errors.As(err, &ue) && ue.RetryAfter > 0 {
-			retry = ue.RetryAfter
+	case engine.InvalidKey:
+		return errorResponse(c.rawID, rpcError{
+			Code: CodeInvalidParams, Message: "the idempotency store rejected the call's key: " + d.Err.Error(),
+			Data: errorData{Reason: ReasonInvalidKey},
+		})
+	case engine.Unavailable:
+		msg := "idempotency store unavailable; the call was not run, retry it"
+		if errors.Is(d.Err, idem.ErrCapacity) {
+			msg = "idempotency store full; the call was not run, retry it later"
 		}
 		return errorResponse(c.rawID, rpcError{
-			Code: CodeUnavailable, Message: "idempotency store unavailable; the call was not run, retry it",
-			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: retry.Milliseconds()},
+			Code: CodeUnavailable, Message: msg,
+			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
-	case claim.Status == idem.Completed && claim.Result.Unreplayable:
-		return errorResponse(c.rawID, rpcError{
-			Code:    CodeUnreplayable,
-			Message: "this call already ran, but its response was too large to record and cannot be replayed",
-			Data:    errorData{Reason: ReasonUnreplayable},
-		})
-	case claim.Status == idem.Completed:
-		body, err := withID(claim.Result.Body, c.rawID)
+	case engine.Replay:
+		if d.Claim.Result.Unreplayable {
+			return errorResponse(c.rawID, rpcError{
+				Code:    CodeUnreplayable,
+				Message: "this call already ran, but its response was too large to record and cannot be replayed",
+				Data:    errorData{Reason: ReasonUnreplayable},
+			})
+		}
+		body, err := withID(d.Claim.Result.Body, c.rawID)
 		if err == nil {
 			return body
 		}
@@ -336,15 +343,10 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, claim idem.Claim, er
 			Data:    errorData{Reason: ReasonUnreplayable},
 		})
 	default: // still in flight after the wait
-		retry := time.Second
-		if !claim.LeaseEnd.IsZero() {
-			retry = max(time.Until(claim.LeaseEnd), 100*time.Millisecond)
-			retry = min(retry, m.lease)
-		}
 		return errorResponse(c.rawID, rpcError{
 			Code:    CodeInFlight,
 			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
-			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: retry.Milliseconds()},
+			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
 	}
 }
@@ -414,22 +416,7 @@ func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
 		b.WriteByte('}')
 	}
 	b.WriteByte('}')
-	pr := r.Clone(r.Context())
-	pr.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
-	pr.ContentLength = int64(b.Len())
-	pr.GetBody = nil
-	if pr.Header.Get("Content-Length") != "" {
-		pr.Header.Set("Content-Length", strconv.Itoa(b.Len()))
-	}
-	if pr.Header.Get("Mcp-Method") != "" {
-		pr.Header.Set("Mcp-Method", "ping")
-	}
-	pr.Header.Del("Mcp-Name")
-	for k := range pr.Header {
-		if strings.HasPrefix(k, "Mcp-Param-") {
-			delete(pr.Header, k)
-		}
-	}
+	pr := sibling(r.Context(), r, b.Bytes(), "ping")
 	capt := newCapture(m.maxRecord)
 	m.next.ServeHTTP(capt, pr)
 	if capt.status == 0 {
@@ -456,16 +443,17 @@ func (c *capture) writeTo(w http.ResponseWriter) {
 	_, _ = w.Write(c.body.Bytes())
 }
 
-// execute runs the call through the inner handler, streaming its answer to
-// the client while recording the call's response, and completes or
-// releases the claim.
-func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok idem.Token, forward string) {
-	// The inner handler runs on a context that outlives the client: a
-	// client that drops its connection after sending the call is exactly
-	// the one that will retry it, and its retry must find the response
-	// recorded, not a second execution.
-	ctx := context.WithoutCancel(r.Context())
-	ctx = NewContext(ctx, Meta{
+// execute runs the call through the inner handler under the claim d
+// acquired, streaming its answer to the client while recording the call's
+// response; the engine completes, releases or leaves the claim as the
+// recorder reads the answer.
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string) {
+	x := m.eng.Start(r.Context(), req, d)
+	// The inner handler runs on the engine's context, which outlives the
+	// client: a client that drops its connection after sending the call
+	// is exactly the one that will retry it, and its retry must find the
+	// response recorded, not a second execution.
+	ctx := NewContext(x.Context(), Meta{
 		SessionID: c.sessionID, IdempotencyKey: forward,
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
 	})
@@ -474,98 +462,12 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, tok id
 		ir.Header.Set(DerivedKeyHeader, forward)
 	}
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord}
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { m.renew(ctx, r, tok, stop) })
-	start := time.Now()
-	done := false
-	defer func() {
-		close(stop)
-		wg.Wait()
-		if !done {
-			// The inner handler panicked: nothing was recorded, so a
-			// retry must be able to run again.
-			m.release(ctx, r, tok, start)
-		}
-	}()
-	m.next.ServeHTTP(rec, ir)
-	done = true
-
-	final, isError, oversize := rec.outcome()
-	switch {
-	case final != nil && !isError:
-		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Body: final}, start)
-	case final == nil && oversize:
-		m.complete(ctx, r, tok, idem.Result{Status: rec.status, Unreplayable: true}, start)
-	case final == nil && rec.status == http.StatusOK && rec.scan.sse:
-		// The call's SSE stream ended without its response: the session
-		// closed, or the server closed the stream for the client to
-		// resume it elsewhere (SEP-1699). The tool may still be running,
-		// so the claim is kept, unrenewed, until its lease runs out:
-		// until then a retry waits or is told to retry, and never runs
-		// the tool alongside.
-		m.log.Info("mcphttp: call's stream ended without its response; claim left to its lease", "token", tok)
-	default:
-		// A JSON-RPC error, or no answer to the call at all (the inner
-		// handler rejected the request): the call produced no result,
-		// and a retry runs it again.
-		m.release(ctx, r, tok, start)
-	}
-}
-
-func (m *wrapper) renew(ctx context.Context, r *http.Request, tok idem.Token, stop <-chan struct{}) {
-	t := time.NewTicker(m.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, m.lease/3)
-			_, err := m.store.Renew(rctx, tok, m.lease)
-			cancel()
-			if errors.Is(err, idem.ErrStaleClaim) {
-				m.log.Warn("mcphttp: claim lost while the call ran", "token", tok)
-				m.observe(r, idem.Event{Kind: idem.EventStale, Scope: tok.Scope, Key: tok.Key, Err: err})
-				return
-			}
-			if err != nil {
-				m.log.Warn("mcphttp: renewing claim", "token", tok, "err", err)
-				m.observe(r, idem.Event{Kind: idem.EventStoreError, Scope: tok.Scope, Key: tok.Key, Op: "renew", Err: err})
-			}
-		}
-	}
-}
-
-func (m *wrapper) complete(ctx context.Context, r *http.Request, tok idem.Token, res idem.Result, start time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	e := idem.Event{Kind: idem.EventCompleted, Scope: tok.Scope, Key: tok.Key, Status: res.Status, Duration: time.Since(start)}
-	switch err := m.store.Complete(ctx, tok, res); {
-	case errors.Is(err, idem.ErrStaleClaim):
-		m.log.Warn("mcphttp: claim lost while the call ran; its result is not recorded", "token", tok)
-		e.Kind, e.Err = idem.EventStale, err
-	case err != nil:
-		m.log.Warn("mcphttp: recording the result failed; a retry after the lease runs out will run the call again", "token", tok, "err", err)
-		e.Kind, e.Op, e.Err = idem.EventStoreError, "complete", err
-	}
-	m.observe(r, e)
-}
-
-func (m *wrapper) release(ctx context.Context, r *http.Request, tok idem.Token, start time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	e := idem.Event{Kind: idem.EventReleased, Scope: tok.Scope, Key: tok.Key, Duration: time.Since(start)}
-	switch err := m.store.Release(ctx, tok); {
-	case errors.Is(err, idem.ErrStaleClaim):
-		m.log.Warn("mcphttp: claim lost while the call ran", "token", tok)
-		e.Kind, e.Err = idem.EventStale, err
-	case err != nil:
-		m.log.Warn("mcphttp: releasing claim", "token", tok, "err", err)
-		e.Kind, e.Op, e.Err = idem.EventStoreError, "release", err
-	}
-	m.observe(r, e)
+	x.Do(func(context.Context) engine.Verdict {
+		stop := m.cancelOnEngineStop(x.Context(), r, c)
+		defer stop()
+		m.next.ServeHTTP(rec, ir)
+		return rec.verdict()
+	}, rec.verdict)
 }
 
 // readPrefix reads up to limit bytes of body. whole reports that body ended

@@ -659,3 +659,27 @@ func TestPrincipalScopes(t *testing.T) {
 		t.Errorf("tool ran %d times, want 2", n)
 	}
 }
+
+// TestStoreFull: a store full of live claims and retained results refuses a
+// new call's key; the wrapper answers with a JSON-RPC error that says to
+// retry, and does not run the tool.
+func TestStoreFull(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{store: memstore.New(memstore.Options{Capacity: 1})})
+	s1, s2 := h.initialize(t), h.initialize(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		readMessages(t, h.post(t, s1, callBody(1, "gate", map[string]any{"text": "a"}, map[string]any{"idempotencyKey": "holds-the-store"}), nil))
+	}()
+	<-h.entered
+	got := h.call(t, s2, 2, "echo", map[string]any{"text": "full"}, map[string]any{"idempotencyKey": "new-key"})
+	close(h.gate)
+	<-done
+	if got.Error == nil || got.Error.Code != mcphttp.CodeUnavailable || !strings.Contains(got.Error.Message, "full") {
+		t.Errorf("got %s, want code %d saying the store is full", got.raw, mcphttp.CodeUnavailable)
+	}
+	if n := h.runs.get("echo:full"); n != 0 {
+		t.Errorf("tool ran %d times without a claim", n)
+	}
+}

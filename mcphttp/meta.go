@@ -35,10 +35,12 @@ type Meta struct {
 	IdempotencyKey string
 	// Authorization and APIKey are the Authorization and X-Api-Key
 	// headers the call carried, forwarded as seed 003's generated servers
-	// do: the upstream API authenticates the same caller, and its own idem
-	// middleware scopes the forwarded key to that caller, so two callers
-	// who send one _meta.idempotencyKey never share a result upstream.
-	// Empty means the call carried none, and the header is not sent.
+	// do, but only to the upstream origins a [Transport] is configured
+	// with: the upstream API authenticates the same caller, and its own
+	// idem middleware scopes the forwarded key to that caller, so two
+	// callers who send one _meta.idempotencyKey never share a result
+	// upstream. Empty means the call carried none, and the header is not
+	// sent.
 	Authorization string
 	APIKey        string
 }
@@ -46,11 +48,13 @@ type Meta struct {
 // APIKeyHeader is the credential header forwarded besides Authorization.
 const APIKeyHeader = "X-Api-Key"
 
-// SetHeaders sets X-Session-Id, X-Idempotency-Key, Authorization and
-// X-Api-Key on h for the fields that are not empty. The key is sent as a bare token when it is one, and
-// otherwise as an RFC 8941 string (quoted, with '"' and '\\' escaped), so a
-// key with spaces or quotes reaches the upstream's Idempotency-Key parser as
-// the same key.
+// SetHeaders sets X-Session-Id and X-Idempotency-Key on h for the fields
+// that are not empty: the headers that let any upstream dedupe the call,
+// safe to send wherever the tool sends its request. The key is sent as a
+// bare token when it is one, and otherwise as an RFC 8941 string (quoted,
+// with '"' and '\\' escaped), so a key with spaces or quotes reaches the
+// upstream's Idempotency-Key parser as the same key. The credentials are
+// not set: see [Meta.SetCredentials] and [Transport].
 func (m Meta) SetHeaders(h http.Header) {
 	if m.SessionID != "" {
 		h.Set(SessionIDHeader, m.SessionID)
@@ -58,6 +62,13 @@ func (m Meta) SetHeaders(h http.Header) {
 	if m.IdempotencyKey != "" {
 		h.Set(IdempotencyKeyHeader, keyHeaderValue(m.IdempotencyKey))
 	}
+}
+
+// SetCredentials sets Authorization and X-Api-Key on h for the fields that
+// are not empty. Call it only for a request to the resource the caller's
+// credentials were issued for; [Transport] does so for the origins it is
+// configured with, and never on a redirect to another origin.
+func (m Meta) SetCredentials(h http.Header) {
 	if m.Authorization != "" {
 		h.Set("Authorization", m.Authorization)
 	}
@@ -135,35 +146,4 @@ func NewContext(ctx context.Context, m Meta) context.Context {
 func FromContext(ctx context.Context) (Meta, bool) {
 	m, ok := ctx.Value(metaKey{}).(Meta)
 	return m, ok
-}
-
-// Transport is an http.RoundTripper that sets X-Session-Id,
-// X-Idempotency-Key and the caller's credentials from the Meta in the request's context (see
-// [NewContext]) on every request it sends, leaving requests without one
-// untouched. Headers the request already carries are overwritten.
-//
-//	client := &http.Client{Transport: &mcphttp.Transport{}}
-//	// in a go-sdk tool handler:
-//	ctx = mcphttp.NewContext(ctx, mcphttp.FromCallToolRequest(req))
-//	upstream, _ := http.NewRequestWithContext(ctx, "POST", url, body)
-//	resp, err := client.Do(upstream)
-type Transport struct {
-	// Base sends the requests. Nil means http.DefaultTransport.
-	Base http.RoundTripper
-}
-
-// RoundTrip implements http.RoundTripper.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	m, ok := FromContext(req.Context())
-	if !ok || m == (Meta{}) {
-		return base.RoundTrip(req)
-	}
-	// A RoundTripper must not modify the caller's request.
-	out := req.Clone(req.Context())
-	m.SetHeaders(out.Header)
-	return base.RoundTrip(out)
 }

@@ -126,8 +126,14 @@ func TestStreamsAsWritten(t *testing.T) {
 func TestNewPanics(t *testing.T) {
 	t.Parallel()
 	for name, f := range map[string]func(){
-		"nil store":       func() { mcphttp.New(nil, mcphttp.Options{}) },
-		"negative lease":  func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: -1}) },
+		"nil store":      func() { mcphttp.New(nil, mcphttp.Options{}) },
+		"negative lease": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: -1}) },
+		// A lease of 2ns renews every 0ns: time.NewTicker(0) used to panic
+		// in the renewal goroutine of the first call, killing the process.
+		"lease under a millisecond": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: 2}) },
+		"session cookie name with a space": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{SessionCookies: []string{"my session"}})
+		},
 		"negative record": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{MaxRecordBytes: -1}) },
 		"initialize deduped": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Methods: []string{"initialize"}})

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 )
 
 // scanner finds the JSON-RPC response to one request id in what an inner
@@ -34,8 +35,12 @@ type scanner struct {
 
 	final      []byte // the call's response, once seen
 	finalError bool
-	// oversize reports that a message, or a JSON body, was larger than
-	// limit and could not be looked at.
+	// oversize reports that the call's response was larger than limit
+	// and could not be recorded: a JSON body over the limit, or an SSE
+	// message over the limit that is not a request or notification (it
+	// names no top-level "method" within its first limit bytes).
+	// Notifications over the limit are dropped without a trace: they say
+	// nothing about the response.
 	oversize bool
 }
 
@@ -76,13 +81,15 @@ func (s *scanner) write(p []byte) {
 // then ends an empty line and dispatches the event early. go-sdk and every
 // MCP server seen end lines with LF alone.
 
+// appendLine adds p to the current line, keeping at most its first
+// limit+len("data: ") bytes: enough to tell what an oversized message is.
 func (s *scanner) appendLine(p []byte) {
 	if s.lineOver {
 		return
 	}
-	if len(s.line)+len(p) > s.limit+len("data: ") {
+	if room := s.limit + len("data: ") - len(s.line); len(p) > room {
+		s.line = append(s.line, p[:room]...)
 		s.lineOver = true
-		s.line = s.line[:0]
 		return
 	}
 	s.line = append(s.line, p...)
@@ -101,19 +108,22 @@ func (s *scanner) endLine() {
 		value = bytes.TrimPrefix(value, []byte(" "))
 	}
 	switch {
-	case over:
+	case over && string(field) != "data":
 		// Only a data line can be this long in practice; the event's
-		// message is unknowable either way.
+		// message is unknowable.
 		s.dataLines++
 		s.dataOver = true
 	case string(field) == "event":
 		s.event = string(value)
 	case string(field) == "data":
-		if s.dataLines > 0 {
+		if s.dataLines > 0 && len(s.data) < s.limit {
 			s.data = append(s.data, '\n')
 		}
 		s.dataLines++
-		if len(s.data)+len(value) > s.limit {
+		if room := s.limit - len(s.data); over || len(value) > room {
+			// Keep the message's first limit bytes: they tell a
+			// notification from the response.
+			s.data = append(s.data, value[:min(len(value), max(room, 0))]...)
 			s.dataOver = true
 			return
 		}
@@ -128,10 +138,52 @@ func (s *scanner) dispatch() {
 		return
 	}
 	if over {
-		s.oversize = true
+		if !namesMethod(data) {
+			s.oversize = true
+		}
 		return
 	}
 	s.consider(data)
+}
+
+// namesMethod reports whether the JSON object that prefix begins (possibly
+// cut off) has a top-level "method" member within prefix: it is a request
+// or a notification, not a response.
+func namesMethod(prefix []byte) bool {
+	depth, inString, escaped, isKey, expectKey, start := 0, false, false, false, false, 0
+	for i, c := range prefix {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if isKey && string(prefix[start:i]) == "method" {
+					return true
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString, start = true, i+1
+			isKey = depth == 1 && expectKey
+		case '{', '[':
+			depth++
+			expectKey = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			expectKey = depth == 1
+		case ':':
+			if depth == 1 {
+				expectKey = false
+			}
+		}
+	}
+	return false
 }
 
 func (s *scanner) consider(msg []byte) {
@@ -174,6 +226,7 @@ type recorder struct {
 	status  int
 	scan    *scanner
 	started bool
+	gone    bool // a write to the client failed: it hung up
 }
 
 var (
@@ -199,12 +252,20 @@ func (r *recorder) WriteHeader(code int) {
 	r.w.WriteHeader(code)
 }
 
+// Write scans p and sends it. Once the client is gone, p is still scanned
+// but no longer sent, and the inner handler is not told: the call runs to
+// completion and its response is recorded for the client's retry.
 func (r *recorder) Write(p []byte) (int, error) {
 	if !r.started {
 		r.WriteHeader(http.StatusOK)
 	}
 	r.scan.write(p)
-	return r.w.Write(p)
+	if !r.gone {
+		if _, err := r.w.Write(p); err != nil {
+			r.gone = true
+		}
+	}
+	return len(p), nil
 }
 
 // Flush flushes the client's connection, so SSE events reach it as they are
@@ -213,19 +274,41 @@ func (r *recorder) Flush() {
 	if !r.started {
 		r.WriteHeader(http.StatusOK)
 	}
-	_ = http.NewResponseController(r.w).Flush()
+	if !r.gone {
+		_ = http.NewResponseController(r.w).Flush()
+	}
 }
 
 // Unwrap lets http.ResponseController reach the client's writer.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 
-// outcome is how the call ended, as far as the response shows.
-func (r *recorder) outcome() (final []byte, isError, oversize bool) {
+// verdict is how the call ended, as far as its answer shows, for the
+// engine.
+func (r *recorder) verdict() engine.Verdict {
 	if r.scan == nil {
-		return nil, false, false
+		return engine.Verdict{Action: engine.Release, Why: "the inner handler answered nothing"}
 	}
 	r.scan.finish()
-	return r.scan.final, r.scan.finalError, r.scan.oversize
+	switch s := r.scan; {
+	case s.final != nil && !s.finalError:
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.status, Body: s.final}}
+	case s.final == nil && s.oversize && r.status == http.StatusOK:
+		// The response was seen, and was too large to record: the tool
+		// ran, and must not run again.
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.status, Unreplayable: true}}
+	case s.final == nil && r.status == http.StatusOK && s.sse:
+		// The call's SSE stream ended without its response: the session
+		// closed, or the server closed the stream for the client to
+		// resume it elsewhere (SEP-1699). The tool may still be running,
+		// so the claim is kept, unrenewed, until its lease runs out:
+		// until then a retry waits or is told to retry, and never runs
+		// the tool alongside. Releasing would invite exactly that.
+		return engine.Verdict{Action: engine.Leave, Why: "the call's stream ended without its response"}
+	}
+	// A JSON-RPC error, or no answer to the call at all (the inner handler
+	// rejected the request): the call produced no result, and a retry
+	// runs it again.
+	return engine.Verdict{Action: engine.Release, Why: "the call answered an error, or not at all"}
 }
 
 // capture is the http.ResponseWriter of a probe: it keeps everything in

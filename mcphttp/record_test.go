@@ -84,3 +84,23 @@ func TestScannerJSONBodies(t *testing.T) {
 		t.Errorf("oversize body: final %q oversize %v", s.final, s.oversize)
 	}
 }
+
+// TestNamesMethod: an oversized message is told apart from the response by
+// a top-level "method" in its first bytes, however the rest is cut off.
+func TestNamesMethod(t *testing.T) {
+	for prefix, want := range map[string]bool{
+		`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"xxx`: true,
+		`{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","par`:          true,
+		`{ "method" : "x"`: true,
+		`{"jsonrpc":"2.0","id":1,"result":{"method":"not top-level","content":[`: false,
+		`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"xx`: false,
+		`{"a\"method":1,"b":"method","c":["method"],"d":{"method":1}`:            false,
+		`{"params":{"data":"` + string(bytes.Repeat([]byte("x"), 64)):            false,
+		``:       false,
+		`{"meth`: false,
+	} {
+		if got := namesMethod([]byte(prefix)); got != want {
+			t.Errorf("namesMethod(%q) = %v, want %v", prefix, got, want)
+		}
+	}
+}

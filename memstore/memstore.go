@@ -6,13 +6,19 @@
 // reused, stale tokens change nothing. What it cannot do is survive a restart
 // or coordinate several processes; for that use pgstore.
 //
-// Memory is bounded by [Options.Capacity]: when full, the oldest result is
-// evicted first (a retry of an evicted key runs again), and if every entry is
-// a live claim, claiming fails with [idem.ErrCapacity].
+// Memory is bounded by [Options.Capacity] (entries) and [Options.MaxBytes]
+// (bytes). A recorded result is never evicted while retained: a retry of an
+// evicted key would run its side effect again. When a new key would exceed a
+// bound, results past retention and claims whose lease ran out are reclaimed
+// first; if that frees no room, the claim fails with [idem.ErrCapacity]
+// (the middleware answers 503 with Retry-After, mcphttp a JSON-RPC error)
+// until results expire or claims end. Size the bounds for your request rate
+// times [Options.Retention].
 package memstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -21,13 +27,30 @@ import (
 
 var _ idem.Store = (*Store)(nil)
 
+// Defaults of [Options].
+const (
+	// DefaultCapacity is the number of keys held when Options.Capacity is
+	// zero.
+	DefaultCapacity = 100_000
+	// DefaultMaxBytes is the bytes held when Options.MaxBytes is zero:
+	// 256 MiB.
+	DefaultMaxBytes = 256 << 20
+)
+
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
-	// Capacity bounds the number of keys held. Zero means 100,000;
-	// negative means unbounded.
+	// Capacity bounds the number of keys held. Zero means
+	// [DefaultCapacity]; negative means no bound on the count.
 	Capacity int
+	// MaxBytes bounds the bytes held, as [idem.Table.Bytes] counts them:
+	// keys, scopes, fingerprints and recorded results. It is checked when a
+	// new key is claimed, so completions admitted before the store filled
+	// may exceed it by their results. Zero means [DefaultMaxBytes];
+	// negative means no bound on bytes.
+	MaxBytes int64
 	// Retention is how long a result is replayed after completion. Zero
-	// means 24 hours; negative means forever (until evicted).
+	// means 24 hours; negative means forever (a full store then refuses
+	// new keys for good: keep a bound only with a finite retention).
 	Retention time.Duration
 	// Lease is the lease of a claim that asks for none. Zero means
 	// [idem.DefaultLease].
@@ -45,9 +68,20 @@ type Store struct {
 	now  func() time.Time
 	poll time.Duration
 
-	mu      sync.Mutex
-	table   *idem.Table
-	waiters map[waitKey]chan struct{} // closed when the key's claim ends
+	mu    sync.Mutex
+	table *idem.Table
+	// waiters holds the keys someone waits on. An entry lives exactly as
+	// long as it has waiters: its last waiter deletes it on leaving, so a
+	// claim that ends without a wake (its lease runs out and it is taken
+	// over, swept or reclaimed) leaves nothing behind.
+	waiters map[waitKey]*waiters
+}
+
+// waiters are the Wait calls on one key: ch is closed when the key's claim
+// completes or is released.
+type waiters struct {
+	ch chan struct{}
+	n  int
 }
 
 type waitKey struct {
@@ -59,9 +93,15 @@ type waitKey struct {
 func New(opts Options) *Store {
 	switch {
 	case opts.Capacity == 0:
-		opts.Capacity = 100_000
+		opts.Capacity = DefaultCapacity
 	case opts.Capacity < 0:
 		opts.Capacity = 0
+	}
+	switch {
+	case opts.MaxBytes == 0:
+		opts.MaxBytes = DefaultMaxBytes
+	case opts.MaxBytes < 0:
+		opts.MaxBytes = 0
 	}
 	switch {
 	case opts.Retention == 0:
@@ -76,10 +116,13 @@ func New(opts Options) *Store {
 		opts.PollInterval = 100 * time.Millisecond
 	}
 	return &Store{
-		now:     opts.Now,
-		poll:    opts.PollInterval,
-		table:   idem.NewTable(idem.TableConfig{Capacity: opts.Capacity, Retention: opts.Retention, DefaultLease: opts.Lease}),
-		waiters: make(map[waitKey]chan struct{}),
+		now:  opts.Now,
+		poll: opts.PollInterval,
+		table: idem.NewTable(idem.TableConfig{
+			Capacity: opts.Capacity, MaxBytes: opts.MaxBytes,
+			Retention: opts.Retention, DefaultLease: opts.Lease,
+		}),
+		waiters: make(map[waitKey]*waiters),
 	}
 }
 
@@ -142,17 +185,19 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 		return ctx.Err()
 	}
 	wk := waitKey{scope, key}
-	ch, ok := s.waiters[wk]
+	w, ok := s.waiters[wk]
 	if !ok {
-		ch = make(chan struct{})
-		s.waiters[wk] = ch
+		w = &waiters{ch: make(chan struct{})}
+		s.waiters[wk] = w
 	}
+	w.n++
 	s.mu.Unlock()
+	defer s.leave(wk, w)
 
 	timer := time.NewTimer(min(e.LeaseEnd.Sub(now), s.poll))
 	defer timer.Stop()
 	select {
-	case <-ch:
+	case <-w.ch:
 		return nil
 	case <-timer.C:
 		return nil
@@ -161,11 +206,22 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	}
 }
 
+// leave ends one Wait on wk; the last waiter removes the entry, unless a
+// wake already did.
+func (s *Store) leave(wk waitKey, w *waiters) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.n--
+	if w.n == 0 && s.waiters[wk] == w {
+		delete(s.waiters, wk)
+	}
+}
+
 // wake releases the waiters of a key. s.mu must be held.
 func (s *Store) wake(scope string, key idem.Key) {
 	wk := waitKey{scope, key}
-	if ch, ok := s.waiters[wk]; ok {
-		close(ch)
+	if w, ok := s.waiters[wk]; ok {
+		close(w.ch)
 		delete(s.waiters, wk)
 	}
 }
@@ -180,9 +236,14 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	return s.table.Sweep(s.now(), limit), nil
 }
 
-// Run sweeps every interval until ctx is done, then returns ctx's error.
-// Memory is bounded by the capacity without it; Run frees it sooner.
+// Run sweeps every interval until ctx is done, then returns ctx's error. An
+// interval that is not positive is an error, returned at once. Memory is
+// bounded without Run (a full store reclaims what a sweep would before it
+// refuses a key); Run frees it sooner.
 func (s *Store) Run(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("memstore: sweep interval %v is not positive", interval)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -218,4 +279,11 @@ func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.table.Len()
+}
+
+// Bytes returns the bytes held, as Options.MaxBytes counts them.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.table.Bytes()
 }

@@ -17,3 +17,11 @@ func TestContract(t *testing.T) {
 		return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention})
 	})
 }
+
+// TestBoundedContract: the bounded-resource rule, and the model test
+// against a bounded table.
+func TestBoundedContract(t *testing.T) {
+	idemtest.RunBounded(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
+		return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention, Capacity: idemtest.BoundedCapacity})
+	})
+}

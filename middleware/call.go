@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"sync"
-	"time"
+	"strconv"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 )
 
 // callKey is the context key under which a running handler finds its call.
@@ -23,119 +22,59 @@ const (
 	commitFailed             // Commit's record failed; nothing recorded
 )
 
-// call is one execution of the handler under a claim.
+// call is one execution of the handler under a claim: the engine's
+// execution, and what the middleware captures of the handler's response.
 type call struct {
-	h      *handler
-	r      *http.Request // the outer request
-	req    idem.ClaimRequest
-	tok    idem.Token
-	ctx    context.Context // the handler's context
-	cancel context.CancelCauseFunc
-	rec    recorder
-	// detached is the request's context without its cancellation: store
-	// calls for a handler that ran must happen even if the client left.
-	detached context.Context
+	h   *handler
+	x   *engine.Execution
+	rec recorder
 
 	// Set on the handler's goroutine (by Commit), read after it returns.
 	commit          commitState
 	committedStatus int
-
-	// Lease renewal. The timer's function runs on its own goroutine;
-	// stopRenewal waits for a running renewal before the handler's
-	// ServeHTTP returns, so none outlives the request.
-	mu          sync.Mutex
-	stopped     bool
-	staleSeen   bool
-	timer       *time.Timer
-	renewing    sync.WaitGroup
-	renewCtx    context.Context    // made by the first renewal: most requests need none
-	renewCancel context.CancelFunc // cancels a renewal in progress when the handler returns
-	deadline    time.Time          // local estimate of the lease end; renewal goroutine only
 }
 
-func (c *call) startRenewal(claimStart time.Time) {
-	c.deadline = claimStart.Add(c.h.cfg.lease)
-	c.mu.Lock()
-	c.timer = time.AfterFunc(c.h.cfg.renewEvery, c.renew)
-	c.mu.Unlock()
+// verdict reads how the handler ended from what it answered.
+func (c *call) verdict() engine.Verdict {
+	switch c.commit {
+	case committed:
+		return engine.Verdict{Action: engine.Recorded, Result: idem.Result{Status: c.committedStatus}}
+	case commitFailed:
+		return engine.Verdict{Action: engine.Release, Why: "in-transaction commit failed"}
+	}
+	if c.rec.gone != nil && c.h.cfg.cancelWithClient {
+		// The handler was told its writes failed (Options.CancelWithClient)
+		// and may have stopped short of its answer.
+		return engine.Verdict{Action: engine.Release, Why: "the client went away mid-response"}
+	}
+	res := c.rec.result()
+	if !c.h.cfg.recordPolicy(res.Status) {
+		return engine.Verdict{Action: engine.Release, Why: "status " + strconv.Itoa(res.Status) + " is not recorded"}
+	}
+	if !c.rec.whole() {
+		// The handler declared a length it did not write: the client got
+		// a broken response, and a replay must not pass it off as whole.
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: res.Status, Unreplayable: true}}
+	}
+	return engine.Verdict{Action: engine.Record, Result: res}
 }
 
-func (c *call) stopRenewal() {
-	c.mu.Lock()
-	c.stopped = true
-	c.timer.Stop()
-	cancel := c.renewCancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
+// aborted reads how a handler that panicked with http.ErrAbortHandler ended
+// (httputil.ReverseProxy does when the upstream's body breaks off). Before
+// it answered, nothing is recorded and the key is released, as for any
+// panic. After, what it sent is recorded only if it was captured whole (its
+// declared Content-Length, all written); otherwise the key completes as
+// unreplayable: the side effect ran, and a partial body must never be
+// replayed as the answer.
+func (c *call) aborted() engine.Verdict {
+	if c.commit == notCommitted && c.rec.status == 0 {
+		return engine.Verdict{Action: engine.Release, Why: "the handler aborted before answering"}
 	}
-	c.renewing.Wait()
-}
-
-func (c *call) renew() {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return
+	v := c.verdict()
+	if v.Action == engine.Record && !c.rec.declared() {
+		v.Result = idem.Result{Status: v.Result.Status, Unreplayable: true}
 	}
-	if c.renewCtx == nil {
-		c.renewCtx, c.renewCancel = context.WithCancel(c.detached)
-	}
-	c.renewing.Add(1)
-	c.mu.Unlock()
-	defer c.renewing.Done()
-
-	cfg := c.h.cfg
-	sent := time.Now()
-	ctx, cancel := context.WithTimeout(c.renewCtx, cfg.storeTimeout)
-	_, err := c.h.store.Renew(ctx, c.tok, cfg.lease)
-	cancel()
-	next := cfg.renewEvery
-	switch {
-	case err == nil:
-		c.deadline = sent.Add(cfg.lease)
-	case c.renewCtx.Err() != nil:
-		return // the handler returned; the renewal no longer matters
-	case errors.Is(err, idem.ErrStaleClaim):
-		c.lose(err)
-		return
-	default:
-		c.h.observe(c.r, idem.Event{Kind: idem.EventStoreError, Scope: c.req.Scope, Key: c.req.Key, Op: "renew", Err: err, Duration: time.Since(sent)})
-		left := time.Until(c.deadline)
-		if left <= 0 {
-			// The store may have let the lease run out: another request
-			// may own the key now. Without a confirmed claim the handler
-			// must not go on.
-			c.lose(fmt.Errorf("lease ran out without a successful renewal: %w", err))
-			return
-		}
-		c.h.log(c.r.Context(), slog.LevelWarn, "could not renew idempotency lease; retrying", c.req, slog.Any("err", err))
-		next = min(next, left)
-	}
-	c.mu.Lock()
-	if !c.stopped {
-		c.timer.Reset(next)
-	}
-	c.mu.Unlock()
-}
-
-// lose cancels the handler because its claim is gone.
-func (c *call) lose(err error) {
-	c.cancel(ErrLeaseLost)
-	c.stale(err)
-}
-
-// stale reports, once, that the claim is no longer the request's.
-func (c *call) stale(err error) {
-	c.mu.Lock()
-	seen := c.staleSeen
-	c.staleSeen = true
-	c.mu.Unlock()
-	if seen {
-		return
-	}
-	c.h.observe(c.r, idem.Event{Kind: idem.EventStale, Scope: c.req.Scope, Key: c.req.Key, Err: err})
-	c.h.log(c.r.Context(), slog.LevelWarn, "idempotency claim lost; the response is not recorded", c.req, slog.Any("err", err))
+	return v
 }
 
 // TokenFrom returns the claim token of the request whose context is ctx,
@@ -147,7 +86,7 @@ func TokenFrom(ctx context.Context) (idem.Token, bool) {
 	if !ok {
 		return idem.Token{}, false
 	}
-	return c.tok, true
+	return c.x.Token(), true
 }
 
 // Errors of [Commit].
@@ -231,9 +170,9 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 		res = idem.Result{Status: status, Unreplayable: true}
 	}
 
-	err := context.Cause(c.ctx)
+	err := c.x.Err()
 	if err == nil {
-		err = record(c.ctx, c.tok, res)
+		err = record(c.x.Context(), c.x.Token(), res)
 	}
 	if err != nil {
 		c.commit = commitFailed
@@ -242,9 +181,8 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 		for name := range header {
 			hd.Del(name)
 		}
-		c.h.log(c.r.Context(), slog.LevelWarn, "in-transaction commit failed; releasing the key", c.req, slog.Any("err", err))
 		writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
-			Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, cfg.retryAfterSecs)
+			Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, retryAfterSeconds(c.h.eng.RetryAfter()))
 		return fmt.Errorf("middleware: recording the result: %w", err)
 	}
 	c.commit, c.committedStatus = committed, status

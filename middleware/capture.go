@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -20,7 +21,12 @@ type recorder struct {
 	status   int                 // 0 until the header is sent
 	header   map[string][]string // recorded headers, snapshotted when sent
 	body     []byte
-	overflow bool // the body outgrew the record limit; body is dropped
+	overflow bool  // the body outgrew the record limit; body is dropped
+	length   int64 // the declared Content-Length, or -1
+	written  int64 // body bytes the handler wrote
+	// gone is the error of the first write to the client that failed:
+	// the client hung up. Later writes are not sent.
+	gone error
 }
 
 var (
@@ -42,10 +48,14 @@ func (rw *recorder) WriteHeader(code int) {
 		rw.status = code
 		h := rw.w.Header()
 		rw.header = rw.cfg.snapshot(h)
+		rw.length = -1
 		// A declared length lets the capture buffer be allocated once.
 		if cl := h.Get("Content-Length"); cl != "" {
-			if n, err := strconv.Atoi(cl); err == nil && n > 0 && n <= rw.cfg.maxRecord {
-				rw.body = make([]byte, 0, n)
+			if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
+				rw.length = n
+				if n > 0 && n <= int64(rw.cfg.maxRecord) {
+					rw.body = make([]byte, 0, n)
+				}
 			}
 		}
 	}
@@ -54,11 +64,16 @@ func (rw *recorder) WriteHeader(code int) {
 
 // Write captures p, then sends it. p is captured whether or not the client
 // is still there to receive it: the side effect happened, and the retry of a
-// client whose connection dropped is exactly who needs the record.
+// client whose connection dropped is exactly who needs the record. Once a
+// write to the client failed (it hung up), later writes are captured and
+// not sent, and the handler is not told: it runs to completion and its
+// whole response is recorded. With Options.CancelWithClient the handler is
+// told, and the engine releases the key instead.
 func (rw *recorder) Write(p []byte) (int, error) {
 	if rw.status == 0 {
 		rw.WriteHeader(http.StatusOK)
 	}
+	rw.written += int64(len(p))
 	if !rw.overflow {
 		if len(rw.body)+len(p) > rw.cfg.maxRecord {
 			rw.overflow, rw.body = true, nil
@@ -66,16 +81,37 @@ func (rw *recorder) Write(p []byte) (int, error) {
 			rw.body = append(rw.body, p...)
 		}
 	}
-	return rw.w.Write(p)
+	if rw.gone == nil {
+		n, err := rw.w.Write(p)
+		if err == nil {
+			return n, nil
+		}
+		rw.gone = err
+	}
+	if rw.cfg.cancelWithClient {
+		return 0, rw.gone
+	}
+	return len(p), nil
 }
 
 // FlushError sends what was written so far, and is what
-// [http.ResponseController.Flush] calls.
+// [http.ResponseController.Flush] calls. Once the client is gone it does
+// nothing, and reports no error unless Options.CancelWithClient.
 func (rw *recorder) FlushError() error {
 	if rw.status == 0 {
 		rw.WriteHeader(http.StatusOK)
 	}
-	return http.NewResponseController(rw.w).Flush()
+	if rw.gone == nil {
+		if err := http.NewResponseController(rw.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			rw.gone = err
+		} else {
+			return err
+		}
+	}
+	if rw.cfg.cancelWithClient {
+		return rw.gone
+	}
+	return nil
 }
 
 // Flush implements [http.Flusher].
@@ -86,12 +122,19 @@ func (rw *recorder) Flush() { _ = rw.FlushError() }
 // capture: what is written to it is neither seen nor recorded.
 func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
 
+// declared reports whether the response declared its length.
+func (rw *recorder) declared() bool { return rw.status != 0 && rw.length >= 0 }
+
+// whole reports whether the handler wrote the length it declared, if it
+// declared one: a shorter (or longer) body is a broken response.
+func (rw *recorder) whole() bool { return !rw.declared() || rw.written == rw.length }
+
 // result returns what was captured, as the store records it. A handler that
 // wrote nothing answered 200 with an empty body, which net/http sends when it
 // returns.
 func (rw *recorder) result() idem.Result {
 	if rw.status == 0 {
-		rw.status = http.StatusOK
+		rw.status, rw.length = http.StatusOK, -1
 		rw.header = rw.cfg.snapshot(rw.w.Header())
 	}
 	if rw.overflow {

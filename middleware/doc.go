@@ -19,6 +19,9 @@
 //	                                            recorded (status, allow-listed
 //	                                            headers, body)
 //	handler panics, or answers 5xx/408/429      claim released: a retry runs again
+//	client hangs up while the handler runs      the handler runs to completion;
+//	                                            its response is recorded and the
+//	                                            retry gets it (see Execution)
 //	retry after completion, same request        the recorded response, plus
 //	                                            Idempotent-Replayed: true
 //	same key, different request                 422 problem+json (TypeMismatch);
@@ -43,11 +46,20 @@
 // The key is read from Idempotency-Key, a structured-field string
 // ("abc") or a bare value (abc), or from X-Idempotency-Key, the header MCP
 // servers forward _meta.idempotencyKey as; see [ParseKeyHeader]. A key is
-// looked up within a scope ([DefaultScope]: a hash of the credentials, the
-// X-Session-Id and the route), so two clients' keys never meet. With each key
-// the store keeps a fingerprint of the request ([DefaultFingerprint]: method,
-// path, query, content type and body hash): the same key for a different
-// request is a client bug, answered 422.
+// looked up within a scope, so two callers' keys never meet. The default
+// scope is a keyed hash (HMAC-SHA-256 with Options.ScopeSecret) of who is
+// asking, the X-Session-Id header, the method and the route. Who is asking
+// is the authenticated principal when Options.Principal returns one (from
+// the context the service's auth middleware filled), else the credentials:
+// Authorization, X-Api-Key and the cookies named in Options.SessionCookies.
+// A request with cookies but none of these, to a service that has not named
+// its session cookies, is refused (500, [TypeUnscopedCookies]): in a browser
+// application the cookie is the credential, and ignoring it would give one
+// user another's recorded answer. Options.Scope replaces all of this.
+//
+// With each key the store keeps a fingerprint of the request
+// ([DefaultFingerprint]: method, path, query, content type and body hash):
+// the same key for a different request is a client bug, answered 422.
 //
 // # Capture and replay
 //
@@ -65,14 +77,20 @@
 // store's database closes that window with [Commit]: it records the response
 // inside its own transaction before sending it (exactly-once).
 //
-// # Leases
+// # Execution
 //
-// While the handler runs, its claim's lease is renewed about every third of
-// Options.Lease. If the claim is lost (the renewal finds it stale, or cannot
-// reach the store until the lease has run out), the handler's context is
-// cancelled with cause [ErrLeaseLost], and its response is not recorded: the
-// request that took the key over owns it now. No goroutine outlives the
-// request.
+// What happens once a request holds its key is the shared behaviour of idem's
+// adapters, built once in package [engine] and documented there: the lease
+// renewal and the deadline that cancels the handler's context (cause
+// [ErrLeaseLost]) before the lease could run out unrenewed; the handler's
+// context, which does not end when the client hangs up (but does on lease
+// loss and when Options.Shutdown is done) unless Options.CancelWithClient;
+// which endings are recorded and which release the key; the Retry-After
+// policy. The middleware's part is HTTP's: it drops writes to a client that
+// is gone without failing the handler, so the whole response is recorded; it
+// records a body that does not match its declared Content-Length, or one cut
+// short by an [http.ErrAbortHandler] panic, as unreplayable, never as a
+// success. No goroutine outlives the request.
 //
 // # Observability
 //

@@ -7,34 +7,6 @@ import (
 	"net/http"
 )
 
-// DefaultScope is the scope used when Options.Scope is nil: SHA-256 (hex) over
-// the credentials (the Authorization and X-Api-Key headers), the session
-// (X-Session-Id), the method and the route, each length-prefixed so that
-// distinct inputs never collide. The route is r.Pattern when the middleware
-// runs inside a route registered on an [http.ServeMux], the URL path
-// otherwise.
-//
-// So one key sent by two principals, two sessions, or to two routes is two
-// keys. Credentials are hashed, never stored in clear. Requests with neither
-// credentials nor a session share one scope per route, so anonymous clients
-// must choose unguessable keys (UUIDs). A service whose
-// credentials rotate during a client's retries (short-lived tokens) should
-// scope by the authenticated principal instead, with its own [ScopeFunc].
-func DefaultScope(r *http.Request) string {
-	route := r.Pattern
-	if route == "" {
-		route = r.URL.Path
-	}
-	var arr [512]byte
-	b := arr[:0]
-	b = appendField(b, r.Header.Get("Authorization"))
-	b = appendField(b, r.Header.Get("X-Api-Key"))
-	b = appendField(b, r.Header.Get("X-Session-Id"))
-	b = appendField(b, r.Method)
-	b = appendField(b, route)
-	return hexSum(b)
-}
-
 // DefaultFingerprint is the fingerprint used when Options.Fingerprint is nil:
 // SHA-256 (hex) over the method, the URL path, the raw query, the
 // Content-Type and the SHA-256 of the body, each length-prefixed. Headers

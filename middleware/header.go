@@ -7,17 +7,20 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 )
 
 // Header names.
 const (
-	// KeyHeader is the IETF Idempotency-Key request header.
-	KeyHeader = "Idempotency-Key"
+	// KeyHeader is the IETF Idempotency-Key request header
+	// ([engine.KeyHeader]).
+	KeyHeader = engine.KeyHeader
 	// KeyHeaderAlias is accepted as well: MCP servers forward
-	// _meta.idempotencyKey as X-Idempotency-Key.
-	KeyHeaderAlias = "X-Idempotency-Key"
-	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
-	ReplayedHeader = "Idempotent-Replayed"
+	// _meta.idempotencyKey as X-Idempotency-Key ([engine.KeyHeaderAlias]).
+	KeyHeaderAlias = engine.KeyHeaderAlias
+	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true"
+	// ([engine.ReplayedHeader]).
+	ReplayedHeader = engine.ReplayedHeader
 )
 
 // errNoKey reports a request without a key header.

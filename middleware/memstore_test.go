@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -136,8 +137,8 @@ func TestRenewalOutageCancelsHandler(t *testing.T) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", err)
 	}
 	<-done
-	if events.count(idem.EventStale) != 1 || events.count(idem.EventStoreError) < 1 {
-		t.Fatalf("events %v, want renew store errors then one stale", events.kinds())
+	if events.count(idem.EventLeaseLost) != 1 || events.count(idem.EventStoreError) < 1 {
+		t.Fatalf("events %v, want renew store errors then one lease lost", events.kinds())
 	}
 }
 
@@ -194,5 +195,47 @@ func TestInformationalNotRecorded(t *testing.T) {
 	wantStatus(t, replay, http.StatusAccepted)
 	if replay.Body.String() != "accepted" || replay.Header().Get("Link") == "" || calls.Load() != 1 {
 		t.Fatalf("replay %d %v %q after %d runs", replay.Code, replay.Header(), replay.Body, calls.Load())
+	}
+}
+
+// A client that floods the store with new keys (even ones answered 400) does
+// not flush another client's recorded result: the store refuses new keys
+// with 503 and Retry-After, and the other client's retry is still a replay.
+func TestStoreFullKeepsResults(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{Capacity: 4})
+	var runs atomic.Int64
+	h := middleware.New(store, middleware.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if r.Header.Get("Authorization") == "Bearer mallory" {
+			w.WriteHeader(http.StatusBadRequest) // recorded, like any 4xx
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	alice := func() *http.Request {
+		return newReq("POST", "/pay", `{}`, hdr("Authorization", "Bearer alice"), key("alice-1"))
+	}
+	if rec := serve(h, alice()); rec.Code != http.StatusCreated {
+		t.Fatalf("alice: %d", rec.Code)
+	}
+	refused := 0
+	for i := range 20 {
+		rec := serve(h, newReq("POST", "/pay", `{}`, hdr("Authorization", "Bearer mallory"), key(fmt.Sprint("flood-", i))))
+		if rec.Code == http.StatusServiceUnavailable {
+			wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeStoreUnavailable)
+			wantRetryAfter(t, rec, 60)
+			refused++
+		}
+	}
+	if refused != 17 {
+		t.Errorf("%d of 20 flooding keys refused, want 17 (capacity 4, alice's result kept)", refused)
+	}
+	rec := serve(h, alice())
+	if rec.Code != http.StatusCreated || rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("alice's retry after the flood: %d, replayed %q; want her recorded 201", rec.Code, rec.Header().Get("Idempotent-Replayed"))
+	}
+	if n := runs.Load(); n != 4 {
+		t.Errorf("handler ran %d times, want 4 (alice once, three flooding keys)", n)
 	}
 }

@@ -1,11 +1,15 @@
 package middleware
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
 	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 )
 
 // Defaults applied by [New] to zero [Options] fields.
@@ -20,11 +24,12 @@ const (
 	// the original's result when Options.Wait is zero.
 	DefaultWait = 5 * time.Second
 	// DefaultRetryAfter is the Retry-After of a 503 when Options.RetryAfter
-	// is zero and the store gave no hint.
-	DefaultRetryAfter = 1 * time.Second
+	// is zero and the store gave no hint: [engine.DefaultRetryAfter].
+	DefaultRetryAfter = engine.DefaultRetryAfter
 	// DefaultStoreTimeout bounds each store call made after the handler
-	// started (renew, complete, release) when Options.StoreTimeout is zero.
-	DefaultStoreTimeout = 10 * time.Second
+	// started (renew, complete, release) when Options.StoreTimeout is zero:
+	// [engine.DefaultStoreTimeout].
+	DefaultStoreTimeout = engine.DefaultStoreTimeout
 )
 
 // DefaultMethods are the methods protected when Options.Methods is nil: the
@@ -98,8 +103,43 @@ type Options struct {
 	// means such a request is answered 400 ([TypeMissingKey]).
 	KeyOptional bool
 
-	// Scope returns a request's scope. Nil means [DefaultScope].
+	// Scope returns a request's scope, replacing the default one; it is
+	// stored as returned (hash it if it holds anything secret). Nil means
+	// the default: a keyed hash of the caller's identity (Principal, else
+	// the Authorization and X-Api-Key headers and the SessionCookies), the
+	// X-Session-Id header, the method and the route. Setting Scope together
+	// with Principal, SessionCookies or ScopeSecret panics.
 	Scope ScopeFunc
+
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the service's auth
+	// middleware filled, which must therefore run before this middleware.
+	// When it returns a non-empty string, the principal alone is the
+	// caller's identity: a credential refreshed between a client's retries
+	// still finds its key. Empty, or a nil Principal, means the identity
+	// is the credentials.
+	Principal func(r *http.Request) string
+
+	// SessionCookies names the cookies whose values identify a user (the
+	// session cookie of a browser application); their values join
+	// Authorization and X-Api-Key as credentials. Nil means not
+	// configured: a request that carries a Cookie header but no principal
+	// and no credential is answered 500 ([TypeUnscopedCookies]) and its
+	// handler does not run, because hashing only the headers would put
+	// every cookie-authenticated user in one scope. An empty, non-nil
+	// slice declares that no cookie identifies a user here: cookies are
+	// ignored. A name that is not a cookie name panics.
+	SessionCookies []string
+
+	// ScopeSecret keys the hash of the default scope (HMAC-SHA-256), so
+	// that credentials cannot be recovered from the table by hashing
+	// guesses (a Basic password, a short API key). Use 32 random bytes,
+	// the same in every instance, kept like any other secret; changing it
+	// changes every scope, so a retry that straddles the change runs
+	// again. Nil means plain SHA-256: fine for high-entropy credentials
+	// (random bearer tokens, session ids), guessable for low-entropy ones
+	// by anyone who can read the table.
+	ScopeSecret []byte
 
 	// Fingerprint returns a request's fingerprint. Nil means
 	// [DefaultFingerprint].
@@ -129,8 +169,10 @@ type Options struct {
 	RecordPolicy RecordPolicy
 
 	// Lease is the lease of a claim, renewed about every third of it while
-	// the handler runs. Zero means [idem.DefaultLease]. Negative or less
-	// than a millisecond panics.
+	// the handler runs; if no renewal is confirmed in time, the handler's
+	// context ends shortly before the lease does (see the engine package).
+	// Zero means [idem.DefaultLease]. Negative or less than a millisecond
+	// panics.
 	Lease time.Duration
 
 	// Wait bounds how long a duplicate of an in-flight request waits for
@@ -140,13 +182,29 @@ type Options struct {
 
 	// StoreTimeout bounds each store call made once the handler runs
 	// (renew, complete, release), which must not hang on a store outage;
-	// a claim is bounded by Wait plus StoreTimeout. Zero means
-	// [DefaultStoreTimeout]. Negative panics.
+	// a renewal is bounded further by the time left on the lease, and a
+	// claim by Wait plus StoreTimeout. Zero means [DefaultStoreTimeout].
+	// Negative panics.
 	StoreTimeout time.Duration
 
-	// RetryAfter is the Retry-After of a 503 when the store gave no hint.
-	// Zero means [DefaultRetryAfter]. Negative panics.
+	// RetryAfter is the Retry-After of a 503 when the store gave no hint,
+	// and of a 409 when the holder's lease end is unknown. Zero means
+	// [DefaultRetryAfter]. Negative panics.
 	RetryAfter time.Duration
+
+	// CancelWithClient makes a client's hang-up end the handler's context
+	// and release its key. False means the handler runs to completion
+	// whatever the client does, its writes to a gone client are dropped
+	// silently, and its response is recorded for the retry. When true is
+	// safe: see [engine.Options].CancelWithClient.
+	CancelWithClient bool
+
+	// Shutdown, when done, ends every running handler's context (cause
+	// [engine.ErrShutdown]) and releases its key; later requests are
+	// answered 503. Handlers do not end with their connections, so
+	// http.Server.Close does not end them: cancel Shutdown when a graceful
+	// shutdown gives up. Nil means never.
+	Shutdown context.Context
 
 	// FailOpen runs the handler, unprotected and unrecorded, when the
 	// store cannot be reached or is full. UNSAFE: during an outage every
@@ -171,35 +229,35 @@ type Options struct {
 
 // config is Options with the defaults applied and lookups precomputed.
 type config struct {
-	methods        map[string]bool
-	keyOptional    bool
-	scope          ScopeFunc
-	fingerprint    FingerprintFunc
-	maxBody        int64
-	maxRecord      int
-	recordHeaders  []string // canonical names
-	recordPolicy   RecordPolicy
-	lease          time.Duration
-	renewEvery     time.Duration
-	wait           time.Duration
-	storeTimeout   time.Duration
-	retryAfter     time.Duration
-	failOpen       bool
-	owner          string
-	logger         *slog.Logger
-	observer       Observer
-	retryAfterSecs string
+	methods          map[string]bool
+	keyOptional      bool
+	scoper           *scoper
+	fingerprint      FingerprintFunc
+	maxBody          int64
+	maxRecord        int
+	recordHeaders    []string // canonical names
+	recordPolicy     RecordPolicy
+	lease            time.Duration
+	wait             time.Duration
+	storeTimeout     time.Duration
+	retryAfter       time.Duration
+	failOpen         bool
+	cancelWithClient bool
+	owner            string
+	logger           *slog.Logger
+	observer         Observer
 }
 
 func newConfig(o Options) *config {
 	c := &config{
-		keyOptional: o.KeyOptional,
-		scope:       o.Scope,
-		fingerprint: o.Fingerprint,
-		failOpen:    o.FailOpen,
-		owner:       o.Owner,
-		logger:      o.Logger,
-		observer:    o.Observer,
+		keyOptional:      o.KeyOptional,
+		scoper:           newScoper(o),
+		fingerprint:      o.Fingerprint,
+		failOpen:         o.FailOpen,
+		cancelWithClient: o.CancelWithClient,
+		owner:            o.Owner,
+		logger:           o.Logger,
+		observer:         o.Observer,
 	}
 	methods := o.Methods
 	if methods == nil {
@@ -214,9 +272,6 @@ func newConfig(o Options) *config {
 			panic("middleware: Options.Methods holds an empty method")
 		}
 		c.methods[m] = true
-	}
-	if c.scope == nil {
-		c.scope = DefaultScope
 	}
 	if c.fingerprint == nil {
 		c.fingerprint = DefaultFingerprint
@@ -247,11 +302,10 @@ func newConfig(o Options) *config {
 	if c.recordPolicy == nil {
 		c.recordPolicy = DefaultRecordPolicy
 	}
-	c.lease = time.Duration(positive("Lease", int64(o.Lease), int64(defaultLease)))
+	c.lease = time.Duration(positive("Lease", int64(o.Lease), int64(idem.DefaultLease)))
 	if c.lease < time.Millisecond {
 		panic(fmt.Sprintf("middleware: Options.Lease %v is shorter than a millisecond", c.lease))
 	}
-	c.renewEvery = c.lease / 3
 	switch {
 	case o.Wait == 0:
 		c.wait = DefaultWait
@@ -262,7 +316,6 @@ func newConfig(o Options) *config {
 	}
 	c.storeTimeout = time.Duration(positive("StoreTimeout", int64(o.StoreTimeout), int64(DefaultStoreTimeout)))
 	c.retryAfter = time.Duration(positive("RetryAfter", int64(o.RetryAfter), int64(DefaultRetryAfter)))
-	c.retryAfterSecs = retryAfterSeconds(c.retryAfter)
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}

@@ -55,6 +55,7 @@ type problem struct {
 
 var titles = map[string]string{
 	TypeMissingKey:       "Idempotency-Key required",
+	TypeUnscopedCookies:  "Caller cannot be identified",
 	TypeInvalidKey:       "Invalid Idempotency-Key",
 	TypeBodyTooLarge:     "Request body too large",
 	TypeBodyUnreadable:   "Request body unreadable",

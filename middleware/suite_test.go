@@ -952,8 +952,9 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	go func() { done <- serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
 	<-stall.stalled
 
-	// The lease runs out while the renewal stalls: another caller takes
-	// the key over.
+	// The lease runs out while the renewal stalls: the handler is
+	// cancelled before it does, and its key released, and another caller
+	// claims it (or takes it over, if the release came after the lease).
 	k, _ := idem.ParseKey("k")
 	ctx := context.Background()
 	var taken idem.Claim
@@ -964,10 +965,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 			t.Fatal(err)
 		}
 	}
-	if !taken.Takeover {
-		t.Fatal("the key was not taken over")
-	}
-	close(stall.proceed) // the renewal now finds its claim stale
+	close(stall.proceed)
 
 	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {
 		t.Fatalf("handler's context cause = %v, want ErrLeaseLost", err)
@@ -976,8 +974,8 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	if useCommit {
 		wantProblem(t, late, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
 	}
-	if events.count(idem.EventStale) != 1 {
-		t.Fatalf("events %v, want one stale", events.kinds())
+	if events.count(idem.EventLeaseLost) != 1 {
+		t.Fatalf("events %v, want one lease lost", events.kinds())
 	}
 	// The late answer was not recorded over the new owner's claim.
 	if err := kit.store.Complete(ctx, taken.Token, idem.Result{Status: 202, Body: []byte("new owner")}); err != nil {

@@ -67,7 +67,25 @@ type Options struct {
 	Table string
 	// Logger receives goose's progress messages. Nil means discard.
 	Logger *slog.Logger
+	// Partitions, when positive, makes the first migration create the claim
+	// table PARTITION BY HASH (scope, key) with that many partitions
+	// (Table + "_p0" ...), at most [MaxPartitions]. Every index and
+	// constraint is declared on the parent, so each partition has its own
+	// primary key and sweeper indexes, and later migrations (ALTER TABLE,
+	// CREATE INDEX on the parent) reach every partition. Zero creates an
+	// ordinary table. The table is created once: on a table that exists, a
+	// positive Partitions that differs from its partition count makes Up
+	// fail with [ErrPartitions] (repartitioning is a manual copy, see
+	// docs/operations.md); zero accepts whatever exists.
+	Partitions int
 }
+
+// MaxPartitions bounds [Options.Partitions].
+const MaxPartitions = 1024
+
+// ErrPartitions is returned for an invalid [Options.Partitions], or one that
+// does not match the existing table.
+var ErrPartitions = errors.New("migrations: partitions")
 
 // Objects names the database objects the migrations create for one table.
 // pgstore uses it to address them.
@@ -146,7 +164,27 @@ var all = []migration{
 	{2, "00002_notify_waiters"},
 }
 
-func render(name string, o Objects) (string, error) {
+// templateData is what the SQL templates see: the objects' names and, for
+// the first migration, the partitions to create.
+type templateData struct {
+	Objects
+	Partitions []partition
+}
+
+type partition struct {
+	Name               string
+	Modulus, Remainder int
+}
+
+func partitionsOf(o Objects, n int) []partition {
+	ps := make([]partition, n)
+	for i := range ps {
+		ps[i] = partition{Name: fmt.Sprintf("%s_p%d", o.Table, i), Modulus: n, Remainder: i}
+	}
+	return ps
+}
+
+func render(name string, o templateData) (string, error) {
 	src, err := sqlFiles.ReadFile("sql/" + name)
 	if err != nil {
 		return "", err
@@ -179,13 +217,17 @@ func newProvider(pool *pgxpool.Pool, opts Options) (*goose.Provider, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
+	if opts.Partitions < 0 || opts.Partitions > MaxPartitions {
+		return nil, nil, fmt.Errorf("%w: %d, want 0 to %d", ErrPartitions, opts.Partitions, MaxPartitions)
+	}
+	data := templateData{Objects: o, Partitions: partitionsOf(o, opts.Partitions)}
 	var gms []*goose.Migration
 	for _, m := range all {
-		up, err := render(m.name+".up.sql", o)
+		up, err := render(m.name+".up.sql", data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("migrations: %s: %w", m.name, err)
 		}
-		down, err := render(m.name+".down.sql", o)
+		down, err := render(m.name+".down.sql", data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("migrations: %s: %w", m.name, err)
 		}
@@ -226,6 +268,22 @@ func Up(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	defer done()
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
+	}
+	if opts.Partitions > 0 {
+		return checkPartitions(ctx, pool, opts)
+	}
+	return nil
+}
+
+// checkPartitions fails unless the table has opts.Partitions partitions.
+func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
+	o, _ := ObjectsFor(opts.Table) // validated by newProvider
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = $1::regclass`, o.Table).Scan(&n); err != nil {
+		return fmt.Errorf("migrations: counting partitions: %w", err)
+	}
+	if n != opts.Partitions {
+		return fmt.Errorf("%w: table %s has %d partitions, Options.Partitions is %d", ErrPartitions, o.Table, n, opts.Partitions)
 	}
 	return nil
 }

@@ -3,9 +3,12 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/testdb"
@@ -117,6 +120,104 @@ func TestUpInvalidTable(t *testing.T) {
 	err := migrations.Up(context.Background(), pool, migrations.Options{Table: "x; DROP TABLE y"})
 	if !errors.Is(err, migrations.ErrInvalidTable) {
 		t.Fatalf("err = %v, want ErrInvalidTable", err)
+	}
+}
+
+// TestUpPartitioned creates a hash-partitioned table: every partition has
+// the primary key and the sweeper's two partial indexes, a column added on
+// the parent later (as a later migration would) reaches every partition,
+// and a mismatching or out-of-range Partitions is refused.
+func TestUpPartitioned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Pool(t)
+	opts := migrations.Options{Table: schema + ".claims", Partitions: 4}
+	if err := migrations.Up(ctx, pool, opts); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT c.relname, count(ix.indexrelid) FILTER (WHERE ix.indisprimary),
+		       count(ix.indexrelid) FILTER (WHERE pg_get_indexdef(ix.indexrelid) LIKE '%(lease_end) WHERE (state = ''claimed''::text)'),
+		       count(ix.indexrelid) FILTER (WHERE pg_get_indexdef(ix.indexrelid) LIKE '%(expires_at) WHERE (state = ''completed''::text)')
+		  FROM pg_inherits h
+		  JOIN pg_class c ON c.oid = h.inhrelid
+		  LEFT JOIN pg_index ix ON ix.indrelid = c.oid
+		 WHERE h.inhparent = $1::regclass
+		 GROUP BY c.relname ORDER BY c.relname`, opts.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type part struct {
+		name                   string
+		pkey, leaseEnd, expiry int
+	}
+	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (part, error) {
+		var p part
+		return p, r.Scan(&p.name, &p.pkey, &p.leaseEnd, &p.expiry)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 4 {
+		t.Fatalf("partitions = %+v, want 4", parts)
+	}
+	for i, p := range parts {
+		if p != (part{fmt.Sprintf("claims_p%d", i), 1, 1, 1}) {
+			t.Errorf("partition %d: %+v, want claims_p%d with a primary key and both sweeper indexes", i, p, i)
+		}
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE `+opts.Table+` ADD COLUMN later boolean NOT NULL DEFAULT false`); err != nil {
+		t.Fatal(err)
+	}
+	var withColumn int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND column_name = 'later'`, schema).Scan(&withColumn); err != nil {
+		t.Fatal(err)
+	}
+	if withColumn != 5 {
+		t.Errorf("a column added on the parent is on %d tables, want the parent and 4 partitions", withColumn)
+	}
+
+	// Up again: the same count is fine, zero accepts what exists, another
+	// count is refused.
+	for _, n := range []int{4, 0} {
+		if err := migrations.Up(ctx, pool, migrations.Options{Table: opts.Table, Partitions: n}); err != nil {
+			t.Errorf("Up again with Partitions %d: %v", n, err)
+		}
+	}
+	if err := migrations.Up(ctx, pool, migrations.Options{Table: opts.Table, Partitions: 8}); !errors.Is(err, migrations.ErrPartitions) {
+		t.Errorf("Up with Partitions 8 on a table of 4: %v, want ErrPartitions", err)
+	}
+	for _, n := range []int{-1, migrations.MaxPartitions + 1} {
+		if err := migrations.Up(ctx, pool, migrations.Options{Table: schema + ".other", Partitions: n}); !errors.Is(err, migrations.ErrPartitions) {
+			t.Errorf("Up with Partitions %d: %v, want ErrPartitions", n, err)
+		}
+	}
+	downToZero(ctx, t, pool, opts)
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND (tablename = 'claims' OR tablename LIKE 'claims\_p%')`, schema).Scan(&left); err != nil || left != 0 {
+		t.Errorf("after Down: %d of the table and its partitions left, %v; want none", left, err)
+	}
+}
+
+// downToZero rolls back every applied migration, the first (which drops
+// the table) last.
+func downToZero(ctx context.Context, t *testing.T, pool *pgxpool.Pool, opts migrations.Options) {
+	t.Helper()
+	for {
+		st, err := migrations.Status(ctx, pool, opts)
+		if err != nil {
+			t.Fatalf("Status: %v", err)
+		}
+		applied := false
+		for _, m := range st {
+			applied = applied || m.State == "applied"
+		}
+		if !applied {
+			return
+		}
+		if err := migrations.Down(ctx, pool, opts); err != nil {
+			t.Fatalf("Down: %v", err)
+		}
 	}
 }
 

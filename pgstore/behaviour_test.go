@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -317,11 +318,25 @@ func TestCompleteTx(t *testing.T) {
 	})
 }
 
+// TestConcurrentSweepersDeleteEachRowOnce runs three sweepers at once, in
+// batches of 25, on an ordinary and on a hash-partitioned table: every
+// batch stays within its bound (on a partitioned table the LIMIT bounds the
+// batch across partitions), and every row is deleted once.
 func TestConcurrentSweepersDeleteEachRowOnce(t *testing.T) {
 	t.Parallel()
+	for _, partitions := range []int{0, 8} {
+		t.Run(fmt.Sprintf("partitions=%d", partitions), func(t *testing.T) {
+			t.Parallel()
+			testConcurrentSweepers(t, partitions)
+		})
+	}
+}
+
+func testConcurrentSweepers(t *testing.T, partitions int) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
-	pool, schema := migrated(t)
+	pool, schema := migratedWith(t, migrations.Options{Partitions: partitions})
+	const batch = 25
 	const abandoned, expired = 300, 300
 	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Minute})
 	// Rows are made with one statement each (as claims would), in bulk.
@@ -348,10 +363,13 @@ func TestConcurrentSweepersDeleteEachRowOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				st, err := sw.Sweep(ctx, 25)
+				st, err := sw.Sweep(ctx, batch)
 				if err != nil {
 					t.Errorf("sweeper %d: %v", i, err)
 					return
+				}
+				if st.Abandoned+st.Expired > batch {
+					t.Errorf("sweeper %d removed %+v in one batch of %d", i, st, batch)
 				}
 				total[i].Abandoned += st.Abandoned
 				total[i].Expired += st.Expired

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -41,6 +42,8 @@ type replayCache struct {
 	buckets [256]uint64              // notifications seen, by payload bucket
 	epoch   uint64                   // LISTEN sessions begun; 0: none yet
 	ready   bool                     // LISTEN in effect
+
+	hits atomic.Int64 // get calls answered from the cache
 }
 
 type cacheEntry struct {
@@ -94,6 +97,7 @@ func (c *replayCache) get(id string, now func() time.Time) (fingerprint string, 
 		return "", idem.Result{}, false
 	}
 	c.lru.MoveToFront(el)
+	c.hits.Add(1)
 	return e.fingerprint, e.result, true
 }
 

@@ -109,6 +109,24 @@ func TestReplayCache(t *testing.T) {
 		wantReplay(t, s, key("a"))
 	})
 
+	t.Run("counts its hits", func(t *testing.T) {
+		t.Parallel()
+		pool, s := setup(t)
+		complete(t, s, key("a"))
+		cachedReplay(t, s, key("a"))
+		before := s.ReplayCacheHits()
+		deleteBehindBack(t, pool, key("a"))
+		wantReplay(t, s, key("a")) // only the cache can answer this one
+		wantReplay(t, s, key("a"))
+		if got := s.ReplayCacheHits() - before; got != 2 {
+			t.Fatalf("ReplayCacheHits grew by %d over two cached replays, want 2", got)
+		}
+		wantAcquired(t, s, key("b")) // a miss
+		if got := s.ReplayCacheHits() - before; got != 2 {
+			t.Fatalf("ReplayCacheHits grew by %d after a miss, want still 2", got)
+		}
+	})
+
 	t.Run("checks the fingerprint", func(t *testing.T) {
 		t.Parallel()
 		pool, s := setup(t)

@@ -1,6 +1,10 @@
 package pgstore
 
-import "context"
+import (
+	"context"
+	"strconv"
+	"strings"
+)
 
 // SetWaitBlocked installs a hook called when Wait has seen a live claim and
 // blocks: from then on only a notification, the lease end, the poll
@@ -53,6 +57,12 @@ func SetCacheInvalidated(s *Store, f func(payload string)) {
 // SetCacheDropped installs a hook called after the replay cache dropped
 // everything because the LISTEN connection was lost.
 func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }
+
+// SweepSQL is the store's sweep statement for a batch of batch rows ($1 is
+// the test clock).
+func SweepSQL(s *Store, batch int) string {
+	return strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(batch))
+}
 
 // Heartbeats is the number of heartbeats the store's LISTEN connections
 // heard back.

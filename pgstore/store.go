@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -541,8 +543,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 		limit = DefaultSweepBatch
 	}
 	var abandoned, expired int
+	sweep := strings.ReplaceAll(s.sql.sweep, "{BATCH}", strconv.Itoa(limit))
 	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.sweep, limit, s.nowArg()).Scan(&abandoned, &expired, nil)
+		return s.pool.QueryRow(ctx, sweep, s.nowArg()).Scan(&abandoned, &expired, nil)
 	})
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)

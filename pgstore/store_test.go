@@ -21,11 +21,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 // migrated returns a pool on a fresh, migrated schema, and the schema.
 func migrated(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	return migratedWith(t, migrations.Options{})
+}
+
+// migratedWith is migrated with the migrations' options.
+func migratedWith(t testing.TB, opts migrations.Options) (*pgxpool.Pool, string) {
+	t.Helper()
 	pool, schema := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	session := sessionPool(t, pool, schema)
-	if err := migrations.Up(ctx, session, migrations.Options{}); err != nil {
+	if err := migrations.Up(ctx, session, opts); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
 	}
 	if session != pool {
@@ -66,6 +72,15 @@ func newStore(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.S
 func TestContract(t *testing.T) {
 	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
 		pool, _ := migrated(t)
+		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
+	})
+}
+
+// TestContractPartitioned runs the contract on a claim table hash
+// partitioned on (scope, key) (migrations.Options.Partitions).
+func TestContractPartitioned(t *testing.T) {
+	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
+		pool, _ := migratedWith(t, migrations.Options{Partitions: 4})
 		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
 	})
 }

@@ -295,11 +295,14 @@ func (c *cli) store(ctx context.Context) (s *pgstore.Store, closeStore func(), e
 
 func (c *cli) migrate(ctx context.Context, args []string) error {
 	var yes bool
+	var partitions int
 	fs := c.subFlagSet("migrate", "up|down|status",
-		"up applies every migration not yet applied (safe to run from several replicas at once).\n"+
+		"up applies every migration not yet applied (safe to run from several replicas at once);\n"+
+			"with --partitions N a table it creates is hash-partitioned on (scope, key) in N partitions.\n"+
 			"down rolls back the most recent one; rolling back the first DROPS the table and every\n"+
 			"recorded result, so it needs --yes.\nstatus lists the migrations and whether each is applied.")
 	fs.BoolVar(&yes, "yes", false, "confirm \"down\", which drops the table and every recorded result")
+	fs.IntVar(&partitions, "partitions", 0, "up: create the table PARTITION BY HASH (scope, key) with `N` partitions (0: one table); on an existing table, N must match")
 	positional, err := parseSub(fs, args)
 	if err != nil {
 		return err
@@ -310,6 +313,9 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	action := positional[0]
 	if action != "up" && action != "down" && action != "status" {
 		return cmdUsagef(fs, "unknown action %q: want up, down or status", action)
+	}
+	if partitions < 0 || partitions > migrations.MaxPartitions {
+		return usagef("migrate: --partitions %d: want 0 to %d", partitions, migrations.MaxPartitions)
 	}
 	if action == "down" && !yes {
 		return &usageError{msg: fmt.Sprintf("migrate down drops the table %s and every recorded result: add --yes to confirm", c.tableName()), cmd: "migrate"}
@@ -322,7 +328,7 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	opts := migrations.Options{Table: c.table}
+	opts := migrations.Options{Table: c.table, Partitions: partitions}
 	switch action {
 	case "up":
 		if err := migrations.Up(ctx, pool, opts); err != nil {

@@ -125,6 +125,25 @@ func TestMigrate(t *testing.T) {
 	}
 }
 
+// TestMigratePartitions creates a hash-partitioned table with --partitions,
+// refuses a different count on it, and refuses an out-of-range count as a
+// usage error.
+func TestMigratePartitions(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := schemaURL(t)
+	mustRun(t, dbURL, "migrate", "up", "--partitions", "4")
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem_keys'::regclass`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("partitions after migrate up --partitions 4: %d, %v", n, err)
+	}
+	if r := idemCLI(context.Background(), dbURL, "migrate", "up", "--partitions", "8"); r.err == nil || !strings.Contains(r.err.Error(), "4 partitions") {
+		t.Errorf("--partitions 8 on a table of 4: %v, want a mismatch error", r.err)
+	}
+	if r := idemCLI(context.Background(), dbURL, "migrate", "up", "--partitions", "-1"); r.code() != 2 {
+		t.Errorf("--partitions -1: exit %d (%v), want 2", r.code(), r.err)
+	}
+}
+
 func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 	t.Helper()
 	var ok bool

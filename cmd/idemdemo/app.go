@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,8 @@ type config struct {
 	logLevel        slog.Level
 	probe           string
 	migrate         bool
+	scopeSecret     string
+	sessionCookies  []string
 }
 
 // envVar is the environment variable of each flag. DATABASE_URL is the
@@ -74,6 +77,8 @@ var envVar = map[string]string{
 	"log-level":        "IDEMDEMO_LOG_LEVEL",
 	"probe":            "IDEMDEMO_PROBE",
 	"migrate":          "IDEMDEMO_MIGRATE",
+	"scope-secret":     "IDEMDEMO_SCOPE_SECRET",
+	"session-cookies":  "IDEMDEMO_SESSION_COOKIES",
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -93,6 +98,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled and their claims released")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error (debug logs idempotency keys in clear)")
 	fs.BoolVar(&cfg.migrate, "migrate", true, "with a database, migrate the idem table and create the invoices table at start; false for a least-privilege role (run \"idem migrate up\" as the table's owner instead)")
+	fs.StringVar(&cfg.scopeSecret, "scope-secret", "", "`secret` keying the hash of each caller's credentials in the scope (HMAC-SHA-256); set it through the environment, not the command line, and the same in every instance (empty: plain SHA-256, so low-entropy credentials could be guessed from the table)")
+	cookies := fs.String("session-cookies", "session", "comma-separated `names` of the cookies that identify a caller; empty: no cookie does")
 	fs.StringVar(&cfg.probe, "probe", "", "instead of serving, GET this `URL` and exit 0 if it answers 2xx, 1 otherwise: a container health check for images without curl")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: idemdemo [flags]
@@ -140,9 +147,15 @@ Flags:
 	if fs.NArg() > 0 {
 		return cfg, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
 	}
+	cfg.sessionCookies = []string{} // non-nil: the demo names its session cookies, possibly none
+	for name := range strings.SplitSeq(*cookies, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			cfg.sessionCookies = append(cfg.sessionCookies, name)
+		}
+	}
 	switch {
-	case cfg.lease <= 0:
-		return cfg, &usageError{errors.New("-lease must be positive")}
+	case cfg.lease < time.Millisecond:
+		return cfg, &usageError{errors.New("-lease must be at least 1ms")}
 	case cfg.retention <= 0:
 		return cfg, &usageError{errors.New("-retention must be positive")}
 	case cfg.replayCache < 0:
@@ -190,12 +203,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	defer be.close()
+	tel, err := newTelemetry(ctx, getenv, stdout, be)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tel.shutdown(ctx); err != nil {
+			logger.Warn("flushing OpenTelemetry", "err", err)
+		}
+	}()
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	app := newApp(cfg, be, logger, selfURL(ln.Addr()))
+	app.metrics.otel = tel.observer
+	app.handler = tel.instrument(app.handler)
 	return app.serve(ctx, ln, stdout)
 }
 
@@ -253,18 +277,28 @@ type app struct {
 	// (GET /mcp) end at once instead of holding shutdown until its bound.
 	streams       context.Context
 	cancelStreams context.CancelFunc
+	// cutOff is cancelled when the shutdown bound runs out: protected
+	// handlers and tool calls, whose contexts no longer end with their
+	// clients' connections, are cancelled through it (the middleware's and
+	// mcphttp's Shutdown option), and their claims released.
+	cutOff       context.Context
+	cancelCutOff context.CancelFunc
 }
 
 func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
 	a := &app{cfg: cfg, be: be, logger: logger, metrics: newMetrics(), owner: owner()}
 	a.streams, a.cancelStreams = context.WithCancel(context.Background())
+	a.cutOff, a.cancelCutOff = context.WithCancel(context.Background())
 
 	protect := middleware.New(be.store, middleware.Options{
-		Lease:    cfg.lease,
-		Wait:     cfg.wait,
-		Owner:    a.owner,
-		Logger:   logger,
-		Observer: a.metrics.observeHTTP,
+		Lease:          cfg.lease,
+		Wait:           cfg.wait,
+		Shutdown:       a.cutOff,
+		Owner:          a.owner,
+		Logger:         logger,
+		Observer:       a.metrics.observeHTTP,
+		SessionCookies: cfg.sessionCookies,
+		ScopeSecret:    scopeSecret(cfg),
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /invoices", protect(http.HandlerFunc(a.createInvoice)))
@@ -274,6 +308,14 @@ func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
 	mux.Handle("GET /metrics", a.metrics.handler())
 	a.handler = a.track(mux)
 	return a
+}
+
+// scopeSecret is the key of the scope hash, nil when none is set.
+func scopeSecret(cfg config) []byte {
+	if cfg.scopeSecret == "" {
+		return nil
+	}
+	return []byte(cfg.scopeSecret)
 }
 
 // owner names this process in its claims ("idemdemo@host pid 42"), so that
@@ -333,7 +375,8 @@ func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) erro
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	a.logger.Info("idemdemo started", "addr", ln.Addr().String(), "store", a.be.name,
-		"lease", a.cfg.lease, "wait", a.cfg.wait, "retention", a.cfg.retention)
+		"lease", a.cfg.lease, "wait", a.cfg.wait, "retention", a.cfg.retention,
+		"scope_keyed", a.cfg.scopeSecret != "", "session_cookies", strings.Join(a.cfg.sessionCookies, ","))
 	fmt.Fprintf(stdout, "idemdemo listening on http://%s (store: %s)\n", ln.Addr(), a.be.name)
 
 	select {
@@ -352,6 +395,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) erro
 		// it releases the claim and a retry runs again (not waiting for
 		// the lease to run out).
 		a.logger.Warn("shutdown bound reached: cancelling in-flight requests; their claims are released", "active", a.active.Load())
+		a.cancelCutOff()
 		cancelRequests()
 		a.drain(middleware.DefaultStoreTimeout)
 		_ = srv.Close()

@@ -44,6 +44,14 @@ func TestParseConfig(t *testing.T) {
 		{name: "bad duration in the environment", env: map[string]string{"IDEMDEMO_RETENTION": "forever"},
 			wantErr: func(err error) bool { return exitCode(err) == 2 && strings.Contains(err.Error(), "IDEMDEMO_RETENTION") }},
 		{name: "zero lease", args: []string{"-lease", "0s"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
+		{name: "lease under a millisecond", args: []string{"-lease", "2ns"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
+		{name: "scope secret and session cookies from the environment",
+			env: map[string]string{"IDEMDEMO_SCOPE_SECRET": "s3cret", "IDEMDEMO_SESSION_COOKIES": "sid, remember_me"},
+			want: func(c config) bool {
+				return c.scopeSecret == "s3cret" && strings.Join(c.sessionCookies, ",") == "sid,remember_me"
+			}},
+		{name: "no session cookie", args: []string{"-session-cookies", ""},
+			want: func(c config) bool { return c.sessionCookies != nil && len(c.sessionCookies) == 0 }},
 		{name: "arguments", args: []string{"extra"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,8 +168,9 @@ func TestAppInProcess(t *testing.T) {
 		t.Fatalf("list: %s", list.Body)
 	}
 
-	// A request cancelled during its delay answers 503, which releases
-	// the key: the same key runs again.
+	// A request whose client hangs up during its delay runs on. One cut
+	// off by shutdown (its bound ran out) answers 503 and releases its
+	// key, and the app takes no new claims.
 	ctx, cancel := context.WithCancel(context.Background())
 	r := httptest.NewRequest("POST", "/invoices", strings.NewReader(`{"customer":"x","amount_cents":1,"delay_ms":600000}`)).WithContext(ctx)
 	r.Header.Set("Idempotency-Key", "cancelled")
@@ -178,12 +187,49 @@ func TestAppInProcess(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
+	select {
+	case <-done:
+		t.Fatalf("the handler ended with its client: %d %s", w.Code, w.Body)
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.cancelCutOff()
 	<-done
 	if w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("cancelled: %d %s", w.Code, w.Body)
+		t.Fatalf("cut off: %d %s", w.Code, w.Body)
 	}
-	if again := post("cancelled", `{"customer":"x","amount_cents":1}`); again.Code != http.StatusCreated {
-		t.Fatalf("after release: %d %s", again.Code, again.Body)
+	if n := a.be.store.(*memstore.Store).Len(); n != 1 {
+		t.Fatalf("the store holds %d keys after the cut-off, want 1 (the cut-off key released)", n)
+	}
+	if again := post("cancelled", `{"customer":"x","amount_cents":1}`); again.Code != http.StatusServiceUnavailable {
+		t.Fatalf("after shutdown: %d %s, want 503", again.Code, again.Body)
+	}
+}
+
+// TestAppSessionCookieScopes: the demo scopes by its session cookie
+// ("session" unless -session-cookies says otherwise): two users sending one
+// key and body get two invoices, a user's retry gets a replay.
+func TestAppSessionCookieScopes(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{"-scope-secret", "test-secret"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newApp(cfg, newMemoryBackend(cfg), slog.New(slog.DiscardHandler), "http://127.0.0.1:1")
+	post := func(session string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/invoices", strings.NewReader(acme))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Idempotency-Key", "same-key")
+		r.AddCookie(&http.Cookie{Name: "session", Value: session})
+		w := httptest.NewRecorder()
+		a.handler.ServeHTTP(w, r)
+		return w
+	}
+	alice, bob, again := post("alice"), post("bob"), post("alice")
+	if alice.Code != http.StatusCreated || bob.Code != http.StatusCreated || alice.Body.String() == bob.Body.String() {
+		t.Fatalf("alice %d %s, bob %d %s: want two invoices", alice.Code, alice.Body, bob.Code, bob.Body)
+	}
+	if again.Body.String() != alice.Body.String() || again.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("alice's retry: %s, want the replay of %s", again.Body, alice.Body)
 	}
 }
 

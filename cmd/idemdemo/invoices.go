@@ -91,9 +91,11 @@ func (a *app) createInvoice(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			// Shutdown (or a lost claim, or a gone client) cancelled the
-			// request before it created anything. A 503 is not recorded:
-			// the middleware releases the claim, so a retry runs again.
+			// Shutdown (or a lost claim) cancelled the request before it
+			// created anything; a client that hangs up does not (the
+			// handler runs on, and its retry gets the replay). Nothing
+			// is recorded: the middleware releases the claim of a
+			// handler cut off by shutdown, so a retry runs again.
 			writeProblem(w, http.StatusServiceUnavailable, "Request cancelled",
 				"The request was cancelled before the invoice was created (the server is shutting down). Retry with the same Idempotency-Key.")
 			return

@@ -44,7 +44,8 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 		return nil, toolOutput{}, err
 	}
 	// mcphttp.Transport sets X-Session-Id and X-Idempotency-Key from the
-	// Meta in the context.
+	// Meta in the context, and the caller's credentials for the demo's own
+	// API.
 	hreq, err := http.NewRequestWithContext(mcphttp.NewContext(ctx, meta), http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, toolOutput{}, err
@@ -95,8 +96,11 @@ func retryable(msg string) error {
 // calling the invoice API at self.
 func newMCPServer(self string) *mcp.Server {
 	tool := &invoiceTool{
-		url:    self + "/invoices",
-		client: &http.Client{Transport: &mcphttp.Transport{}},
+		url: self + "/invoices",
+		// The caller's credentials go to the demo's own API and nowhere
+		// else (not on a redirect either): it is the resource they were
+		// issued for.
+		client: &http.Client{Transport: &mcphttp.Transport{Upstreams: []string{self}}},
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "idemdemo", Title: "idem demo: invoices", Version: "1.0.0"}, nil)
 	mcp.AddTool(server, &mcp.Tool{
@@ -116,10 +120,13 @@ func newMCPHandler(a *app, self string) http.Handler {
 	server := newMCPServer(self)
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Logger: a.logger})
 	return mcphttp.New(a.be.store, mcphttp.Options{
-		Wait:     a.cfg.wait,
-		Lease:    a.cfg.lease,
-		Owner:    a.owner,
-		Logger:   a.logger,
-		Observer: a.metrics.observeMCP,
+		Wait:           a.cfg.wait,
+		Lease:          a.cfg.lease,
+		Shutdown:       a.cutOff,
+		Owner:          a.owner,
+		Logger:         a.logger,
+		Observer:       a.metrics.observeMCP,
+		SessionCookies: a.cfg.sessionCookies,
+		ScopeSecret:    scopeSecret(a.cfg),
 	})(inner)
 }

@@ -6,12 +6,23 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemotel"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the demo's Prometheus metrics, fed by the observer hooks of the
+// metrics are the demo's Prometheus metrics, served at /metrics. They stay
+// written with client_golang rather than derived from idemotel's instruments
+// through the OpenTelemetry Prometheus exporter: their names
+// (idem_claimed_total{adapter}, idem_claim_duration_seconds, ...) are the
+// contract docs/operations.md's alerts, docs/demo.md and outside checks read,
+// and the exporter would publish idemotel's semantic-convention names
+// instead (idem_requests_total{idem_outcome}, with otel_scope_* labels and
+// target_info). With OTEL_METRICS_EXPORTER set, idemotel's metrics go to
+// that exporter as well; see telemetry.go.
+//
+// The metrics are fed by the observer hooks of the
 // middleware (adapter="http") and of mcphttp (adapter="mcp"), and by the
 // sweeper.
 // Keys and scopes never become labels: they are client data, unbounded.
@@ -29,6 +40,10 @@ type metrics struct {
 	sweptTotal  *prometheus.CounterVec
 	claimTime   *prometheus.HistogramVec
 	handlerTime *prometheus.HistogramVec
+
+	// otel, when OpenTelemetry is on (see newTelemetry), receives every
+	// event as well.
+	otel *idemotel.Observer
 }
 
 func newMetrics() *metrics {
@@ -76,12 +91,18 @@ func (m *metrics) handler() http.Handler {
 }
 
 // observeHTTP is the middleware's Observer.
-func (m *metrics) observeHTTP(r *http.Request, e idem.Event) { m.observe("http", e) }
+func (m *metrics) observeHTTP(r *http.Request, e idem.Event) { m.observe(r, idem.AdapterHTTP, e) }
 
 // observeMCP is mcphttp's Observer.
-func (m *metrics) observeMCP(r *http.Request, e idem.Event) { m.observe("mcp", e) }
+func (m *metrics) observeMCP(r *http.Request, e idem.Event) { m.observe(r, idem.AdapterMCP, e) }
 
-func (m *metrics) observe(adapter string, e idem.Event) {
+func (m *metrics) observe(r *http.Request, adapter string, e idem.Event) {
+	if m.otel != nil {
+		if e.Adapter == "" {
+			e.Adapter = adapter
+		}
+		m.otel.Observe(r, e)
+	}
 	secs := e.Duration.Seconds()
 	switch e.Kind {
 	case idem.EventClaimed:
@@ -101,7 +122,7 @@ func (m *metrics) observe(adapter string, e idem.Event) {
 	case idem.EventReleased:
 		m.released.WithLabelValues(adapter).Inc()
 		m.handlerTime.WithLabelValues(adapter, "released").Observe(secs)
-	case idem.EventStale:
+	case idem.EventStale, idem.EventLeaseLost:
 		m.stale.WithLabelValues(adapter).Inc()
 	case idem.EventStoreError:
 		if errors.Is(e.Err, context.Canceled) {
@@ -112,6 +133,9 @@ func (m *metrics) observe(adapter string, e idem.Event) {
 }
 
 func (m *metrics) swept(st idem.SweepStats) {
+	if m.otel != nil {
+		m.otel.Swept(context.Background(), st)
+	}
 	m.sweptTotal.WithLabelValues("abandoned").Add(float64(st.Abandoned))
 	m.sweptTotal.WithLabelValues("expired").Add(float64(st.Expired))
 }

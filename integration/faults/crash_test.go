@@ -244,9 +244,10 @@ func assertNotStuck(t *testing.T, d *db, key string, killedLeaseEnd time.Time) {
 // background is a request sent in its own goroutine, which the test kills
 // the server under.
 type background struct {
-	wg   sync.WaitGroup
-	resp response
-	err  error
+	wg       sync.WaitGroup
+	resp     response
+	err      error
+	answered time.Time // when the answer (or error) arrived
 }
 
 func sendInBackground(base, key, body string) *background {
@@ -257,6 +258,7 @@ func sendInBackground(base, key, body string) *background {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		b.resp, b.err = post(ctx, newClient(2*time.Minute), base, "/invoices", body, "Idempotency-Key", key)
+		b.answered = time.Now()
 	}()
 	return b
 }

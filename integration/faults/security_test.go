@@ -25,8 +25,8 @@ import (
 )
 
 // TestNoReplayAcrossScopesHTTP sends one Idempotency-Key under different
-// credentials and sessions: each scope runs the handler once and replays only
-// its own answer.
+// credentials, session cookies and sessions: each scope runs the handler
+// once and replays only its own answer.
 func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("scopes"))
@@ -42,6 +42,9 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 		{"X-Session-Id", "session-1"},
 		{"X-Session-Id", "session-2"},
 		{"X-Api-Key", "tenant-a", "X-Session-Id", "session-1"},
+		// Browser users: the demo names its session cookie "session".
+		{"Cookie", "session=alice"},
+		{"Cookie", "session=bob; theme=dark"},
 	}
 	ids := map[int64]bool{}
 	first := make([]response, len(scopes))

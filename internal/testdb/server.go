@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,124 @@ func StartServer(t testing.TB) *Server {
 // the test is skipped locally and fails in CI.
 func StartLocalServer(t testing.TB) *Server {
 	t.Helper()
+	s := newServer(t)
+	s.run("initdb", "-D", s.dataDir, "-U", "idem", "--auth=trust", "--no-sync", "-E", "UTF8")
+	s.Start()
+	t.Cleanup(func() { s.Stop("immediate") })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://idem@127.0.0.1:%d/postgres?sslmode=disable", s.Port))
+	if err != nil {
+		t.Fatalf("testdb: connect to private server: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE idem"); err != nil {
+		t.Fatalf("testdb: create database: %v", err)
+	}
+	return s
+}
+
+// StartStandby takes a base backup of s (pg_basebackup -R, so it streams
+// from s) into a new server of its own, starts it as a hot standby, and
+// waits until it streams. Its walreceiver connects as
+// application_name name, the name synchronous_standby_names on s refers to.
+// It is stopped and removed when the test ends.
+func (s *Server) StartStandby(name string) *Server {
+	s.t.Helper()
+	if s.ctr != nil {
+		s.t.Fatal("testdb: StartStandby needs a server from StartLocalServer (pg_basebackup), not a container")
+	}
+	sb := newServer(s.t)
+	s.run("pg_basebackup", "-D", sb.dataDir, "-R", "--no-sync", "-X", "stream", "-c", "fast",
+		"-d", fmt.Sprintf("postgres://idem@127.0.0.1:%d/?sslmode=disable&application_name=%s", s.Port, name))
+	sb.Start()
+	s.t.Cleanup(func() { sb.Stop("immediate") })
+	waitQuery(s.t, s.URL, "the standby "+name+" to stream",
+		`SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'`, name)
+	return sb
+}
+
+// WaitReplicated waits until the standby streaming as application_name name
+// has flushed all the WAL s had written when called: every transaction
+// committed on s before the call survives s's loss.
+func (s *Server) WaitReplicated(name string) {
+	s.t.Helper()
+	var lsn string
+	s.exec(func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	})
+	waitQuery(s.t, s.URL, "the standby "+name+" to flush "+lsn,
+		`SELECT coalesce(bool_or(flush_lsn >= $1::pg_lsn), false) FROM pg_stat_replication WHERE application_name = $2`, lsn, name)
+}
+
+// AlterSystem sets a server setting (ALTER SYSTEM, so it survives a
+// restart) and reloads the configuration.
+func (s *Server) AlterSystem(name, value string) {
+	s.t.Helper()
+	s.exec(func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET %s = %s", pgx.Identifier{name}.Sanitize(), quoteLiteral(value))); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, "SELECT pg_reload_conf()")
+		return err
+	})
+}
+
+// exec runs f on a connection to the server's database, failing the test on
+// an error.
+func (s *Server) exec(f func(context.Context, *pgx.Conn) error) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err == nil {
+		err = f(ctx, conn)
+		_ = conn.Close(ctx)
+	}
+	if err != nil {
+		s.t.Fatalf("testdb: %v", err)
+	}
+}
+
+func quoteLiteral(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
+
+// Promote ends recovery on a standby (pg_ctl promote) and waits until it
+// accepts writes.
+func (s *Server) Promote() {
+	s.t.Helper()
+	s.run("pg_ctl", "promote", "-w", "-t", "60", "-D", s.dataDir)
+	waitQuery(s.t, s.URL, "the promoted standby to accept writes", `SELECT NOT pg_is_in_recovery()`)
+}
+
+// waitQuery polls query (a boolean) on url until it is true, failing t
+// after a minute.
+func waitQuery(t testing.TB, url, what, query string, args ...any) {
+	t.Helper()
+	end := time.Now().Add(time.Minute)
+	var last error
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var ok bool
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			err = conn.QueryRow(ctx, query, args...).Scan(&ok)
+			_ = conn.Close(ctx)
+		}
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("testdb: timed out waiting for %s (last error: %v)", what, last)
+}
+
+// newServer makes the directory and picks the port of a server not yet
+// initialised; the directory is removed when t ends.
+func newServer(t testing.TB) *Server {
+	t.Helper()
 	bin, err := serverBinDir()
 	if err != nil {
 		msg := SkipReason + " server binaries: " + err.Error()
@@ -93,20 +212,6 @@ func StartLocalServer(t testing.TB) *Server {
 	}
 	s.Port = freePort(t)
 	s.URL = fmt.Sprintf("postgres://idem@127.0.0.1:%d/idem?sslmode=disable", s.Port)
-	s.run("initdb", "-D", s.dataDir, "-U", "idem", "--auth=trust", "--no-sync", "-E", "UTF8")
-	s.Start()
-	t.Cleanup(func() { s.Stop("immediate") })
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://idem@127.0.0.1:%d/postgres?sslmode=disable", s.Port))
-	if err != nil {
-		t.Fatalf("testdb: connect to private server: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE idem"); err != nil {
-		t.Fatalf("testdb: create database: %v", err)
-	}
 	return s
 }
 

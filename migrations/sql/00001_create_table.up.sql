@@ -3,7 +3,10 @@
 --
 -- This is a template: {{.Table}} and the other names are filled in by
 -- migrations.Up from Options.Table, after validation as plain lower-case
--- identifiers, so they never need quoting.
+-- identifiers, so they never need quoting. With Options.Partitions the
+-- table is PARTITION BY HASH (scope, key): a key's row always lives in one
+-- partition, and the primary key (scope, key) includes the partition key as
+-- PostgreSQL requires.
 
 -- Generations for every key of the table come from one sequence, so a
 -- generation is never issued twice for a key: not after a release, a sweep,
@@ -28,7 +31,9 @@ CREATE TABLE {{.Table}} (
         (state = 'claimed' AND lease_end IS NOT NULL AND result IS NULL AND completed_at IS NULL AND expires_at IS NULL)
         OR (state = 'completed' AND lease_end IS NULL AND result IS NOT NULL AND completed_at IS NOT NULL)
     )
-);
+){{if .Partitions}} PARTITION BY HASH (scope, key){{end}};
+{{range .Partitions}}
+CREATE TABLE {{.Name}} PARTITION OF {{$.Table}} FOR VALUES WITH (MODULUS {{.Modulus}}, REMAINDER {{.Remainder}});{{end}}
 
 COMMENT ON TABLE {{.Table}} IS 'idem: one row per claimed or completed (scope, key); absent keys have no row';
 COMMENT ON COLUMN {{.Table}}.scope IS 'who is asking (tenant, principal, session), as the exact bytes of the Go string; keys never match across scopes';
@@ -46,7 +51,8 @@ COMMENT ON COLUMN {{.Table}}.expires_at IS 'completed: end of retention (null: f
 
 -- The sweeper's two scans, and the oldest-claim statistics: each partial
 -- index holds only the rows of its state. Claims by (scope, key) use the
--- primary key.
+-- primary key. On a partitioned table each index is declared on the parent
+-- and PostgreSQL creates it on every partition.
 CREATE INDEX {{.Base}}_lease_end_idx ON {{.Table}} (lease_end) WHERE state = 'claimed';
 CREATE INDEX {{.Base}}_expires_at_idx ON {{.Table}} (expires_at) WHERE state = 'completed';
 

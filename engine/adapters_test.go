@@ -1,0 +1,550 @@
+package engine_test
+
+// The engine's situations, run once for each adapter: a table of adapter ×
+// situation. Each adapter is mounted over a store in a real HTTP server
+// around the same side effect (work), so that what the engine promises
+// (lease loss by deadline, hang-ups, panics, shutdown) is checked in the
+// same words for net/http and for MCP.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/mcphttp"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// work is the protected side effect: it runs under the adapter's context
+// and returns the text of its answer, or an error (answered as a failure,
+// which releases the key).
+type work func(ctx context.Context) (string, error)
+
+// mountOptions are the settings a situation needs, in the adapters' common
+// terms.
+type mountOptions struct {
+	lease        time.Duration
+	storeTimeout time.Duration
+	shutdown     context.Context
+	observe      func(idem.Event)
+}
+
+// adapter is one of the engine's adapters, as the table sees it.
+type adapter struct {
+	name string
+	// mount returns the adapter over store, around an inner handler that
+	// runs w.
+	mount func(store idem.Store, o mountOptions, w work) http.Handler
+	// request is a protected request for key.
+	request func(ctx context.Context, url, key string) *http.Request
+	// answer reads a response: the work's text, and whether it was a
+	// replay. ok is false for anything but the work's answer.
+	answer func(t *testing.T, resp *http.Response) (text string, replayed, ok bool)
+}
+
+var adapters = []adapter{
+	{
+		name: idem.AdapterHTTP,
+		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
+			opts := middleware.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown, Scope: func(*http.Request) string { return "tenant" }}
+			if o.observe != nil {
+				opts.Observer = func(_ *http.Request, e idem.Event) { o.observe(e) }
+			}
+			return middleware.New(store, opts)(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				text, err := w(r.Context())
+				if err != nil {
+					http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+				rw.Header().Set("Content-Type", "text/plain")
+				rw.WriteHeader(http.StatusCreated)
+				io.WriteString(rw, text)
+			}))
+		},
+		request: func(ctx context.Context, url, key string) *http.Request {
+			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/charge", strings.NewReader(`{"amount":1}`))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Idempotency-Key", `"`+key+`"`)
+			return r
+		},
+		answer: func(t *testing.T, resp *http.Response) (string, bool, bool) {
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusCreated {
+				return fmt.Sprintf("%d %s %v", resp.StatusCode, b, err), false, false
+			}
+			return string(b), resp.Header.Get("Idempotent-Replayed") == "true", true
+		},
+	},
+	{
+		name: idem.AdapterMCP,
+		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
+			opts := mcphttp.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown}
+			if o.observe != nil {
+				opts.Observer = func(_ *http.Request, e idem.Event) { o.observe(e) }
+			}
+			return mcphttp.New(store, opts)(fakeMCP(w))
+		},
+		request: func(ctx context.Context, url, key string) *http.Request {
+			body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1},"_meta":{"idempotencyKey":"` + key + `"}}}`
+			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/mcp", strings.NewReader(body))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Accept", "application/json, text/event-stream")
+			return r
+		},
+		answer: func(t *testing.T, resp *http.Response) (string, bool, bool) {
+			b, err := io.ReadAll(resp.Body)
+			var msg struct {
+				Result *struct {
+					Content []struct {
+						Text string `json:"text"`
+					} `json:"content"`
+				} `json:"result"`
+			}
+			if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(b, &msg) != nil || msg.Result == nil || len(msg.Result.Content) != 1 {
+				return fmt.Sprintf("%d %s %v", resp.StatusCode, b, err), false, false
+			}
+			return msg.Result.Content[0].Text, resp.Header.Get("Idempotent-Replayed") == "true", true
+		},
+	},
+}
+
+// fakeMCP is the smallest inner MCP handler: it answers tools/call with the
+// work's text as a tool result (or a JSON-RPC error), and any other request
+// (the wrapper's probe) with an empty result, as a JSON body.
+func fakeMCP(w work) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		var b bytes.Buffer
+		b.WriteString(`{"jsonrpc":"2.0","id":`)
+		b.Write(req.ID)
+		if req.Method != "tools/call" {
+			b.WriteString(`,"result":{}}`)
+			rw.Write(b.Bytes())
+			return
+		}
+		text, err := w(r.Context())
+		if err != nil {
+			msg, _ := json.Marshal(err.Error())
+			fmt.Fprintf(&b, `,"error":{"code":-32000,"message":%s}}`, msg)
+		} else {
+			t, _ := json.Marshal(text)
+			fmt.Fprintf(&b, `,"result":{"content":[{"type":"text","text":%s}]}}`, t)
+		}
+		rw.Write(b.Bytes())
+	})
+}
+
+// env is one adapter mounted in a real server for one situation.
+type env struct {
+	t      *testing.T
+	a      adapter
+	store  idem.Store
+	url    string
+	runs   atomic.Int64
+	events eventLog
+}
+
+type eventLog struct {
+	mu     sync.Mutex
+	events []idem.Event
+}
+
+func (l *eventLog) observe(e idem.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) count(k idem.EventKind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *eventLog) kinds() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ks []string
+	for _, e := range l.events {
+		ks = append(ks, e.Kind.String())
+	}
+	return ks
+}
+
+// newEnv mounts a over store (nil: a fresh memstore) around w, counting
+// each run of w.
+func newEnv(t *testing.T, a adapter, store idem.Store, o mountOptions, w work) *env {
+	t.Helper()
+	e := &env{t: t, a: a, store: store}
+	if e.store == nil {
+		e.store = memstore.New(memstore.Options{})
+	}
+	o.observe = e.events.observe
+	srv := httptest.NewUnstartedServer(a.mount(e.store, o, func(ctx context.Context) (string, error) {
+		n := e.runs.Add(1)
+		text, err := w(ctx)
+		if err == nil && text == "" {
+			text = fmt.Sprintf("run #%d", n)
+		}
+		return text, err
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panics the situations cause
+	srv.Start()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	e.url = srv.URL
+	return e
+}
+
+// client opens a connection per request: a connection the test's client
+// hung up on is never reused.
+var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// send sends the protected request for key and returns the answer.
+func (e *env) send(ctx context.Context, key string) (text string, replayed, ok bool, err error) {
+	resp, err := client.Do(e.a.request(ctx, e.url, key))
+	if err != nil {
+		return "", false, false, err
+	}
+	defer resp.Body.Close()
+	text, replayed, ok = e.a.answer(e.t, resp)
+	return text, replayed, ok, nil
+}
+
+// hangingRenew is a store whose Renew blocks until its context ends: a
+// partitioned database or an exhausted pool.
+type hangingRenew struct{ idem.Store }
+
+func (hangingRenew) Renew(ctx context.Context, _ idem.Token, _ time.Duration) (time.Time, error) {
+	<-ctx.Done()
+	return time.Time{}, ctx.Err()
+}
+
+func TestSituations(t *testing.T) {
+	t.Parallel()
+	situations := []struct {
+		name string
+		run  func(t *testing.T, a adapter)
+	}{
+		{"renewal hangs: the work's context ends within the lease", situationRenewHangs},
+		{"client hangs up: the work runs to completion and the retry replays it", situationClientHangsUp},
+		{"work panics: the key is released and the retry runs again", situationPanic},
+		{"renewal finds the claim taken over: the work's context ends at once", situationTakenOver},
+		{"server shuts down: the work's context ends, the key is released", situationShutdown},
+		{"events: every event names the adapter; a wait and a takeover are reported", situationEvents},
+	}
+	for _, a := range adapters {
+		for _, s := range situations {
+			t.Run(a.name+"/"+s.name, func(t *testing.T) {
+				t.Parallel()
+				s.run(t, a)
+			})
+		}
+	}
+}
+
+// situationRenewHangs: with a 1 s lease and a 10 s store timeout, a renewal
+// that hangs must not let the work run past the lease, when another
+// instance may take the key over.
+func situationRenewHangs(t *testing.T, a adapter) {
+	const lease = time.Second
+	type ended struct {
+		after time.Duration
+		cause error
+	}
+	got := make(chan ended, 1)
+	e := newEnv(t, a, hangingRenew{memstore.New(memstore.Options{})}, mountOptions{lease: lease, storeTimeout: 10 * time.Second},
+		func(ctx context.Context) (string, error) {
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+				got <- ended{time.Since(start), context.Cause(ctx)}
+				return "", context.Cause(ctx)
+			case <-time.After(4 * lease):
+				got <- ended{time.Since(start), nil}
+				return "finished on a lost lease", nil
+			}
+		})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.send(context.Background(), "renew-hangs")
+	}()
+	end := <-got
+	<-done
+	if end.cause == nil || end.after > lease {
+		t.Fatalf("the work's context ended after %v with cause %v; want it ended within the lease (%v) with ErrLeaseLost", end.after, end.cause, lease)
+	}
+	if !errors.Is(end.cause, idem.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want idem.ErrLeaseLost", end.cause)
+	}
+	if n := e.events.count(idem.EventCompleted); n != 0 {
+		t.Fatalf("events %v: the work of a lost lease was recorded", e.events.kinds())
+	}
+	if e.events.count(idem.EventLeaseLost) != 1 {
+		t.Fatalf("events %v, want one lease lost", e.events.kinds())
+	}
+}
+
+// situationClientHangsUp: the client leaves while the work runs; the work
+// still completes (its context does not end), its answer is recorded, and
+// the client's retry gets it without a second run.
+func situationClientHangsUp(t *testing.T, a adapter) {
+	started := make(chan struct{})
+	proceed := make(chan struct{})
+	var once sync.Once
+	e := newEnv(t, a, nil, mountOptions{}, func(ctx context.Context) (string, error) {
+		once.Do(func() { close(started) })
+		<-proceed
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("the work's context ended with the client: %w", context.Cause(ctx))
+		}
+		return "", nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	sent := make(chan error, 1)
+	go func() {
+		_, _, _, err := e.send(ctx, "hang-up")
+		sent <- err
+	}()
+	<-started
+	cancel()
+	if err := <-sent; err == nil {
+		t.Fatal("the client that hung up got an answer")
+	}
+	time.Sleep(50 * time.Millisecond) // the server notices the hang-up
+	close(proceed)
+
+	text, replayed, ok := retryUntilAnswered(t, e, "hang-up")
+	if !ok || !replayed || e.runs.Load() != 1 {
+		t.Fatalf("retry got %q (replayed %v); work ran %d times; events %v; want one run, replayed", text, replayed, e.runs.Load(), e.events.kinds())
+	}
+	if text != "run #1" {
+		t.Fatalf("retry got %q, want the first run's answer", text)
+	}
+}
+
+// retryUntilAnswered retries key until it is not told the key is in flight
+// (the original may still be finishing), for at most 5 s.
+func retryUntilAnswered(t *testing.T, e *env, key string) (string, bool, bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		text, replayed, ok, err := e.send(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok || time.Now().After(deadline) {
+			return text, replayed, ok
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// situationPanic: a work that panics recorded nothing; the key is released
+// and the retry runs it again.
+func situationPanic(t *testing.T, a adapter) {
+	var first atomic.Bool
+	first.Store(true)
+	e := newEnv(t, a, nil, mountOptions{}, func(ctx context.Context) (string, error) {
+		if first.Swap(false) {
+			panic("boom")
+		}
+		return "", nil
+	})
+	if _, _, ok, _ := e.send(context.Background(), "panics"); ok {
+		t.Fatal("a panicking work answered")
+	}
+	text, replayed, ok, err := e.send(context.Background(), "panics")
+	if err != nil || !ok || replayed || e.runs.Load() != 2 {
+		t.Fatalf("retry got %q replayed=%v ok=%v err=%v after %d runs; want a fresh run", text, replayed, ok, err, e.runs.Load())
+	}
+	if e.events.count(idem.EventReleased) != 1 {
+		t.Fatalf("events %v, want one release", e.events.kinds())
+	}
+}
+
+// staleRenew is a store whose every Renew finds the claim taken over.
+type staleRenew struct{ idem.Store }
+
+func (staleRenew) Renew(_ context.Context, tok idem.Token, _ time.Duration) (time.Time, error) {
+	return time.Time{}, &idem.StaleClaimError{Token: tok, Current: tok.Generation + 1}
+}
+
+// situationTakenOver: the first renewal finds a newer generation: the
+// work's context ends then, long before the lease, and nothing is recorded.
+func situationTakenOver(t *testing.T, a adapter) {
+	const lease = 3 * time.Second
+	cause := make(chan error, 1)
+	start := time.Now()
+	e := newEnv(t, a, staleRenew{memstore.New(memstore.Options{})}, mountOptions{lease: lease},
+		func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return "too late", nil
+		})
+	if _, _, _, err := e.send(context.Background(), "taken-over"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want idem.ErrLeaseLost", err)
+	}
+	if took := time.Since(start); took > lease/2 {
+		t.Fatalf("the work ended after %v; the first renewal (at %v) found the claim stale", took, lease/3)
+	}
+	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 0 {
+		t.Fatalf("events %v, want one lease lost and no completion", e.events.kinds())
+	}
+}
+
+// situationShutdown: Options.Shutdown ends running work with
+// engine.ErrShutdown; the work is not recorded, its key is released, and
+// the retry (on another instance, here the same store) runs it again.
+func situationShutdown(t *testing.T, a adapter) {
+	shutdown, stop := context.WithCancel(context.Background())
+	defer stop()
+	store := memstore.New(memstore.Options{})
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	var once sync.Once
+	e := newEnv(t, a, store, mountOptions{shutdown: shutdown}, func(ctx context.Context) (string, error) {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return "", nil
+		}
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return "cut off", nil // answered as if whole: must still not be recorded
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.send(context.Background(), "shutdown")
+	}()
+	<-started
+	stop()
+	if err := <-cause; !errors.Is(err, engine.ErrShutdown) {
+		t.Fatalf("cause = %v, want engine.ErrShutdown", err)
+	}
+	<-done
+	if e.events.count(idem.EventReleased) != 1 || e.events.count(idem.EventCompleted) != 0 {
+		t.Fatalf("events %v, want one release and no completion", e.events.kinds())
+	}
+	if text, _, ok, _ := e.send(context.Background(), "after-shutdown"); ok || e.runs.Load() != 1 {
+		t.Fatalf("a request after the shutdown ran (%q, %d runs); want it refused", text, e.runs.Load())
+	}
+	other := newEnv(t, a, store, mountOptions{}, func(context.Context) (string, error) { return "", nil })
+	text, replayed, ok, err := other.send(context.Background(), "shutdown")
+	if err != nil || !ok || replayed || text != "run #1" {
+		t.Fatalf("retry on another instance got %q replayed=%v ok=%v err=%v; want a fresh run", text, replayed, ok, err)
+	}
+}
+
+// abandonOnce is a store whose first claim is handed out with a lease
+// that has already run out, as if its owner had crashed: the next claim of
+// the key takes it over.
+type abandonOnce struct {
+	idem.Store
+	once sync.Once
+}
+
+func (s *abandonOnce) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	abandon := false
+	s.once.Do(func() { abandon = true })
+	if abandon {
+		req.Lease = time.Millisecond
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+// situationEvents: the events of a takeover, a duplicate that waited, and
+// its replay each name the adapter, and carry Takeover and Waited.
+func situationEvents(t *testing.T, a adapter) {
+	store := &abandonOnce{Store: memstore.New(memstore.Options{})}
+	proceed := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	e := newEnv(t, a, store, mountOptions{}, func(ctx context.Context) (string, error) {
+		entered <- struct{}{}
+		<-proceed
+		return "", nil
+	})
+	// The first request claims with the abandoned lease and is left
+	// running; the second takes the key over once that lease is gone.
+	results := make(chan bool, 3)
+	go func() {
+		_, _, ok, _ := e.send(context.Background(), "events")
+		results <- ok
+	}()
+	<-entered
+	time.Sleep(20 * time.Millisecond)
+	go func() {
+		_, _, ok, _ := e.send(context.Background(), "events")
+		results <- ok
+	}()
+	<-entered
+	// A third waits for the second's result.
+	go func() {
+		_, replayed, ok, _ := e.send(context.Background(), "events")
+		results <- ok && replayed
+	}()
+	time.Sleep(50 * time.Millisecond)
+	close(proceed)
+	for range 3 {
+		<-results
+	}
+	e.events.mu.Lock()
+	defer e.events.mu.Unlock()
+	var takeover, waited bool
+	for _, ev := range e.events.events {
+		if ev.Adapter != a.name {
+			t.Errorf("event %v names adapter %q, want %q", ev.Kind, ev.Adapter, a.name)
+		}
+		if ev.Kind == idem.EventClaimed && ev.Takeover {
+			takeover = true
+		}
+		if ev.Kind == idem.EventReplayed && ev.Waited > 0 {
+			waited = true
+		}
+	}
+	if !takeover || !waited {
+		t.Errorf("events %+v: want a claim with Takeover and a replay with Waited", e.events.events)
+	}
+}

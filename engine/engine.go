@@ -1,0 +1,390 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults applied by [New] to zero [Options] fields.
+const (
+	// DefaultStoreTimeout bounds each store call made once the work runs
+	// (renew, complete, release) when Options.StoreTimeout is zero. A
+	// renewal is bounded further by the time left on the lease.
+	DefaultStoreTimeout = 10 * time.Second
+	// DefaultRetryAfter is the retry delay when the store gave no hint
+	// and the holder's lease end is unknown, when Options.RetryAfter is
+	// zero.
+	DefaultRetryAfter = time.Second
+	// MaxLeaseMargin caps the lease's safety margin: the work's context
+	// is cancelled min(lease/5, MaxLeaseMargin) before the lease could run
+	// out without a confirmed renewal. See the package documentation.
+	MaxLeaseMargin = 2 * time.Second
+	// MinRetryAfter is the shortest retry delay the engine suggests for
+	// a key in flight.
+	MinRetryAfter = 100 * time.Millisecond
+)
+
+// Header names shared by the adapters.
+const (
+	// KeyHeader is the IETF Idempotency-Key request header.
+	KeyHeader = "Idempotency-Key"
+	// KeyHeaderAlias is accepted as well: MCP servers forward
+	// _meta.idempotencyKey upstream as X-Idempotency-Key.
+	KeyHeaderAlias = "X-Idempotency-Key"
+	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// ErrShutdown is the cause ([context.Cause]) with which the work's context
+// is cancelled when Options.Shutdown is done. Work cut off this way is never
+// recorded; its key is released, so a retry (on this instance or another)
+// runs it again.
+var ErrShutdown = errors.New("engine: the server is shutting down")
+
+// Options configures an [Engine]. The zero value is usable: every field says
+// what its zero value means. Invalid values make [New] panic.
+type Options struct {
+	// Adapter names the adapter in every [idem.Event] the engine reports
+	// ([idem.AdapterHTTP], [idem.AdapterMCP], or a third party's name).
+	// Empty means the events do not say.
+	Adapter string
+
+	// Lease is the lease of every claim, renewed every third of it while
+	// the work runs. Zero means [idem.DefaultLease]. Negative, or shorter
+	// than a millisecond, panics.
+	Lease time.Duration
+
+	// Wait bounds how long a duplicate of a request still in flight waits
+	// for the original's result in [Engine.Claim]. Zero or negative means
+	// no wait: the duplicate is answered in flight at once.
+	Wait time.Duration
+
+	// StoreTimeout bounds each store call made once the work runs (renew,
+	// complete, release), and, added to Wait, a claim. Zero means
+	// [DefaultStoreTimeout]. Negative panics.
+	StoreTimeout time.Duration
+
+	// RetryAfter is the retry delay suggested when the store is
+	// unavailable without a hint of its own, or a key is in flight with
+	// an unknown lease end. Zero means [DefaultRetryAfter]. Negative
+	// panics.
+	RetryAfter time.Duration
+
+	// CancelWithClient ends the work's context when the client's does
+	// (the client hung up), and releases the key of work so cut off. False
+	// means the work runs to completion and is recorded whatever the
+	// client does; see "Client hang-ups" in the package documentation for
+	// when true is safe.
+	CancelWithClient bool
+
+	// Shutdown, when done, ends the context of all running work with
+	// cause [ErrShutdown]; work so cut off is not recorded and its key is
+	// released, and claims made after it are answered Unavailable. Cancel it when a graceful shutdown gives up (after
+	// http.Server.Shutdown returned an error, before http.Server.Close):
+	// since the work's context no longer ends with the client's
+	// connection, closing the server does not end it. Nil means never.
+	Shutdown context.Context
+
+	// Owner names this process in claims, for operators. Empty means none.
+	Owner string
+
+	// Logger receives the engine's logs: store failures, lost claims,
+	// releases. Keys appear as digests ([idem.KeyDigest]), in clear only
+	// when the logger is enabled for debug. Nil discards.
+	Logger *slog.Logger
+}
+
+// Engine runs protected work for an adapter: claim, run under a context the
+// engine controls while it renews the lease, decide record or release,
+// complete or release, report. It is safe for concurrent use; an adapter
+// makes one per mounted handler.
+type Engine struct {
+	store        idem.Store
+	adapter      string
+	lease        time.Duration
+	renewEvery   time.Duration
+	margin       time.Duration
+	wait         time.Duration
+	storeTimeout time.Duration
+	retryAfter   time.Duration
+	cancelWithCl bool
+	shutdown     context.Context
+	owner        string
+	logger       *slog.Logger
+}
+
+// New returns an engine over store. It panics if store is nil or opts is
+// invalid; it never panics per request.
+func New(store idem.Store, opts Options) *Engine {
+	if store == nil {
+		panic("engine: New with a nil store")
+	}
+	e := &Engine{
+		store: store, adapter: opts.Adapter, wait: max(opts.Wait, 0),
+		cancelWithCl: opts.CancelWithClient, shutdown: opts.Shutdown,
+		owner: opts.Owner, logger: opts.Logger,
+	}
+	e.lease = orDefault("Lease", opts.Lease, idem.DefaultLease)
+	if e.lease < time.Millisecond {
+		panic(fmt.Sprintf("engine: Options.Lease %v is shorter than a millisecond", e.lease))
+	}
+	e.renewEvery = e.lease / 3
+	e.margin = min(e.lease/5, MaxLeaseMargin)
+	e.storeTimeout = orDefault("StoreTimeout", opts.StoreTimeout, DefaultStoreTimeout)
+	e.retryAfter = orDefault("RetryAfter", opts.RetryAfter, DefaultRetryAfter)
+	if e.logger == nil {
+		e.logger = slog.New(slog.DiscardHandler)
+	}
+	return e
+}
+
+func orDefault(name string, v, def time.Duration) time.Duration {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		panic(fmt.Sprintf("engine: Options.%s is negative (%v)", name, v))
+	}
+	return v
+}
+
+// Lease returns the lease of every claim, with the default applied.
+func (e *Engine) Lease() time.Duration { return e.lease }
+
+// RetryAfter returns the retry delay for a failure with no better hint
+// (Options.RetryAfter with the default applied), for answers the adapter
+// makes itself, such as a failed in-transaction commit.
+func (e *Engine) RetryAfter() time.Duration { return e.retryAfter }
+
+// Request is one protected request, as the engine sees it. The adapter
+// fills Claim and Observe, and passes the same *Request to every engine call
+// for the request: it carries the claim's timing between them.
+type Request struct {
+	// Claim is what to claim: Scope, Key and Fingerprint. The engine sets
+	// Lease and Owner from its Options.
+	Claim idem.ClaimRequest
+	// Observe, when not nil, receives each [idem.Event] of the request.
+	// It runs on the request's goroutine or the lease renewal's, and
+	// must be fast and safe for concurrent use.
+	Observe func(idem.Event)
+
+	start  time.Time     // when the first claim was sent
+	sent   time.Time     // when the last claim was sent: its lease starts after
+	waited time.Duration // time spent waiting for an in-flight duplicate
+}
+
+// Outcome is what a claim means for the adapter: run the work, or answer
+// without running it.
+type Outcome int
+
+const (
+	// Run: the key is the request's. Start the work with [Engine.Start].
+	Run Outcome = iota + 1
+	// Replay: the key was completed; answer with Decision.Claim.Result
+	// (a result marked Unreplayable is answered with the adapter's
+	// "already ran, cannot replay" error).
+	Replay
+	// InFlight: another request holds the key; tell the client to retry
+	// after Decision.RetryAfter.
+	InFlight
+	// Mismatch: the key was used for a different request (another
+	// fingerprint). Refuse; do not run.
+	Mismatch
+	// InvalidKey: the store rejected the key or scope (too long). Refuse
+	// as bad input; Decision.Err says why.
+	InvalidKey
+	// Unavailable: the store failed or is full, or Options.Shutdown is
+	// done (Decision.Err is then [ErrShutdown]); Decision.Err says how.
+	// The work must not run under no claim (unless the adapter's user
+	// chose to fail open); tell the client to retry after
+	// Decision.RetryAfter.
+	Unavailable
+	// Gone: the client's context ended while claiming or waiting. Nothing
+	// was claimed and there is nobody to answer.
+	Gone
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Run:
+		return "run"
+	case Replay:
+		return "replay"
+	case InFlight:
+		return "in flight"
+	case Mismatch:
+		return "mismatch"
+	case InvalidKey:
+		return "invalid key"
+	case Unavailable:
+		return "unavailable"
+	case Gone:
+		return "gone"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Decision is the outcome of a claim.
+type Decision struct {
+	Outcome Outcome
+	// Claim is what the store answered (the token when Run, the result
+	// when Replay, the holder's lease end when InFlight).
+	Claim idem.Claim
+	// Err is the store's error for Mismatch, InvalidKey and Unavailable.
+	Err error
+	// RetryAfter is the suggested retry delay for InFlight and
+	// Unavailable; see "Retry-After" in the package documentation.
+	RetryAfter time.Duration
+}
+
+// Claim claims req's key, waiting up to Options.Wait for a duplicate still
+// in flight, and reports the outcome as an [idem.Event] (none for Gone). The
+// claim runs under ctx, the client's context, bounded by Wait plus
+// StoreTimeout.
+func (e *Engine) Claim(ctx context.Context, req *Request) Decision {
+	d := e.claim(ctx, req, e.wait)
+	e.Report(ctx, req, d)
+	return d
+}
+
+// TryClaim claims req's key once, without waiting. It reports an
+// [idem.Event] only for Run; for any other outcome the adapter decides what
+// comes next (such as checking the request further, then [Engine.Claim] to
+// wait), and reports the final decision with [Engine.Report].
+func (e *Engine) TryClaim(ctx context.Context, req *Request) Decision {
+	d := e.claim(ctx, req, 0)
+	if d.Outcome == Run {
+		e.Report(ctx, req, d)
+	}
+	return d
+}
+
+func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) Decision {
+	req.Claim.Lease, req.Claim.Owner = e.lease, e.owner
+	if req.start.IsZero() {
+		req.start = time.Now()
+	}
+	if e.shutdown != nil && e.shutdown.Err() != nil {
+		// Work started now would be cut off at once, and released: a
+		// retry must go elsewhere.
+		return Decision{Outcome: Unavailable, Err: ErrShutdown, RetryAfter: e.retryAfter}
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.storeTimeout)
+	req.sent = time.Now()
+	claim, err := e.store.Claim(cctx, req.Claim)
+	cancel()
+	if err == nil && claim.Status == idem.InFlight && wait > 0 {
+		began := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, wait+e.storeTimeout)
+		claim, err = idem.ClaimWait(cctx, sendTimer{e.store, &req.sent}, req.Claim, wait)
+		cancel()
+		req.waited += time.Since(began)
+	}
+	if err != nil {
+		d := Decision{Claim: claim, Err: err}
+		switch {
+		case ctx.Err() != nil:
+			d.Outcome = Gone
+		case errors.Is(err, idem.ErrFingerprintMismatch):
+			d.Outcome = Mismatch
+		case errors.Is(err, idem.ErrInvalidKey):
+			d.Outcome = InvalidKey
+		default:
+			d.Outcome = Unavailable
+			d.RetryAfter = e.retryAfter
+			var unavailable *idem.UnavailableError
+			if errors.As(err, &unavailable) && unavailable.RetryAfter > 0 {
+				d.RetryAfter = unavailable.RetryAfter
+			}
+		}
+		return d
+	}
+	switch claim.Status {
+	case idem.Acquired:
+		return Decision{Outcome: Run, Claim: claim}
+	case idem.Completed:
+		return Decision{Outcome: Replay, Claim: claim}
+	case idem.InFlight:
+		retry := e.retryAfter
+		if !claim.LeaseEnd.IsZero() {
+			// The lease end is on the store's clock: clamped, so that
+			// a skewed clock cannot produce an absurd delay.
+			retry = min(max(time.Until(claim.LeaseEnd), MinRetryAfter), e.lease)
+		}
+		return Decision{Outcome: InFlight, Claim: claim, RetryAfter: retry}
+	}
+	return Decision{Outcome: Unavailable, Claim: claim, RetryAfter: e.retryAfter,
+		Err: fmt.Errorf("engine: store returned an unknown claim status %v", claim.Status)}
+}
+
+// sendTimer notes when each claim is sent: the lease of the claim that
+// acquires starts after that moment, on the store's clock.
+type sendTimer struct {
+	idem.Store
+	sent *time.Time
+}
+
+func (s sendTimer) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	*s.sent = time.Now()
+	return s.Store.Claim(ctx, req)
+}
+
+// Report reports d as an [idem.Event] and logs it. [Engine.Claim] reports
+// its decision itself; an adapter calls Report after [Engine.TryClaim] when
+// it answers without claiming again.
+func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
+	ev := idem.Event{Duration: time.Since(req.start), Waited: req.waited}
+	switch d.Outcome {
+	case Run:
+		ev.Kind, ev.Takeover = idem.EventClaimed, d.Claim.Takeover
+		if d.Claim.Takeover {
+			e.log(ctx, slog.LevelInfo, "took over an abandoned idempotency claim", req, slog.Int64("generation", d.Claim.Token.Generation))
+		} else {
+			e.log(ctx, slog.LevelDebug, "claimed idempotency key", req, slog.Int64("generation", d.Claim.Token.Generation))
+		}
+	case Replay:
+		ev.Kind, ev.Status = idem.EventReplayed, d.Claim.Result.Status
+		e.log(ctx, slog.LevelDebug, "replaying recorded result", req)
+	case InFlight:
+		ev.Kind = idem.EventInFlight
+		e.log(ctx, slog.LevelInfo, "idempotency key in flight", req)
+	case Mismatch:
+		ev.Kind = idem.EventMismatch
+		e.log(ctx, slog.LevelInfo, "idempotency key reused for a different request", req)
+	case Unavailable:
+		ev.Kind, ev.Op, ev.Err = idem.EventStoreError, "claim", d.Err
+		e.log(ctx, slog.LevelWarn, "idempotency store failed; the request was not run", req, slog.Any("err", d.Err))
+	default: // InvalidKey, Gone: the request never got as far as a key
+		return
+	}
+	e.observe(req, ev)
+}
+
+func (e *Engine) observe(req *Request, ev idem.Event) {
+	if req.Observe == nil {
+		return
+	}
+	ev.Adapter, ev.Scope, ev.Key = e.adapter, req.Claim.Scope, req.Claim.Key
+	req.Observe(ev)
+}
+
+// log logs msg with the key as a digest; the key itself only at debug level.
+func (e *Engine) log(ctx context.Context, level slog.Level, msg string, req *Request, attrs ...slog.Attr) {
+	l := e.logger
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	attrs = append(attrs, slog.String("key_hash", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
+	if e.adapter != "" {
+		attrs = append(attrs, slog.String("adapter", e.adapter))
+	}
+	if l.Enabled(ctx, slog.LevelDebug) {
+		attrs = append(attrs, slog.String("key", req.Claim.Key.String()))
+	}
+	l.LogAttrs(ctx, level, msg, attrs...)
+}

@@ -1,0 +1,170 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/memstore"
+)
+
+func TestNewPanics(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{})
+	for name, opts := range map[string]engine.Options{
+		"negative lease":        {Lease: -time.Second},
+		"sub-millisecond lease": {Lease: time.Microsecond},
+		"negative timeout":      {StoreTimeout: -time.Second},
+		"negative retry after":  {RetryAfter: -time.Second},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: New did not panic", name)
+				}
+			}()
+			engine.New(store, opts)
+		}()
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("New(nil store) did not panic")
+			}
+		}()
+		engine.New(nil, engine.Options{})
+	}()
+}
+
+// fixedStore answers every claim with claim, err.
+type fixedStore struct {
+	idem.Store
+	claim idem.Claim
+	err   error
+}
+
+func (s fixedStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	return s.claim, s.err
+}
+
+// TestRetryAfter: the one Retry-After policy of both adapters.
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	const lease = 10 * time.Second
+	k, _ := idem.ParseKey("k")
+	for _, tc := range []struct {
+		name     string
+		claim    idem.Claim
+		err      error
+		outcome  engine.Outcome
+		min, max time.Duration
+	}{
+		{"in flight, lease end known", idem.Claim{Status: idem.InFlight, LeaseEnd: time.Now().Add(4 * time.Second)}, nil, engine.InFlight, 3 * time.Second, 4 * time.Second},
+		{"in flight, lease end far off (skewed clock)", idem.Claim{Status: idem.InFlight, LeaseEnd: time.Now().Add(time.Hour)}, nil, engine.InFlight, lease, lease},
+		{"in flight, lease end past", idem.Claim{Status: idem.InFlight, LeaseEnd: time.Now().Add(-time.Hour)}, nil, engine.InFlight, engine.MinRetryAfter, engine.MinRetryAfter},
+		{"in flight, lease end unknown", idem.Claim{Status: idem.InFlight}, nil, engine.InFlight, 7 * time.Second, 7 * time.Second},
+		{"unavailable with a hint", idem.Claim{}, &idem.UnavailableError{Op: "claim", Err: errors.New("x"), RetryAfter: 2500 * time.Millisecond}, engine.Unavailable, 2500 * time.Millisecond, 2500 * time.Millisecond},
+		{"unavailable without", idem.Claim{}, errors.New("connection refused"), engine.Unavailable, 7 * time.Second, 7 * time.Second},
+		{"full", idem.Claim{}, idem.ErrCapacity, engine.Unavailable, 7 * time.Second, 7 * time.Second},
+		{"mismatch", idem.Claim{}, &idem.MismatchError{}, engine.Mismatch, 0, 0},
+		{"invalid key", idem.Claim{}, &idem.InvalidKeyError{Reason: "long"}, engine.InvalidKey, 0, 0},
+	} {
+		eng := engine.New(fixedStore{claim: tc.claim, err: tc.err}, engine.Options{Lease: lease, RetryAfter: 7 * time.Second})
+		d := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+		if d.Outcome != tc.outcome || d.RetryAfter < tc.min || d.RetryAfter > tc.max {
+			t.Errorf("%s: %v after %v, want %v after %v..%v", tc.name, d.Outcome, d.RetryAfter, tc.outcome, tc.min, tc.max)
+		}
+	}
+}
+
+// TestGoneClient: a client that left while its duplicate waited gets no
+// answer and no event.
+func TestGoneClient(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{})
+	k, _ := idem.ParseKey("k")
+	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(store, engine.Options{Wait: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var events []idem.Event
+	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { events = append(events, e) }})
+	if d.Outcome != engine.Gone || len(events) != 0 {
+		t.Fatalf("%v with events %v, want gone and none", d.Outcome, events)
+	}
+}
+
+// TestPanics: a panic releases (and goes on); http.ErrAbortHandler takes
+// the adapter's verdict.
+func TestPanics(t *testing.T) {
+	t.Parallel()
+	k, _ := idem.ParseKey("k")
+	for _, tc := range []struct {
+		name    string
+		p       any
+		aborted func() engine.Verdict
+		want    idem.EventKind
+	}{
+		{"panic", "boom", func() engine.Verdict { return engine.Verdict{Action: engine.Record} }, idem.EventReleased},
+		{"abort, whole", http.ErrAbortHandler, func() engine.Verdict {
+			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201}}
+		}, idem.EventCompleted},
+		{"abort, no verdict", http.ErrAbortHandler, nil, idem.EventReleased},
+	} {
+		eng := engine.New(memstore.New(memstore.Options{}), engine.Options{})
+		var got []idem.EventKind
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { got = append(got, e.Kind) }}
+		d := eng.Claim(context.Background(), req)
+		func() {
+			defer func() {
+				if p := recover(); p != tc.p {
+					t.Errorf("%s: Do panicked with %v, want %v", tc.name, p, tc.p)
+				}
+			}()
+			eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict { panic(tc.p) }, tc.aborted)
+		}()
+		if len(got) != 2 || got[1] != tc.want {
+			t.Errorf("%s: events %v, want claimed then %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLeaseFromTheClaimThatAcquired: a duplicate that waited longer than
+// the lease for the holder, then acquired, has a whole lease: the deadline
+// counts from the claim that acquired, not from the first.
+func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	store := memstore.New(memstore.Options{})
+	k, _ := idem.ParseKey("k")
+	holder, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(2*lease, func() { store.Release(context.Background(), holder.Token) })
+
+	eng := engine.New(store, engine.Options{Lease: lease, Wait: time.Minute})
+	var kinds []idem.EventKind
+	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
+	d := eng.Claim(context.Background(), req)
+	if d.Outcome != engine.Run {
+		t.Fatalf("outcome %v, want run", d.Outcome)
+	}
+	eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+		select {
+		case <-ctx.Done():
+			t.Errorf("the work's context ended (%v) right after a waited claim acquired", context.Cause(ctx))
+		case <-time.After(lease / 4):
+		}
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 200}}
+	}, nil)
+	if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
+		t.Fatalf("events %v, want claimed, completed", kinds)
+	}
+}

@@ -1,0 +1,350 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Action is what to do with a claim once the work returned.
+type Action int
+
+const (
+	// Release returns the key, so that a retry runs the work again: the
+	// work produced nothing worth replaying (a failure the adapter's
+	// policy does not record). The zero Action, and the safe one: nothing
+	// unconfirmed is ever recorded.
+	Release Action = iota
+	// Record completes the key with Verdict.Result.
+	Record
+	// Recorded reports that the work recorded its result itself (inside
+	// its own transaction); the engine only reports the completion.
+	Recorded
+	// Leave keeps the claim, unrenewed, until its lease runs out: the
+	// work may still be going on elsewhere (an MCP stream that ended
+	// before the call's response), so neither a result nor a release
+	// would be true. Until then a retry waits or is told to retry.
+	Leave
+)
+
+func (a Action) String() string {
+	switch a {
+	case Release:
+		return "release"
+	case Record:
+		return "record"
+	case Recorded:
+		return "recorded"
+	case Leave:
+		return "leave"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Verdict is the adapter's reading of how the work ended, from what it
+// captured: what to do with the claim. The engine applies it unless a rule
+// of its own overrides it (see "What is recorded" in the package
+// documentation).
+type Verdict struct {
+	Action Action
+	// Result is what Record completes the key with, and, for Recorded,
+	// what was recorded (its Status is reported).
+	Result idem.Result
+	// Why says, for the logs, why a Release or Leave.
+	Why string
+}
+
+// Execution is the work of one request under the claim it acquired: the
+// work's context, its token, and the lease renewal that runs beside it.
+// Make one with [Engine.Start]; end it with [Execution.Finish] or run the
+// work through [Execution.Do].
+type Execution struct {
+	e       *Engine
+	req     *Request
+	tok     idem.Token
+	logCtx  context.Context // the client's context, for logs only
+	ctx     context.Context // the work's context
+	cancel  context.CancelCauseFunc
+	store   context.Context // detached from the client: for renew, complete, release
+	began   time.Time
+	stopOff func() bool // stops the Shutdown watch
+
+	mu         sync.Mutex
+	finished   bool
+	lost       bool
+	lostStale  bool        // lost because a renewal found the claim stale
+	deadline   time.Time   // lease end minus the margin, on the process clock
+	leaseTimer *time.Timer // fires at deadline: the lease is lost
+	renewTimer *time.Timer
+	renewing   sync.WaitGroup
+	stopRenew  context.CancelFunc // cancels a renewal in progress
+}
+
+// Start begins the work of a request whose claim d acquired (Outcome Run).
+// clientCtx is the client's request context: the work's context keeps its
+// values, but ends with it only with Options.CancelWithClient. The work's
+// context always ends, with cause [idem.ErrLeaseLost], before the lease
+// could run out unrenewed, and with cause [ErrShutdown] when
+// Options.Shutdown is done. The lease is renewed until [Execution.Finish].
+func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Execution {
+	x := &Execution{e: e, req: req, tok: d.Claim.Token, logCtx: clientCtx, store: context.WithoutCancel(clientCtx), began: time.Now()}
+	base := x.store
+	if e.cancelWithCl {
+		base = clientCtx
+	}
+	x.ctx, x.cancel = context.WithCancelCause(base)
+	if e.shutdown != nil {
+		x.stopOff = context.AfterFunc(e.shutdown, func() { x.cancel(ErrShutdown) })
+	}
+	// The store started the lease when it ran the claim, after the claim
+	// was sent: the moment it was sent plus the lease is never later than
+	// the lease end, but for the two clocks' drift, which the margin
+	// covers along with the timer's latency and the time the work takes
+	// to notice.
+	x.deadline = req.sent.Add(e.lease - e.margin)
+	x.mu.Lock()
+	x.leaseTimer = time.AfterFunc(time.Until(x.deadline), func() {
+		x.lose(errors.New("the lease was about to run out without a confirmed renewal"))
+	})
+	x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
+	x.mu.Unlock()
+	return x
+}
+
+// Context returns the work's context.
+func (x *Execution) Context() context.Context { return x.ctx }
+
+// Token returns the claim's token: the fencing token the work may store
+// with its own writes.
+func (x *Execution) Token() idem.Token { return x.tok }
+
+// Err returns why the work's context ended ([idem.ErrLeaseLost],
+// [ErrShutdown], or the client's cause with Options.CancelWithClient), or
+// nil while it has not.
+func (x *Execution) Err() error {
+	if x.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(x.ctx)
+}
+
+// Do runs work under the execution and finishes it with the verdict work
+// returns. If work panics, Do finishes the execution and panics again with
+// the same value: with [http.ErrAbortHandler], the verdict aborted returns
+// (the adapter knows whether what it captured is whole; nil means release);
+// with anything else, or runtime.Goexit, the key is released, since a
+// panicking work answered nothing it meant to.
+func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Verdict) {
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		p := recover()
+		v := Verdict{Action: Release, Why: "the work panicked"}
+		if p == nil {
+			v.Why = "the work exited its goroutine (runtime.Goexit)"
+		} else if p == http.ErrAbortHandler && aborted != nil { // compared as net/http compares it
+			v = aborted()
+		}
+		x.Finish(v)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	v := work(x.ctx)
+	done = true
+	x.Finish(v)
+}
+
+// Finish ends the execution: it stops the lease renewal (waiting for one in
+// progress), then applies v, unless the engine's own rules say otherwise:
+// work whose lease was lost, or that was cut off by Options.Shutdown, is
+// never recorded, and its key is released; work cut off by its client (with
+// Options.CancelWithClient) is recorded only if v records it (the adapter
+// saw a whole answer its policy records), and released otherwise; the key
+// is released (a release is fenced by the generation: it does nothing
+// if another request took the key over). Call it exactly once, after the
+// work returned.
+func (x *Execution) Finish(v Verdict) {
+	x.mu.Lock()
+	x.finished = true
+	lost, lostStale := x.lost, x.lostStale
+	x.leaseTimer.Stop()
+	x.renewTimer.Stop()
+	stop := x.stopRenew
+	x.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	x.renewing.Wait()
+	if x.stopOff != nil {
+		x.stopOff()
+	}
+	ran := time.Since(x.began)
+	cutOff := x.ctx.Err() != nil
+	x.cancel(nil)
+
+	switch {
+	case v.Action == Recorded:
+		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: v.Result.Status, Duration: ran})
+	case lostStale:
+		x.e.log(x.logCtx, slog.LevelInfo, "the work of a claim taken over ended; nothing recorded", x.req)
+	case lost:
+		// Reported as lost already: a release that finds the key taken
+		// over is not reported again.
+		x.release("the claim was lost while the work ran; nothing recorded", idem.ErrLeaseLost, false, ran)
+	case cutOff && errors.Is(context.Cause(x.ctx), ErrShutdown):
+		x.release(fmt.Sprintf("the work was cut off (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
+	case cutOff && v.Action != Record:
+		// Cut off by its client (Options.CancelWithClient), and the
+		// adapter saw no whole answer to record.
+		x.release(fmt.Sprintf("the work was cut off by its client (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
+	case v.Action == Record:
+		x.complete(v.Result, ran)
+	case v.Action == Leave:
+		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
+	default:
+		x.release(v.Why, nil, true, ran)
+	}
+}
+
+// storeCtx bounds a store call made for the work: detached from the client
+// (the work ran, and its result must be recorded or released), but bounded.
+func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(x.store, x.e.storeTimeout)
+}
+
+func (x *Execution) complete(res idem.Result, ran time.Duration) {
+	ctx, cancel := x.storeCtx()
+	err := x.e.store.Complete(ctx, x.tok, res)
+	cancel()
+	switch {
+	case err == nil:
+		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
+		if res.Unreplayable {
+			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
+		}
+	case errors.Is(err, idem.ErrStaleClaim):
+		x.stale(err, ran)
+	default:
+		// The client may have its answer, but a retry after the lease
+		// runs out runs the work again: an in-transaction completion
+		// (middleware.Commit) closes this window.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
+		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req, slog.Any("err", err))
+	}
+}
+
+// release releases the key; cause is the reason the work was cut off, if it
+// was. A release that finds the claim stale reports EventStale only if
+// reportStale.
+func (x *Execution) release(why string, cause error, reportStale bool, ran time.Duration) {
+	ctx, cancel := x.storeCtx()
+	err := x.e.store.Release(ctx, x.tok)
+	cancel()
+	switch {
+	case err == nil:
+		x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: cause, Duration: ran})
+		x.e.log(x.logCtx, slog.LevelInfo, "released idempotency key: "+why, x.req)
+	case errors.Is(err, idem.ErrStaleClaim):
+		// Lost already, or completed (an in-transaction commit that
+		// reported failure but did commit): not ours to release.
+		if reportStale {
+			x.stale(err, ran)
+		}
+	default:
+		// The claim stays until its lease runs out; then a retry runs.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "release", Err: err, Duration: ran})
+		x.e.log(x.logCtx, slog.LevelWarn, "could not release idempotency key ("+why+"); a retry waits for the lease to run out", x.req, slog.Any("err", err))
+	}
+}
+
+func (x *Execution) stale(err error, ran time.Duration) {
+	x.e.observe(x.req, idem.Event{Kind: idem.EventStale, Err: err, Duration: ran})
+	x.e.log(x.logCtx, slog.LevelWarn, "idempotency claim lost; the result is not recorded", x.req, slog.Any("err", err))
+}
+
+// renew runs on the renewal timer's goroutine.
+func (x *Execution) renew() {
+	x.mu.Lock()
+	if x.finished || x.lost {
+		x.mu.Unlock()
+		return
+	}
+	// Bounded by the time left on the lease as well as the store timeout:
+	// a renewal that hangs must not outlast the claim it renews.
+	deadline := time.Now().Add(x.e.storeTimeout)
+	if x.deadline.Before(deadline) {
+		deadline = x.deadline
+	}
+	ctx, cancel := context.WithDeadline(x.store, deadline)
+	x.stopRenew = cancel
+	x.renewing.Add(1)
+	x.mu.Unlock()
+	defer x.renewing.Done()
+
+	sent := time.Now()
+	_, err := x.e.store.Renew(ctx, x.tok, x.e.lease)
+	cancel()
+
+	x.mu.Lock()
+	x.stopRenew = nil
+	if x.finished || x.lost {
+		x.mu.Unlock()
+		return
+	}
+	next := x.e.renewEvery
+	if err == nil {
+		// The store extended the lease from a moment after sent, on its
+		// clock: sent plus the lease is again never later than its end.
+		if x.leaseTimer.Stop() {
+			x.deadline = sent.Add(x.e.lease - x.e.margin)
+			x.leaseTimer.Reset(time.Until(x.deadline))
+		}
+		x.renewTimer.Reset(next)
+		x.mu.Unlock()
+		return
+	}
+	left := time.Until(x.deadline)
+	x.mu.Unlock()
+
+	if errors.Is(err, idem.ErrStaleClaim) {
+		x.lose(err)
+		return
+	}
+	x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "renew", Err: err, Duration: time.Since(sent)})
+	if left <= 0 {
+		return // the lease timer ends the work
+	}
+	x.e.log(x.logCtx, slog.LevelWarn, "could not renew idempotency lease; retrying", x.req, slog.Any("err", err))
+	x.mu.Lock()
+	if !x.finished && !x.lost {
+		x.renewTimer.Reset(min(next, left/2))
+	}
+	x.mu.Unlock()
+}
+
+// lose cancels the work because its claim can no longer be trusted, and
+// reports it once.
+func (x *Execution) lose(why error) {
+	x.mu.Lock()
+	if x.finished || x.lost {
+		x.mu.Unlock()
+		return
+	}
+	x.lost, x.lostStale = true, errors.Is(why, idem.ErrStaleClaim)
+	x.renewTimer.Stop()
+	x.mu.Unlock()
+	// Reported before the work is cancelled, so that the loss comes
+	// before the release that follows the work's return.
+	x.e.observe(x.req, idem.Event{Kind: idem.EventLeaseLost, Err: why, Duration: time.Since(x.began)})
+	x.e.log(x.logCtx, slog.LevelWarn, "idempotency claim lost while the work ran; it is cancelled and will not be recorded", x.req, slog.Any("err", why))
+	x.cancel(idem.ErrLeaseLost)
+}

@@ -1,0 +1,59 @@
+package faults_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/demoproc"
+)
+
+// TestDuplicateAtAnotherInstance runs three demo instances on one database
+// and, with one, two and three of them taking part, sends a request to one
+// instance and its duplicate, while the original is still running, to
+// another (to the same one when there is only one). Asserted: the duplicate
+// waits for the original and is answered its replay (201, the same body,
+// Idempotent-Replayed: true), never 409; one invoice per key.
+func TestDuplicateAtAnotherInstance(t *testing.T) {
+	t.Parallel()
+	dbURL, d := schemaURL(t, uniq("instances"))
+	args := []string{"-lease", "5s", "-wait", "10s", "-log-level", "warn"}
+	var demos []*demo
+	for range 3 {
+		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
+	}
+	run := uniq("instances")
+	for n := 1; n <= 3; n++ {
+		for first := range n {
+			second := (first + 1) % n
+			key := fmt.Sprintf("%s-n%d-from%d", run, n, first)
+			body := invoiceBody(key, 500, 700)
+			original := sendInBackground(demos[first].URL(), key, body)
+			waitFor(t, "the original's claim", 30*time.Second, func() bool {
+				rs := d.keyRows(key)
+				return len(rs) == 1 && rs[0].state == "claimed"
+			})
+			sent := time.Now()
+			dup := mustPost(t, demos[second].URL(), "/invoices", body, "Idempotency-Key", key)
+			orig, err := original.result()
+			if !original.answered.After(sent) {
+				t.Fatalf("%d instances: the original at #%d was answered before its duplicate was sent: the test did not overlap them", n, first)
+			}
+			if err != nil {
+				t.Fatalf("%d instances, original at #%d: %v", n, first, err)
+			}
+			if orig.status != http.StatusCreated {
+				t.Fatalf("%d instances, original at #%d: %d %s", n, first, orig.status, orig.body)
+			}
+			if dup.status != orig.status || !bytes.Equal(dup.body, orig.body) || dup.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("%d instances: duplicate at #%d of an original at #%d answered %d %s (replayed %q), want the replay of %d %s",
+					n, second, first, dup.status, dup.body, dup.header.Get("Idempotent-Replayed"), orig.status, orig.body)
+			}
+			if invs := d.invoicesOf(key); len(invs) != 1 {
+				t.Errorf("%d instances, key %s: %d invoices, want 1", n, key, len(invs))
+			}
+		}
+	}
+}
