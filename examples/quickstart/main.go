@@ -93,7 +93,12 @@ func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutd
 		_ = store.Run(sweepCtx, time.Minute)
 	}()
 
-	protect := middleware.New(store, middleware.Options{})
+	protect := middleware.New(store, middleware.Options{
+		// Who is asking: your session cookie (or Principal: the user your
+		// auth middleware put in the context). See "Security".
+		SessionCookies: []string{"session"},
+		ScopeSecret:    []byte(os.Getenv("IDEM_SCOPE_SECRET")), // HMAC key of the scope hash
+	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", protect(createPayment(pool, store)))
 	return mux, func() {
