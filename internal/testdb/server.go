@@ -221,9 +221,18 @@ func startContainerServer(t testing.TB) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s := &Server{t: t, Port: freePort(t)}
+	s := &Server{t: t}
+	var ctr *postgres.PostgresContainer
+	var err error
+	// The free port can be taken before Docker binds it: pick another.
+	for range 3 {
+		s.Port = freePort(t)
+		ctr, err = runContainer(ctx, "server", s.Port, "-c", "max_connections=200")
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
 	s.URL = fmt.Sprintf("postgres://idem:idem@127.0.0.1:%d/idem?sslmode=disable", s.Port)
-	ctr, err := runContainer(ctx, "server", s.Port, "-c", "max_connections=200")
 	if err != nil {
 		t.Fatalf("testdb: private server: %v", err)
 	}
