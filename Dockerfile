@@ -1,12 +1,24 @@
 # The idem demo (cmd/idemdemo) and the ops CLI (cmd/idem) in a small static
 # image. Built by docker-compose.yml; by hand: docker build -t idemdemo .
 #
-# Stage 1 builds static binaries (no cgo), stage 2 is distroless/static:
-# no shell, no package manager, a non-root user, CA certificates and tzdata.
+# Stage 1 builds static binaries (no cgo), stage 2 copies them onto a
+# minimal runtime image and runs them as a non-root user (uid 65532,
+# distroless's "nonroot").
+#
+# Both base images are build arguments, so that a machine without access to
+# an image registry can use local ones (scripts/images.sh builds both from
+# Debian packages; CI does):
+#   GO_IMAGE       any image with Go >= the go.mod version on PATH and CA
+#                  certificates (go mod download). Default: golang:1.26.
+#   RUNTIME_IMAGE  any Linux image: the binaries are static and probe
+#                  themselves (no shell, no curl needed). Default:
+#                  gcr.io/distroless/static-debian12:nonroot (CA
+#                  certificates and tzdata, no shell).
 
-ARG GO_VERSION=1.26
+ARG GO_IMAGE=golang:1.26
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
-FROM golang:${GO_VERSION} AS build
+FROM ${GO_IMAGE} AS build
 WORKDIR /src
 # Dependencies first, so that a source change does not download them again.
 COPY go.mod go.sum ./
@@ -16,9 +28,10 @@ ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w" -o /out/idemdemo ./cmd/idemdemo \
  && go build -trimpath -ldflags="-s -w" -o /out/idem ./cmd/idem
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/idemdemo /out/idem /usr/local/bin/
-USER nonroot:nonroot
+# Numeric, so that it works on any runtime image (distroless names it nonroot).
+USER 65532:65532
 EXPOSE 8080
 # The demo announces the in-memory store loudly when DATABASE_URL is unset.
 # Inside a container it must listen on every interface, not loopback.

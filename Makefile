@@ -13,13 +13,8 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: ## Run every test with -race (needs TEST_DATABASE_URL; see `make db`).
-	$(GO) test -race -count=1 ./...
-	@# pgstore again in the query exec modes poolers in transaction mode need
-	@# (parameters sent with types guessed from Go, or interpolated).
-	TEST_QUERY_EXEC_MODE=exec $(GO) test -race -count=1 ./pgstore/
-	TEST_QUERY_EXEC_MODE=simple_protocol $(GO) test -race -count=1 ./pgstore/
-	@if [ -f integration/go.mod ]; then cd integration && $(GO) test -race -count=1 ./...; fi
+test: ## Run every test with -race (pgstore also in two query exec modes): on TEST_DATABASE_URL, else in PostgreSQL containers (Docker); prints what skipped and why.
+	@GO=$(GO) bash scripts/test.sh
 
 .PHONY: test-pgbouncer
 test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in transaction mode (needs pgbouncer and TEST_DATABASE_URL).
@@ -59,10 +54,28 @@ CSV ?= docs/performance.csv
 charts: ## Draw docs/performance-*.svg from the load tool's CSVs (CSV="a.csv b.csv", one per run; see docs/performance.md).
 	$(GO) run ./cmd/idemcharts $(addprefix -csv ,$(CSV)) -out $(dir $(firstword $(CSV)))
 
+# `docker compose` (v2) when present, else `docker-compose` (1.29, Debian's).
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
 .PHONY: db
-db: ## Start PostgreSQL for local development (docker compose).
-	docker compose up -d --wait postgres
-	@echo 'export TEST_DATABASE_URL=postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
+db: ## Start PostgreSQL for local development (docker compose or docker-compose).
+	$(COMPOSE) up -d postgres
+	@for i in $$(seq 1 60); do \
+		[ "$$(docker inspect -f '{{.State.Health.Status}}' $$($(COMPOSE) ps -q postgres))" = healthy ] && break; sleep 1; \
+	done; [ "$$(docker inspect -f '{{.State.Health.Status}}' $$($(COMPOSE) ps -q postgres))" = healthy ]
+	@echo "export TEST_DATABASE_URL='postgres://idem:idem@127.0.0.1:$${IDEM_POSTGRES_PORT:-5432}/idem?sslmode=disable'"
+
+.PHONY: compose-test
+compose-test: ## Bring docker-compose.yml up, check /healthz and replays across a demo restart, bring it down.
+	bash scripts/compose-test.sh
+
+.PHONY: clean-containers
+clean-containers: ## Remove test containers a killed test run left behind (label io.idemkit.testdb).
+	@ids=$$(docker ps -aq --filter label=io.idemkit.testdb); [ -z "$$ids" ] || docker rm -fv $$ids
+
+.PHONY: images
+images: ## Build PostgreSQL and Go images from Debian packages (no registry needed); prints the exports to use them.
+	@bash scripts/images.sh
 
 .PHONY: demo
 demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).

@@ -12,12 +12,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Main(m))
 }
 
 func TestMemstore(t *testing.T) {

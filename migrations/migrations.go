@@ -236,7 +236,8 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version int64) 
 }
 
 // Down rolls back the most recent migration. Rolling back the first one
-// drops the table and every recorded result.
+// drops the table and every recorded result, and then the goose version
+// table too: nothing of idem is left.
 func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
@@ -245,6 +246,16 @@ func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	defer done()
 	if _, err := p.Down(ctx); err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
+	}
+	version, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: down: %w", err)
+	}
+	if version == 0 {
+		o, _ := pgschema.ObjectsFor(opts.Table) // validated by newProvider
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+o.VersionTable); err != nil {
+			return fmt.Errorf("migrations: down: drop the version table: %w", err)
+		}
 	}
 	return nil
 }
@@ -271,13 +282,27 @@ type MigrationVersion struct {
 }
 
 // Status reports every migration and whether it is applied, in version
-// order.
+// order. It writes nothing: without a version table (never migrated, or a
+// mistyped table name) every migration is pending.
 func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]MigrationVersion, error) {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	o, _ := pgschema.ObjectsFor(opts.Table) // validated by newProvider
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, o.VersionTable).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	if !exists {
+		// goose's Status would create the version table.
+		var versions []MigrationVersion
+		for _, src := range p.ListSources() {
+			versions = append(versions, MigrationVersion{Version: src.Version, Name: nameOf(src.Version), State: MigrationPending})
+		}
+		return versions, nil
+	}
 	st, err := p.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/migrations"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
 func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,7 @@ import (
 	"github.com/idemkit/idem/pgstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
 // migrated returns a pool on a fresh, migrated schema, and the schema.
 func migrated(t testing.TB) (*pgxpool.Pool, string) {

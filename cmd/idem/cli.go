@@ -24,12 +24,25 @@ import (
 // errHelp: --help was asked for and printed; exit 0.
 var errHelp = errors.New("help requested")
 
-// usageError is a bad command line: exit 2.
-type usageError struct{ msg string }
+// usageError is a bad command line: exit 2. cmd is the subcommand whose
+// --help to point at (empty: the top level's).
+type usageError struct{ msg, cmd string }
 
 func (e *usageError) Error() string { return e.msg }
 
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+// cmdUsagef is usagef for subcommand fs: the message starts with the
+// command's name and points at its --help.
+func cmdUsagef(fs *flag.FlagSet, format string, args ...any) error {
+	cmd := commandName(fs)
+	return &usageError{msg: cmd + ": " + fmt.Sprintf(format, args...), cmd: cmd}
+}
+
+// commandName is the subcommand fs parses ("stats"), empty for the top level.
+func commandName(fs *flag.FlagSet) string {
+	return strings.TrimPrefix(strings.TrimPrefix(fs.Name(), "idem"), " ")
+}
 
 // errAbsent: inspect found no entry; exit 1.
 var errAbsent = errors.New("no such key")
@@ -45,9 +58,20 @@ func exitCode(err error) int {
 	return 1
 }
 
+// errorLine is what main prints for err: one line.
+func errorLine(err error) string {
+	if msg := errorMessage(err); msg != "" {
+		return "idem: " + msg
+	}
+	return ""
+}
+
 func errorMessage(err error) string {
 	var u *usageError
 	if errors.As(err, &u) {
+		if u.cmd != "" {
+			return u.msg + " (see idem " + u.cmd + " --help)"
+		}
 		return u.msg + " (see idem --help)"
 	}
 	return err.Error()
@@ -101,18 +125,19 @@ Run "idem <command> --help" for a command's flags.
 // run is the whole CLI, testable in-process.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := &cli{getenv: getenv, stdout: stdout, stderr: stderr, now: time.Now}
-	fs := c.flagSet("idem", func(w io.Writer) {
+	usage := func(w io.Writer) {
 		var b strings.Builder
 		for _, cmd := range commands {
 			fmt.Fprintf(&b, "  %-8s %s\n           %s\n", cmd.name, cmd.usage, cmd.summary)
 		}
 		fmt.Fprintf(w, topUsage, b.String())
-	})
+	}
+	fs := c.flagSet("idem", usage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
+		usage(c.stderr)
 		return usagef("no command given")
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
@@ -128,13 +153,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return usagef("unknown command %q", name)
 }
 
-// flagSet returns a FlagSet carrying the global flags.
+// flagSet returns a FlagSet carrying the global flags, whose Usage writes
+// usage to stdout (help that was asked for). The flag package itself
+// prints nothing: a parse error is returned as one line (see parse).
 func (c *cli) flagSet(name string, usage func(io.Writer)) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.databaseURL, "database-url", c.databaseURL, "PostgreSQL `URL` (default $DATABASE_URL)")
 	fs.StringVar(&c.table, "table", c.table, "claim `table`, \"table\" or \"schema.table\" (default idem_keys)")
-	fs.Usage = func() { usage(fs.Output()) }
+	fs.Usage = func() {
+		fs.SetOutput(c.stdout) // where PrintDefaults writes
+		defer fs.SetOutput(io.Discard)
+		usage(c.stdout)
+	}
 	return fs
 }
 
@@ -149,15 +180,23 @@ func (c *cli) subFlagSet(name, args, about string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses the top level's flags, which end at the command name.
+// parse parses the top level's flags, which end at the command name. A
+// parse error is one line; the usage is printed only when asked for.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return &usageError{err.Error()}
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on every error
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return errHelp
+	case commandName(fs) != "":
+		return cmdUsagef(fs, "%v", err)
 	}
-	return nil
+	return usagef("%v", err)
 }
 
 // parseSub parses a subcommand's arguments, flags and positional arguments
@@ -183,7 +222,7 @@ func parseSub(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func noArgs(fs *flag.FlagSet, positional []string) error {
 	if len(positional) > 0 {
-		return usagef("%s: unexpected arguments %q", fs.Name(), positional)
+		return cmdUsagef(fs, "unexpected arguments %q", positional)
 	}
 	return nil
 }
@@ -241,7 +280,7 @@ func (c *cli) tableName() string {
 // store and its pool.
 func (c *cli) store(ctx context.Context) (s *pgstore.Store, closeStore func(), err error) {
 	if err := migrations.ValidateTable(c.table); err != nil {
-		return nil, nil, &usageError{err.Error()}
+		return nil, nil, &usageError{msg: err.Error()}
 	}
 	pool, err := c.connect(ctx)
 	if err != nil {
@@ -269,20 +308,20 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(positional) != 1 {
-		return usagef("migrate: want exactly one of up, down, status")
+		return cmdUsagef(fs, "want exactly one of up, down, status")
 	}
 	action := positional[0]
 	if action != "up" && action != "down" && action != "status" {
-		return usagef("migrate: unknown action %q: want up, down or status", action)
+		return cmdUsagef(fs, "unknown action %q: want up, down or status", action)
 	}
 	if partitions < 0 || partitions > migrations.MaxPartitions {
 		return usagef("migrate: --partitions %d: want 0 to %d", partitions, migrations.MaxPartitions)
 	}
 	if action == "down" && !yes {
-		return usagef("migrate down drops the table %s and every recorded result: add --yes to confirm", c.tableName())
+		return &usageError{msg: fmt.Sprintf("migrate down drops the table %s and every recorded result: add --yes to confirm", c.tableName()), cmd: "migrate"}
 	}
 	if err := migrations.ValidateTable(c.table); err != nil {
-		return &usageError{err.Error()}
+		return &usageError{msg: err.Error()}
 	}
 	pool, err := c.connect(ctx)
 	if err != nil {
@@ -337,7 +376,7 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 		return err
 	}
 	if interval <= 0 || batch <= 0 {
-		return usagef("sweep: --interval and --batch must be positive")
+		return cmdUsagef(fs, "--interval and --batch must be positive")
 	}
 	s, closeStore, err := c.store(ctx)
 	if err != nil {
@@ -421,12 +460,12 @@ func (k *keyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.httpKey, "http-key", "", "the key as a client sent it in Idempotency-Key, e.g. order-42")
 }
 
-func (k *keyFlags) resolve(cmd string) error {
+func (k *keyFlags) resolve(fs *flag.FlagSet) error {
 	switch {
 	case !k.scopeSet:
-		return usagef("%s: --scope is required (it may be empty: --scope '')", cmd)
+		return cmdUsagef(fs, "--scope is required (it may be empty: --scope '')")
 	case (k.key == "") == (k.httpKey == ""):
-		return usagef("%s: give exactly one of --key and --http-key", cmd)
+		return cmdUsagef(fs, "give exactly one of --key and --http-key")
 	}
 	var err error
 	if k.key != "" {
@@ -435,7 +474,7 @@ func (k *keyFlags) resolve(cmd string) error {
 		k.parsedKey, err = idem.ParseKey(k.httpKey)
 	}
 	if err != nil {
-		return usagef("%s: %v", cmd, err)
+		return cmdUsagef(fs, "%v", err)
 	}
 	return nil
 }
@@ -450,7 +489,7 @@ func (k *keyFlags) parse(fs *flag.FlagSet, args []string) error {
 	if err := noArgs(fs, positional); err != nil {
 		return err
 	}
-	return k.resolve(fs.Name())
+	return k.resolve(fs)
 }
 
 func (c *cli) inspect(ctx context.Context, args []string) error {

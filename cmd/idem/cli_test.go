@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Main(m))
 }
 
 // result is one CLI invocation's outcome.
@@ -100,6 +100,17 @@ func TestMigrate(t *testing.T) {
 	mustRun(t, dbURL, "migrate", "down", "--yes")
 	if tableExists(t, pool, "idem_keys") {
 		t.Fatal("idem_keys still there after migrate down --yes")
+	}
+	if tableExists(t, pool, "idem_keys_goose_version") {
+		t.Fatal("the version table is still there after migrate down --yes rolled everything back")
+	}
+
+	// Status looks and writes nothing, even for a table never migrated.
+	if out := mustRun(t, dbURL, "--table", "never_keys", "migrate", "status"); !strings.Contains(out, "pending") {
+		t.Fatalf("status of a table never migrated:\n%s", out)
+	}
+	if tableExists(t, pool, "never_keys_goose_version") {
+		t.Fatal("migrate status created a version table")
 	}
 
 	// Another table, named with the global flag before the command.
@@ -401,16 +412,48 @@ func TestConnectionErrors(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
+	// Asked for, the usage goes to stdout (idem --help | less).
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"migrate", "--help"}, {"sweep", "--help"},
 		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}} {
 		r := idemCLI(context.Background(), "", args...)
-		if r.code() != 0 || !strings.Contains(r.stderr, "Usage: idem") {
-			t.Errorf("idem %v: exit %d (%v), usage %q", args, r.code(), r.err, r.stderr)
+		if r.code() != 0 || !strings.Contains(r.stdout, "Usage: idem") || r.stderr != "" {
+			t.Errorf("idem %v: exit %d (%v), stdout %q, stderr %q", args, r.code(), r.err, r.stdout, r.stderr)
 		}
+	}
+	if r := idemCLI(context.Background(), "", "stats", "--help"); !strings.Contains(r.stdout, "-json") {
+		t.Errorf("stats --help does not list its flags:\n%s", r.stdout)
 	}
 	for _, args := range [][]string{{}, {"frobnicate"}, {"stats", "--nope"}, {"stats", "extra"}} {
 		if r := idemCLI(context.Background(), "", args...); r.code() != 2 {
 			t.Errorf("idem %v: exit %d (%v), want 2", args, r.code(), r.err)
+		}
+	}
+}
+
+// TestUsageErrors: a bad command line gets one line naming the problem and
+// where the help is, not the whole usage, and one "idem:" prefix.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nope"}, "idem: flag provided but not defined: -nope (see idem --help)"},
+		{[]string{"stats", "--nope"}, "idem: stats: flag provided but not defined: -nope (see idem stats --help)"},
+		{[]string{"stats", "extra"}, `idem: stats: unexpected arguments ["extra"] (see idem stats --help)`},
+		{[]string{"inspect", "--scope", "s"}, "idem: inspect: give exactly one of --key and --http-key (see idem inspect --help)"},
+		{[]string{"frobnicate"}, `idem: unknown command "frobnicate" (see idem --help)`},
+	} {
+		r := idemCLI(context.Background(), "", tc.args...)
+		if r.code() != 2 {
+			t.Errorf("idem %v: exit %d (%v), want 2", tc.args, r.code(), r.err)
+			continue
+		}
+		if got := errorLine(r.err); got != tc.want {
+			t.Errorf("idem %v:\n got %q\nwant %q", tc.args, got, tc.want)
+		}
+		if r.stderr != "" || r.stdout != "" {
+			t.Errorf("idem %v printed more than its error line: stdout %q, stderr %q", tc.args, r.stdout, r.stderr)
 		}
 	}
 }

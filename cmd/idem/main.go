@@ -23,8 +23,8 @@ func main() {
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if code := exitCode(err); code != 0 {
-		if msg := errorMessage(err); msg != "" {
-			fmt.Fprintln(os.Stderr, "idem:", msg)
+		if line := errorLine(err); line != "" {
+			fmt.Fprintln(os.Stderr, line)
 		}
 		stop()
 		os.Exit(code)

@@ -18,7 +18,7 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
 func TestParseFlags(t *testing.T) {
 	t.Parallel()

@@ -492,6 +492,33 @@ func TestMemoryMode(t *testing.T) {
 	}
 }
 
+// The demo says at start whether it migrated anything: the first start on
+// an empty schema applies the migrations and creates the invoices table,
+// the next finds nothing to do, and with -migrate=false it says it did not
+// look.
+func TestLogsWhatItMigrated(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgURL(t)
+	first := startDemo(t, dbURL)
+	first.Stop()
+	log := first.Stderr().String()
+	if !strings.Contains(log, `msg="migrated the idem table"`) || !strings.Contains(log, "applied=") ||
+		!strings.Contains(log, `msg="created the invoices table"`) {
+		t.Fatalf("first start on an empty schema does not say it migrated:\n%s", log)
+	}
+	second := startDemo(t, dbURL)
+	second.Stop()
+	log = second.Stderr().String()
+	if !strings.Contains(log, `msg="idem table up to date; nothing to migrate"`) || strings.Contains(log, "created the invoices table") {
+		t.Fatalf("second start does not say there was nothing to migrate:\n%s", log)
+	}
+	third := startDemo(t, dbURL, "-migrate=false")
+	third.Stop()
+	if log = third.Stderr().String(); !strings.Contains(log, "not migrating") {
+		t.Fatalf("-migrate=false does not say it skipped migrating:\n%s", log)
+	}
+}
+
 // With -migrate=false on a database nobody migrated, the demo starts (a
 // least-privilege role cannot migrate) but /healthz reports the missing
 // table, and requests are refused rather than run unprotected.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -91,13 +92,19 @@ func (a *app) createInvoice(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			// Shutdown (or a lost claim) cancelled the request before it
+			// Shutdown or a lost claim (its lease could not be renewed,
+			// as in a database outage) cancelled the request before it
 			// created anything; a client that hangs up does not (the
 			// handler runs on, and its retry gets the replay). Nothing
 			// is recorded: the middleware releases the claim of a
-			// handler cut off by shutdown, so a retry runs again.
+			// handler cut off, so a retry runs again, and says when.
+			why := "the server is shutting down"
+			if errors.Is(context.Cause(r.Context()), idem.ErrLeaseLost) {
+				why = "its idempotency claim could not be kept"
+			}
+			w.Header().Set("Retry-After", "1")
 			writeProblem(w, http.StatusServiceUnavailable, "Request cancelled",
-				"The request was cancelled before the invoice was created (the server is shutting down). Retry with the same Idempotency-Key.")
+				"The request was cancelled before the invoice was created ("+why+"). Retry with the same Idempotency-Key.")
 			return
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -60,17 +62,13 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		}
 	}
 	if cfg.migrate {
-		// Replicas starting together are safe: Up serialises on an
-		// advisory lock, and CREATE TABLE IF NOT EXISTS is idempotent.
-		if err := migrations.Up(ctx, session, migrations.Options{Table: cfg.table, Logger: logger}); err != nil {
+		// Through session: directly to PostgreSQL behind a pooler.
+		if err := migrate(ctx, session, cfg.table, logger); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("migrate: %w", err)
+			return nil, err
 		}
-		if _, err := session.Exec(ctx, invoicesDDL); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("create the invoices table: %w", err)
-		}
-		logger.Info("schema up to date", "table", tableName(cfg.table))
+	} else {
+		logger.Info("not migrating (-migrate=false): the idem table must exist", "table", tableName(cfg.table))
 	}
 	replayCache := cfg.replayCache
 	if cfg.noListen && replayCache > 0 {
@@ -102,6 +100,44 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 			pool.Close()
 		},
 	}, nil
+}
+
+// migrate brings the idem table and the invoices table up to date and logs
+// what it did: the migrations it found pending and applied, or that there
+// was nothing to do. Replicas starting together are safe: Up serialises on
+// an advisory lock (a migration another replica applied meanwhile is still
+// listed as applied here), and CREATE TABLE IF NOT EXISTS is idempotent.
+func migrate(ctx context.Context, pool *pgxpool.Pool, table string, logger *slog.Logger) error {
+	opts := migrations.Options{Table: table, Logger: logger}
+	before, err := migrations.Status(ctx, pool, opts)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var pending []string
+	for _, m := range before {
+		if m.State != migrations.MigrationApplied {
+			pending = append(pending, strconv.FormatInt(m.Version, 10))
+		}
+	}
+	if err := migrations.Up(ctx, pool, opts); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if len(pending) > 0 {
+		logger.Info("migrated the idem table", "table", tableName(table), "applied", strings.Join(pending, ","))
+	} else {
+		logger.Info("idem table up to date; nothing to migrate", "table", tableName(table), "version", before[len(before)-1].Version)
+	}
+	var invoicesExisted bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('idemdemo_invoices') IS NOT NULL`).Scan(&invoicesExisted); err != nil {
+		return fmt.Errorf("create the invoices table: %w", err)
+	}
+	if _, err := pool.Exec(ctx, invoicesDDL); err != nil {
+		return fmt.Errorf("create the invoices table: %w", err)
+	}
+	if !invoicesExisted {
+		logger.Info("created the invoices table", "table", "idemdemo_invoices")
+	}
+	return nil
 }
 
 func tableName(t string) string {

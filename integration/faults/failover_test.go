@@ -49,7 +49,7 @@ func TestFailover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			primary := testdb.StartServer(t)
+			primary := testdb.StartLocalServer(t) // a standby needs its files (pg_basebackup)
 			standby := primary.StartStandby("standby1")
 			if tc.sync {
 				// Set once the standby streams: until then every commit

@@ -25,11 +25,14 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // Main is a TestMain body: it builds the demo as Build does (with race, the
-// race detector), stores the binary's path in *binary, runs the tests and,
-// if they passed, fails unless no goroutine is left behind. It returns the
+// race detector), stores the binary's path in *binary, runs the tests
+// (through testdb.Main, which removes the PostgreSQL containers they
+// started) and, if they passed, fails unless no goroutine is left behind. It returns the
 // exit code for os.Exit, after removing the binary.
 func Main(m *testing.M, race bool, binary *string) int {
 	path, cleanup, err := Build(race)
@@ -39,7 +42,8 @@ func Main(m *testing.M, race bool, binary *string) int {
 	}
 	defer cleanup()
 	*binary = path
-	code := m.Run()
+	// testdb.Main removes the PostgreSQL containers the tests started.
+	code := testdb.Main(m).Run()
 	if code == 0 {
 		// goleak.VerifyTestMain would call os.Exit itself, before the
 		// deferred removal; Find checks the same after the tests ran.

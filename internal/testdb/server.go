@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go/modules/postgres"
 )
 
 // Server is a private PostgreSQL server a test owns: its own data directory
@@ -22,20 +23,40 @@ import (
 // shared database every other test uses.
 type Server struct {
 	// URL connects to the server's database "idem" as the superuser "idem".
+	// It stays the same across Stop and Start.
 	URL  string
 	Port int
 
-	t       testing.TB
+	t testing.TB
+
+	// A container, when a Docker engine answered,
+	ctr *postgres.PostgresContainer
+
+	// else local binaries.
 	bin     string // directory of initdb, pg_ctl, postgres
 	dataDir string
 	asUser  []string // command prefix that runs a program as the postgres user, when we are root
 }
 
 // StartServer initialises and starts a private PostgreSQL server, stopped and
-// removed when t ends. It needs PostgreSQL's server binaries (found under
-// /usr/lib/postgresql or through pg_ctl on PATH); without them the test is
-// skipped locally and fails in CI, like [URL].
+// removed when t ends. It is a container (the image of [URL]'s, see the
+// package doc) when a Docker engine answers, else PostgreSQL's server
+// binaries run as local processes (found under /usr/lib/postgresql or
+// through pg_ctl on PATH); with neither the test is skipped locally and
+// fails in CI, like [URL].
 func StartServer(t testing.TB) *Server {
+	t.Helper()
+	if dockerAvailable() == nil {
+		return startContainerServer(t)
+	}
+	return StartLocalServer(t)
+}
+
+// StartLocalServer is [StartServer] with PostgreSQL's binaries run as local
+// processes even when Docker answers, for a test that needs the server's
+// files or tools (pg_basebackup, a data directory). Without the binaries
+// the test is skipped locally and fails in CI.
+func StartLocalServer(t testing.TB) *Server {
 	t.Helper()
 	s := newServer(t)
 	s.run("initdb", "-D", s.dataDir, "-U", "idem", "--auth=trust", "--no-sync", "-E", "UTF8")
@@ -62,6 +83,9 @@ func StartServer(t testing.TB) *Server {
 // It is stopped and removed when the test ends.
 func (s *Server) StartStandby(name string) *Server {
 	s.t.Helper()
+	if s.ctr != nil {
+		s.t.Fatal("testdb: StartStandby needs a server from StartLocalServer (pg_basebackup), not a container")
+	}
 	sb := newServer(s.t)
 	s.run("pg_basebackup", "-D", sb.dataDir, "-R", "--no-sync", "-X", "stream", "-c", "fast",
 		"-d", fmt.Sprintf("postgres://idem@127.0.0.1:%d/?sslmode=disable&application_name=%s", s.Port, name))
@@ -154,10 +178,11 @@ func newServer(t testing.TB) *Server {
 	t.Helper()
 	bin, err := serverBinDir()
 	if err != nil {
+		msg := SkipReason + " server binaries: " + err.Error()
 		if os.Getenv("CI") != "" {
-			t.Fatalf("testdb: %v", err)
+			t.Fatal(msg)
 		}
-		t.Skipf("testdb: %v", err)
+		t.Skip(msg)
 	}
 	s := &Server{t: t, bin: bin}
 	root, err := os.MkdirTemp("", "idem-pg-")
@@ -190,17 +215,76 @@ func newServer(t testing.TB) *Server {
 	return s
 }
 
+// startContainerServer is StartServer with a container, on a port fixed for
+// its life so that clients reconnect to the same URL after a restart.
+func startContainerServer(t testing.TB) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := &Server{t: t}
+	var ctr *postgres.PostgresContainer
+	var err error
+	// The free port can be taken before Docker binds it: pick another.
+	for range 3 {
+		s.Port = freePort(t)
+		ctr, err = runContainer(ctx, "server", s.Port, "-c", "max_connections=200")
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	s.URL = fmt.Sprintf("postgres://idem:idem@127.0.0.1:%d/idem?sslmode=disable", s.Port)
+	if err != nil {
+		t.Fatalf("testdb: private server: %v", err)
+	}
+	s.ctr = ctr
+	t.Cleanup(func() {
+		if err := terminate(ctr); err != nil {
+			t.Errorf("testdb: remove the private server's container: %v", err)
+		}
+	})
+	return s
+}
+
 // Start starts the server and waits until it accepts connections.
 func (s *Server) Start() {
 	s.t.Helper()
+	if s.ctr != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := s.ctr.Start(ctx); err != nil {
+			s.t.Fatalf("testdb: start the private server's container: %v", err)
+		}
+		// The container's readiness check counts log lines of every run,
+		// so it passes at once after a restart: ask the server itself.
+		if err := waitAccepting(ctx, s.URL); err != nil {
+			s.t.Fatalf("testdb: %v", err)
+		}
+		return
+	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories='' -c fsync=off", s.Port)
 	s.run("pg_ctl", "start", "-w", "-t", "60", "-D", s.dataDir, "-o", opts, "-l", filepath.Join(s.dataDir, "server.log"))
 }
 
 // Stop stops the server with pg_ctl's mode ("immediate" is a crash: no
-// checkpoint, connections cut). Stopping a stopped server does nothing.
+// checkpoint, connections cut; a container's postmaster gets the signal
+// pg_ctl would send). Stopping a stopped server does nothing.
 func (s *Server) Stop(mode string) {
 	s.t.Helper()
+	if s.ctr != nil {
+		sig, ok := stopSignals[mode]
+		if !ok {
+			s.t.Fatalf("testdb: unknown shutdown mode %q", mode)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if st, err := s.ctr.State(ctx); err == nil && !st.Running {
+			return
+		}
+		if err := killAndWait(ctx, s.ctr, sig); err != nil {
+			s.t.Fatalf("testdb: stop the private server's container: %v", err)
+		}
+		return
+	}
 	if _, err := os.Stat(filepath.Join(s.dataDir, "postmaster.pid")); err != nil {
 		return
 	}

@@ -12,7 +12,18 @@ import (
 
 func TestServerStopsAndStarts(t *testing.T) {
 	t.Parallel()
-	s := testdb.StartServer(t)
+	for name, start := range map[string]func(testing.TB) *testdb.Server{
+		"container when Docker answers": testdb.StartServer,
+		"local binaries":                testdb.StartLocalServer,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			stopAndStart(t, start(t))
+		})
+	}
+}
+
+func stopAndStart(t *testing.T, s *testdb.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	query := func() error {
@@ -34,5 +45,34 @@ func TestServerStopsAndStarts(t *testing.T) {
 	s.Start()
 	if err := query(); err != nil {
 		t.Fatalf("query after restart: %v", err)
+	}
+}
+
+// TestSchemasAreIsolated: two tests' schemas in the one database do not see
+// each other's tables, and a schema is gone once its test has ended.
+func TestSchemasAreIsolated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var first string
+	t.Run("first", func(t *testing.T) {
+		pool, schema := testdb.Pool(t)
+		first = schema
+		if _, err := pool.Exec(ctx, `CREATE TABLE things (id int)`); err != nil {
+			t.Fatal(err)
+		}
+	})
+	pool, schema := testdb.Pool(t)
+	if schema == first {
+		t.Fatalf("two tests got the same schema %s", schema)
+	}
+	if _, err := pool.Exec(ctx, `SELECT * FROM things`); err == nil {
+		t.Fatal("the second schema sees the first one's table")
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, first).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("schema %s outlived its test", first)
 	}
 }

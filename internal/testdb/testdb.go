@@ -1,9 +1,19 @@
 // Package testdb gives tests a real PostgreSQL: a fresh schema per test in
-// the database named by TEST_DATABASE_URL.
+// one database, found in this order:
 //
-// Without TEST_DATABASE_URL a test is skipped on a developer's machine and
-// fails when CI is set: in CI a missing database must fail the run, never
-// skip it.
+//  1. TEST_DATABASE_URL, when set;
+//  2. else a PostgreSQL container, started the first time a test asks for
+//     the database and removed when the test binary ends (see [Main]): one
+//     container per test binary, from IDEM_TEST_POSTGRES_IMAGE (default
+//     [DefaultImage]), through testcontainers-go's postgres module;
+//  3. else, with no Docker engine either (or IDEM_TEST_CONTAINERS=0, which
+//     says not to use one), the test is skipped on a developer's machine
+//     and fails when CI is set: in CI a missing database must fail the
+//     run, never skip it.
+//
+// Private servers ([StartServer]) that a test stops, crashes and restarts
+// are containers too when a Docker engine answers, else PostgreSQL's
+// binaries run as local processes.
 //
 // # Through a connection pooler
 //
@@ -23,6 +33,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -34,17 +45,38 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// URL returns TEST_DATABASE_URL, skipping or failing t when it is unset.
+// SkipReason starts every skip message of a test that found no database,
+// so that a summary (`make test`) can count them.
+const SkipReason = "no PostgreSQL"
+
+// URL returns the URL of the tests' database (see the package doc): the
+// same for every test of the binary. Without one, t is skipped, or fails
+// when CI is set.
 func URL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("TEST_DATABASE_URL is not set: CI needs a PostgreSQL (see .ci/run)")
-		}
-		t.Skip("TEST_DATABASE_URL is not set; run `make db` or see README")
+	if url := os.Getenv("TEST_DATABASE_URL"); url != "" {
+		return url
+	}
+	url, err := sharedURL()
+	if err != nil {
+		unavailable(t, err)
 	}
 	return url
+}
+
+// unavailable skips t (fails it in CI) when err says there is no Docker
+// engine, and fails it for any other error: a container that does not
+// start is a failure, not a missing database.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if !errors.Is(err, errNoDocker) {
+		t.Fatalf("testdb: %v", err)
+	}
+	msg := SkipReason + ": TEST_DATABASE_URL is not set and " + err.Error() + " (see README, Testing)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg + "; CI needs a database (see .ci/run)")
+	}
+	t.Skip(msg)
 }
 
 // Schema creates a new, empty schema for t, dropped when t ends, and returns

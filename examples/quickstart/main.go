@@ -1,0 +1,152 @@
+// Command quickstart is a payments API protected by idem: a retried POST
+// /payments with the same Idempotency-Key creates one payment and gets the
+// first answer back. The payment row and the recorded answer commit in one
+// transaction, so it is exactly once.
+//
+//	export DATABASE_URL='postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
+//	go run .
+//	curl -si -X POST 127.0.0.1:8080/payments -H 'Idempotency-Key: pay-1' -d '{"amount_cents": 1200}'
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// paymentsDDL is the application's own table; idem's comes from migrations.Up.
+const paymentsDDL = `CREATE TABLE IF NOT EXISTS payments (
+	id           bigserial PRIMARY KEY,
+	amount_cents bigint NOT NULL CHECK (amount_cents > 0),
+	created_at   timestamptz NOT NULL DEFAULT now()
+)`
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("DATABASE_URL is not set; e.g. export DATABASE_URL='postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	handler, shutdown, err := setup(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: handler}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown(context.Background())
+	}()
+	log.Printf("listening on http://%s", srv.Addr)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// setup migrates, starts the store and its sweeper, and returns the API.
+// shutdown stops the sweeper and closes the store and the pool.
+func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutdown func(), err error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Safe when several replicas start at once (an advisory lock).
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	if _, err := pool.Exec(ctx, paymentsDDL); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	store, err := pgstore.New(pool, pgstore.Options{}) // lease 30s, retention 24h
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	// The sweeper releases abandoned claims and deletes expired results;
+	// run it in every instance.
+	sweepCtx, stopSweeping := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		_ = store.Run(sweepCtx, time.Minute)
+	}()
+
+	protect := middleware.New(store, middleware.Options{
+		// Who is asking: your session cookie (or Principal: the user your
+		// auth middleware put in the context). See "Security".
+		SessionCookies: []string{"session"},
+		ScopeSecret:    []byte(os.Getenv("IDEM_SCOPE_SECRET")), // HMAC key of the scope hash
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", protect(createPayment(pool, store)))
+	return mux, func() {
+		stopSweeping()
+		<-swept
+		store.Close()
+		pool.Close()
+	}, nil
+}
+
+// createPayment inserts a payment and records its answer in the same
+// transaction: both commit, or neither does and a retry runs again.
+func createPayment(pool *pgxpool.Pool, store *pgstore.Store) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			AmountCents int64 `json:"amount_cents"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.AmountCents <= 0 {
+			http.Error(w, `want {"amount_cents": n}, n > 0`, http.StatusBadRequest) // 4xx: recorded
+			return
+		}
+		tx, err := pool.Begin(r.Context())
+		if err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable) // 5xx: the key is released
+			return
+		}
+		defer tx.Rollback(context.WithoutCancel(r.Context())) // no-op after Commit
+		var id int64
+		err = tx.QueryRow(r.Context(),
+			`INSERT INTO payments (amount_cents) VALUES ($1) RETURNING id`, in.AmountCents).Scan(&id)
+		if err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		body, _ := json.Marshal(map[string]any{"id": id, "amount_cents": in.AmountCents})
+		header := http.Header{"Content-Type": {"application/json"}}
+		err = middleware.Commit(w, r, http.StatusCreated, header, body,
+			func(ctx context.Context, tok idem.Token, res idem.Result) error {
+				// Fails, and nothing commits, if this request lost its claim.
+				if err := store.CompleteTx(ctx, tx, tok, res); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			})
+		if err != nil {
+			// Commit answered 503 and released the key; the payment
+			// rolled back, so a retry runs again.
+			log.Printf("create payment: %v", err)
+		}
+	}
+}

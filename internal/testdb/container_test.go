@@ -1,0 +1,144 @@
+package testdb
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// helperEnv makes TestContainerOutlivesNothing's child process a test
+// binary that starts the shared container and waits.
+const helperEnv = "IDEM_TESTDB_HELPER"
+
+// TestContainerOutlivesNothing runs this test binary as a child that starts
+// the shared container, and checks that the container is gone after the
+// child ends, both when its tests finish and when it is interrupted
+// (Ctrl-C) mid-test.
+func TestContainerOutlivesNothing(t *testing.T) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		URL(t)
+		mainMu.Lock()
+		for c := range live {
+			fmt.Printf("CONTAINER %s\n", c.GetContainerID())
+		}
+		mainMu.Unlock()
+		if mode == "wait" {
+			time.Sleep(2 * time.Minute) // until interrupted
+		}
+		return
+	}
+	if os.Getenv("TEST_DATABASE_URL") != "" || dockerAvailable() != nil {
+		t.Skip("no container to check: TEST_DATABASE_URL is set or Docker does not answer")
+	}
+	t.Parallel()
+	for _, mode := range []string{"finish", "wait"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestContainerOutlivesNothing$", "-test.count=1")
+			cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stdout)
+			id := ""
+			for sc.Scan() {
+				if rest, ok := strings.CutPrefix(sc.Text(), "CONTAINER "); ok {
+					id = rest
+					break
+				}
+			}
+			if id == "" {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("the child started no container; stderr:\n%s", stderr.String())
+			}
+			if !containerExists(t, id) {
+				t.Fatalf("container %s is not there while the child runs", id)
+			}
+			if mode == "wait" {
+				_ = cmd.Process.Signal(syscall.SIGINT)
+			}
+			_, _ = io.Copy(io.Discard, stdout) // until the child exits
+			_ = cmd.Wait()
+			if containerExists(t, id) {
+				t.Fatalf("container %s outlived the test binary (%s); stderr:\n%s", id, mode, stderr.String())
+			}
+		})
+	}
+}
+
+func containerExists(t *testing.T, id string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	_, err = cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	return err == nil
+}
+
+// TestOrphansAreRemoved: a container labelled with the process id of a test
+// binary that no longer runs is removed when the next binary probes Docker;
+// one whose process runs is left alone.
+func TestOrphansAreRemoved(t *testing.T) {
+	if os.Getenv(helperEnv) != "" || os.Getenv("TEST_DATABASE_URL") != "" || dockerAvailable() != nil {
+		t.Skip("no container to check: TEST_DATABASE_URL is set or Docker does not answer")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() }) // after the containers' removal
+	host, _ := os.Hostname()
+	// A process that has exited: its id is free until reused.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	create := func(pid int) string {
+		t.Helper()
+		res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Config: &container.Config{Image: image(), Labels: map[string]string{
+				LabelKind: "orphan-test", LabelPID: fmt.Sprint(pid), LabelHost: host,
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = cli.ContainerRemove(context.Background(), res.ID, client.ContainerRemoveOptions{Force: true})
+		})
+		return res.ID
+	}
+	orphan, owned := create(gone.Process.Pid), create(os.Getpid())
+	removeOrphans(ctx, cli)
+	if containerExists(t, orphan) {
+		t.Error("the container of a test binary that no longer runs was not removed")
+	}
+	if !containerExists(t, owned) {
+		t.Error("the container of a running test binary was removed")
+	}
+}
