@@ -9,9 +9,9 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Multi round-trip calls (MCP 2026-07-28, SEP-2322, https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2322). A tool that needs
-// input answers round 1 with resultType "input_required", inputRequests and
-// a requestState; the client retries the original call, under a new id,
+// Multi round-trip calls (MCP 2026-07-28, SEP-2322, see [ModernProtocol]
+// for the link). A tool that needs input answers round 1 with resultType
+// "input_required", inputRequests and a requestState; the client retries the original call, under a new id,
 // with inputResponses and the requestState echoed. Every round carries the
 // call's key. The rounds are told apart by what the client sent back: each
 // round is its own claim, keyed by the call's key and a digest of the
