@@ -11,8 +11,9 @@ import (
 
 // Multi round-trip calls (MCP 2026-07-28, SEP-2322, see [ModernProtocol]
 // for the link). A tool that needs input answers round 1 with resultType
-// "input_required", inputRequests and a requestState; the client retries the original call, under a new id,
-// with inputResponses and the requestState echoed. Every round carries the
+// "input_required", inputRequests and a requestState; the client retries
+// the original call, under a new id, with inputResponses and the
+// requestState echoed. Every round carries the
 // call's key. The rounds are told apart by what the client sent back: each
 // round is its own claim, keyed by the call's key and a digest of the
 // round's requestState and inputResponses ([idem.ParseRoundKey]). So the
