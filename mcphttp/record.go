@@ -358,6 +358,15 @@ func (c *capture) Flush() {
 	}
 }
 
+func (c *capture) writeTo(w http.ResponseWriter) {
+	h := w.Header()
+	for k, vs := range c.header {
+		h[k] = append([]string(nil), vs...)
+	}
+	w.WriteHeader(c.status)
+	_, _ = w.Write(c.body.Bytes())
+}
+
 // isToolError reports whether a JSON-RPC response is a tool result with
 // isError set.
 func isToolError(resp []byte) bool {

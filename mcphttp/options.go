@@ -1,0 +1,161 @@
+package mcphttp
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultWait is how long a duplicate waits for the original's result
+	// when Options.Wait is zero.
+	DefaultWait = 30 * time.Second
+	// DefaultMaxInspectBytes is the largest POST body read when
+	// Options.MaxInspectBytes is zero: go-sdk's default request body limit.
+	DefaultMaxInspectBytes = 4 << 20
+	// DefaultMaxRecordBytes is the largest response recorded for replay
+	// when Options.MaxRecordBytes is zero.
+	DefaultMaxRecordBytes = 1 << 20
+)
+
+// Options configures the wrapper. The zero value is ready to use.
+type Options struct {
+	// Methods lists the JSON-RPC methods deduplicated. Nil means
+	// tools/call only. Methods without side effects (tools/list,
+	// resources/read, ...) gain nothing from it.
+	Methods []string
+	// Wait is how long a duplicate of a call still in flight waits for the
+	// original's result before it is answered with [CodeInFlight]. Zero
+	// means [DefaultWait]; negative means no wait.
+	Wait time.Duration
+	// Lease is the lease of a call's claim, renewed every third of it while
+	// the inner handler runs, so a slow tool keeps its claim and a crashed
+	// process's claim runs out. If no renewal is confirmed in time, the
+	// inner handler's context ends shortly before the lease does (see the
+	// engine package). Zero means [idem.DefaultLease]; negative or less
+	// than a millisecond panics.
+	Lease time.Duration
+	// StoreTimeout bounds each store call made once a call runs (renew,
+	// complete, release), which must not hang on a store outage; a
+	// renewal is bounded further by the time left on the lease. Zero
+	// means [engine.DefaultStoreTimeout]; negative panics.
+	StoreTimeout time.Duration
+	// Shutdown, when done, ends the context of every call the wrapper
+	// runs with cause [engine.ErrShutdown]; a call so cut off is not
+	// recorded and its key is released. Calls run on a context detached
+	// from the client's, so closing the HTTP server does not end them:
+	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	Shutdown context.Context
+	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
+	// decide whether it is a call to dedupe. A longer body passes through
+	// to the inner handler intact and is not deduplicated. Zero means
+	// [DefaultMaxInspectBytes]; negative panics.
+	MaxInspectBytes int64
+	// MaxRecordBytes bounds the JSON-RPC response recorded for a call, and
+	// any one SSE event the wrapper looks at. A call whose response is
+	// larger still streams to the client in full, but completes its key as
+	// unreplayable: a retry is not run again and is answered with
+	// [CodeUnreplayable]. Zero means [DefaultMaxRecordBytes]; negative
+	// panics.
+	MaxRecordBytes int
+	// Principal returns the authenticated principal of a request (a user
+	// or tenant id), typically from the context the server's auth
+	// middleware filled. Non-empty, it alone is the caller's identity in
+	// the scope of every key; empty, or a nil Principal, means the
+	// credentials: the Authorization and X-Api-Key headers and the
+	// SessionCookies. Callers with none of these share one identity. The
+	// identity is hashed, never stored.
+	Principal func(*http.Request) string
+	// SessionCookies names the cookies whose values identify a caller.
+	// Nil means not configured: a call that carries a Cookie header but
+	// no principal and no credential is refused ([CodeInternalError],
+	// [ReasonUnscopedCookies]) and not run. An empty, non-nil slice
+	// declares that no cookie identifies a caller: cookies are ignored. A
+	// name that is not a cookie name panics.
+	SessionCookies []string
+	// ScopeSecret keys the hash of the scope (HMAC-SHA-256), so that
+	// credentials cannot be recovered from the table by hashing guesses.
+	// Nil means plain SHA-256. See middleware.Options.ScopeSecret.
+	ScopeSecret []byte
+	// Owner names this process in claims, for operators. Optional.
+	Owner string
+	// Logger receives store failures and lost claims, with keys as
+	// digests ([idem.KeyDigest]), never in clear. Nil discards.
+	Logger *slog.Logger
+	// Observer is called on each [idem.Event] of a deduplicated call, for
+	// metrics. It runs on the request's goroutine (or the lease
+	// renewal's) and must be fast and safe for concurrent use. Nil means
+	// none.
+	Observer func(r *http.Request, e idem.Event)
+	// CancelWithClient makes a deduplicated call's tool end when its
+	// client goes away (the HTTP request's context ends), as MCP
+	// 2026-07-28 says a closed response stream is cancellation. False (the
+	// default) runs a keyed call to completion and records it, so the
+	// client's retry gets that result and the tool runs once: see
+	// "Cancellation" in the package documentation for why, and for when
+	// true is safe. With true, a call cut off that way is recorded if the
+	// wrapper saw its whole response and that response is one it records
+	// (a tool result: not a JSON-RPC error, nor a tool error with isError,
+	// which is what go-sdk makes of a tool that returns its cancelled
+	// context's error); otherwise its key is released, so the retry runs
+	// the tool again. Calls the wrapper does not deduplicate behave as the
+	// inner handler makes them either way.
+	CancelWithClient bool
+	// Stateless says the inner handler keeps no sessions (go-sdk's
+	// StreamableHTTPOptions.Stateless), so an Mcp-Session-Id header is
+	// whatever the client chose: a call without a key is then never keyed
+	// by session and request id, at any protocol version, and passes
+	// through. False keys such calls by session before protocol 2026-07-28,
+	// which is right for a stateful server: it refuses a session it did not
+	// issue before the wrapper answers anything. On a stateless server it
+	// would let two clients who send the same session id and request id
+	// share a result.
+	Stateless bool
+}
+
+// validate names the first field of o that is wrong. SessionCookies is
+// checked by the scoper and a lease under a millisecond by package engine,
+// both at [New] as well.
+func (o Options) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"Lease", int64(o.Lease)}, {"StoreTimeout", int64(o.StoreTimeout)},
+		{"MaxInspectBytes", o.MaxInspectBytes}, {"MaxRecordBytes", int64(o.MaxRecordBytes)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("mcphttp: Options.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	for _, m := range o.Methods {
+		if m == "" || m == "initialize" {
+			return fmt.Errorf("mcphttp: Options.Methods holds %q, which cannot be deduplicated", m)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns o with its zero fields set to their defaults (a
+// negative Wait to no wait).
+func (o Options) withDefaults() Options {
+	switch {
+	case o.Wait == 0:
+		o.Wait = DefaultWait
+	case o.Wait < 0:
+		o.Wait = 0
+	}
+	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
+	o.MaxInspectBytes = cmp.Or(o.MaxInspectBytes, DefaultMaxInspectBytes)
+	o.MaxRecordBytes = cmp.Or(o.MaxRecordBytes, DefaultMaxRecordBytes)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}

@@ -1,0 +1,109 @@
+package mcphttp
+
+import (
+	"bytes"
+	"errors"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
+)
+
+// replayBody is the JSON-RPC response the wrapper answers a call with when
+// it does not run it. replayed reports that it is the recorded response
+// (a readable [engine.Replay]); the wrapper's own errors are not replays
+// and never say they are.
+func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (body []byte, replayed bool) {
+	switch d.Outcome {
+	case engine.Mismatch:
+		return wrapperError(c.rawID, rpcError{
+			Code:    CodeKeyReused,
+			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
+			Data:    errorData{Reason: ReasonKeyReused},
+		})
+	case engine.InvalidKey:
+		return wrapperError(c.rawID, rpcError{
+			Code: CodeInvalidParams, Message: "the idempotency store rejected the call's key: " + d.Err.Error(),
+			Data: errorData{Reason: ReasonInvalidKey},
+		})
+	case engine.Unavailable:
+		msg := "idempotency store unavailable; the call was not run, retry it"
+		if errors.Is(d.Err, idem.ErrCapacity) {
+			msg = "idempotency store full; the call was not run, retry it later"
+		}
+		return wrapperError(c.rawID, rpcError{
+			Code: CodeUnavailable, Message: msg,
+			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: d.RetryAfter.Milliseconds()},
+		})
+	case engine.Replay:
+		if d.Claim.Result.Unreplayable {
+			return wrapperError(c.rawID, rpcError{
+				Code:    CodeUnreplayable,
+				Message: "this call already ran, but its response was too large to record and cannot be replayed",
+				Data:    errorData{Reason: ReasonUnreplayable},
+			})
+		}
+		body, err := withID(d.Claim.Result.Body, c.rawID)
+		if err == nil {
+			return body, true
+		}
+		m.log.Error("mcphttp: recorded response unreadable", "key_digest", idem.KeyDigest(req.Scope, req.Key), "err", err)
+		return wrapperError(c.rawID, rpcError{
+			Code:    CodeUnreplayable,
+			Message: "this call already ran, but its recorded response cannot be replayed",
+			Data:    errorData{Reason: ReasonUnreplayable},
+		})
+	default: // still in flight after the wait
+		return wrapperError(c.rawID, rpcError{
+			Code:    CodeInFlight,
+			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
+			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: d.RetryAfter.Milliseconds()},
+		})
+	}
+}
+
+// answer writes a JSON-RPC response the wrapper made itself, framed as the
+// inner handler frames its answers (an SSE event or a JSON body, with its
+// status and headers). Without a probe yet, it probes first.
+func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []byte, replay bool, probes ...*capture) {
+	var probe *capture
+	if len(probes) > 0 {
+		probe = probes[0]
+	} else {
+		var accepted bool
+		if probe, accepted = m.probe(r, c); !accepted {
+			probe.writeTo(w)
+			return
+		}
+	}
+	h := w.Header()
+	for k, vs := range probe.header {
+		if k == "Content-Length" {
+			continue
+		}
+		h[k] = append([]string(nil), vs...)
+	}
+	if replay {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	if isSSE(probe.header.Get("Content-Type")) {
+		w.WriteHeader(probe.status)
+		var b bytes.Buffer
+		b.WriteString("event: message\ndata: ")
+		b.Write(body)
+		b.WriteString("\n\n")
+		_, _ = w.Write(b.Bytes())
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(probe.status)
+	_, _ = w.Write(body)
+}
+
+func isSSE(contentType string) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return mt == "text/event-stream"
+}

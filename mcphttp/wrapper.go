@@ -1,0 +1,200 @@
+package mcphttp
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
+)
+
+type wrapper struct {
+	next       http.Handler
+	eng        *engine.Engine
+	store      idem.Store
+	methods    map[string]bool
+	wait       time.Duration
+	lease      time.Duration
+	maxInspect int64
+	maxRecord  int
+	scope      *scoper
+	owner      string
+	log        *slog.Logger
+	observer   func(*http.Request, idem.Event)
+	// stateless is Options.Stateless.
+	stateless bool
+}
+
+// New returns middleware that deduplicates MCP calls (by default
+// tools/call) on the Streamable HTTP transport in front of any MCP handler,
+// with store as the source of truth. See the package documentation for
+// what it does and why. It panics if store is nil or opts is invalid.
+func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
+	if store == nil {
+		panic("mcphttp: nil store")
+	}
+	// Misconfiguration panics here, at construction, never per request, as
+	// net/http's constructors do (and package middleware's New).
+	if err := opts.validate(); err != nil {
+		panic(err.Error())
+	}
+	opts = opts.withDefaults()
+	methods := map[string]bool{}
+	if opts.Methods == nil {
+		methods["tools/call"] = true
+	}
+	for _, m := range opts.Methods {
+		methods[m] = true
+	}
+	scope := newScoper(opts)
+	logger := opts.Logger
+	eng := engine.New(store, engine.Options{
+		Adapter:      idem.AdapterMCP,
+		Lease:        opts.Lease,
+		Wait:         opts.Wait,
+		StoreTimeout: opts.StoreTimeout,
+		Shutdown:     opts.Shutdown,
+		Owner:        opts.Owner,
+		// A call cut off by its client is recorded if the recorder saw
+		// its whole response and records it (recorder.verdict); released
+		// otherwise.
+		CancelWithClient: opts.CancelWithClient,
+		Logger:           logger,
+	})
+	return func(next http.Handler) http.Handler {
+		return &wrapper{
+			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
+			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
+			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
+			stateless: opts.Stateless,
+		}
+	}
+}
+
+func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(DerivedKeyHeader) != "" {
+		r = r.Clone(r.Context())
+		r.Header.Del(DerivedKeyHeader)
+	}
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || m.routedAround(r) {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	body, whole, err := readPrefix(r.Body, m.maxInspect)
+	// Give the inner handler the body exactly as it came, read or not.
+	r.Body = &rereadBody{Reader: io.MultiReader(bytes.NewReader(body), r.Body), Closer: r.Body}
+	if err != nil || !whole {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	c, ok := parseCall(body, m.methods)
+	if !ok || !m.headersAgree(r, c) {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if !supportedID(c.id) {
+		b := errorResponse(c.rawID, rpcError{
+			Code:    CodeInvalidRequest,
+			Message: "a deduplicated call's id must be a string or an integer within int64",
+			Data:    errorData{Reason: ReasonUnsupportedID},
+		})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(b)
+		return
+	}
+	m.serveCall(w, r, c)
+}
+
+// headersAgree reports whether the optional Mcp-Method and Mcp-Name headers
+// (newer protocol revisions) name the body's method and tool. When they do
+// not, the inner handler rejects the request, and the wrapper leaves that to
+// it rather than answer from the store.
+func (m *wrapper) headersAgree(r *http.Request, c call) bool {
+	if modern(r, c) && !standardHeadersPresent(r, c) {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Method"); v != "" && v != c.method {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Name"); v != "" && v != c.name {
+		return false
+	}
+	return true
+}
+
+func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
+	req, forward, source, ok, keyErr := m.identify(r, c)
+	if !ok {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if keyErr != nil {
+		m.answer(w, r, c, m.refusal(r, c, source, keyErr), false)
+		return
+	}
+	ctx := r.Context()
+	ereq := &engine.Request{Claim: req}
+	if m.observer != nil {
+		ereq.Observe = func(e idem.Event) { m.observer(r, e) }
+	}
+	d := m.eng.TryClaim(ctx, ereq)
+	switch d.Outcome {
+	case engine.Run:
+		m.execute(w, r, c, ereq, d, forward, source)
+		return
+	case engine.Gone:
+		return
+	}
+	// Anything but a fresh claim is answered by the wrapper, and only after
+	// the inner handler has accepted the request: see "Order of checks".
+	probe, accepted := m.probe(r, c)
+	if !accepted {
+		probe.writeTo(w)
+		return
+	}
+	if d.Outcome == engine.InFlight && m.wait > 0 {
+		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
+		case engine.Run:
+			m.execute(w, r, c, ereq, d, forward, source)
+			return
+		case engine.Gone:
+			return // the client went away while it waited
+		}
+	} else {
+		m.eng.Report(ctx, ereq, d)
+	}
+	body, replayed := m.replayBody(c, req, d)
+	m.answer(w, r, c, body, replayed, probe)
+}
+
+// observe reports e to Options.Observer, if any.
+func (m *wrapper) observe(r *http.Request, e idem.Event) {
+	if m.observer != nil {
+		m.observer(r, e)
+	}
+}
+
+// readPrefix reads up to limit bytes of body. whole reports that body ended
+// within them.
+func readPrefix(body io.Reader, limit int64) (prefix []byte, whole bool, err error) {
+	prefix, err = io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		return prefix, false, err
+	}
+	if int64(len(prefix)) > limit {
+		return prefix, false, nil
+	}
+	return prefix, true, nil
+}
+
+// rereadBody re-provides a request body the wrapper read part of.
+type rereadBody struct {
+	io.Reader
+	io.Closer
+}
