@@ -54,7 +54,7 @@ func (m *wrapper) cancelOnEngineStop(ctx context.Context, r *http.Request, c cal
 		b.WriteString(`}}`)
 		nctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), noticeTimeout)
 		defer cancel()
-		m.next.ServeHTTP(newCapture(0), sibling(nctx, r, b.Bytes(), "notifications/cancelled"))
+		m.next.ServeHTTP(newResponseBuffer(0), sibling(nctx, r, b.Bytes(), "notifications/cancelled"))
 	}
 	stopNotice := context.AfterFunc(ctx, func() {
 		defer close(done)

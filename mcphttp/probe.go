@@ -36,7 +36,7 @@ func probeMethod(r *http.Request, c call) string {
 // reports a JSON-RPC result to the probe; otherwise the captured answer is
 // the inner handler's rejection, for the client as is, and the rejection is
 // logged and reported as [idem.EventRejected].
-func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
+func (m *wrapper) probe(r *http.Request, c call) (*responseBuffer, bool) {
 	method := probeMethod(r, c)
 	var b bytes.Buffer
 	b.WriteString(`{"jsonrpc":"2.0","id":`)
@@ -51,7 +51,7 @@ func (m *wrapper) probe(r *http.Request, c call) (*capture, bool) {
 	// A modern call reaches the probe only with its Mcp-Method header
 	// (headersAgree), which sibling sets to the probe's method.
 	pr := sibling(r.Context(), r, b.Bytes(), method)
-	capt := newCapture(m.maxRecord)
+	capt := newResponseBuffer(m.maxRecord)
 	m.next.ServeHTTP(capt, pr)
 	if capt.status == 0 {
 		capt.status = http.StatusOK

@@ -67,8 +67,8 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 // answer writes a JSON-RPC response the wrapper made itself, framed as the
 // inner handler frames its answers (an SSE event or a JSON body, with its
 // status and headers). Without a probe yet, it probes first.
-func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []byte, replay bool, probes ...*capture) {
-	var probe *capture
+func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []byte, replay bool, probes ...*responseBuffer) {
+	var probe *responseBuffer
 	if len(probes) > 0 {
 		probe = probes[0]
 	} else {

@@ -321,52 +321,6 @@ func (r *recorder) verdict() engine.Verdict {
 	return engine.Verdict{Action: engine.Release, Why: "the call answered an error, or not at all"}
 }
 
-// capture is the http.ResponseWriter of a probe: it keeps everything in
-// memory, bounded, and sends nothing to the client.
-type capture struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-	limit  int
-}
-
-func newCapture(limit int) *capture {
-	return &capture{header: http.Header{}, limit: limit}
-}
-
-func (c *capture) Header() http.Header { return c.header }
-
-func (c *capture) WriteHeader(code int) {
-	if c.status == 0 && code >= 200 {
-		c.status = code
-	}
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	if room := c.limit - c.body.Len(); room > 0 {
-		c.body.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (c *capture) Flush() {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-}
-
-func (c *capture) writeTo(w http.ResponseWriter) {
-	h := w.Header()
-	for k, vs := range c.header {
-		h[k] = append([]string(nil), vs...)
-	}
-	w.WriteHeader(c.status)
-	_, _ = w.Write(c.body.Bytes())
-}
-
 // isToolError reports whether a JSON-RPC response is a tool result with
 // isError set.
 func isToolError(resp []byte) bool {
