@@ -256,6 +256,28 @@
 // ([NewContext]); its documentation relates this to the MCP authorization
 // specification's rule against token passthrough.
 //
+// # Two halves
+//
+// The package has a server half and a client half, in separate files.
+//
+// The server half is the wrapper, which an MCP server mounts in front of its
+// handler: options.go ([Options], defaults, validation), wrapper.go ([New],
+// ServeHTTP: which calls it deduplicates), keys.go and scope.go (the key and its
+// scope), execute.go (a claimed call run through the inner handler and the
+// engine), recorder.go (what is recorded from its answer), probe.go,
+// responsebuffer.go and reply.go (the answers the wrapper makes itself),
+// jsonrpc.go, protocol.go, rounds.go and notice.go (the protocol details).
+// It does not import go-sdk: it reads JSON-RPC from HTTP requests and wraps
+// any Streamable HTTP handler, go-sdk's or another.
+//
+// The client half is for a tool's calls to its upstream API: client.go
+// ([Meta], [Meta.SetHeaders], [Meta.SetCredentials], [FromCallToolRequest],
+// [NewContext], [FromContext]) and transport.go ([Transport]). client.go is
+// the only non-test file that imports go-sdk, for [FromCallToolRequest],
+// which reads _meta and [DerivedKeyHeader] from go-sdk's
+// mcp.CallToolRequest in a tool handler. The wrapper uses the client half
+// only to hand the tool its [Meta] ([NewContext], [DerivedKeyHeader]).
+//
 // # Errors
 //
 // The wrapper's own JSON-RPC errors use the codes [CodeKeyReused],
