@@ -35,14 +35,8 @@ $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-		for target in $$(grep -hoE '^func (Fuzz[A-Za-z0-9_]+)' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
-			echo "== $$pkg $$target"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
-		done; \
-	done
+fuzz: ## Run each fuzz target for FUZZTIME (default 20s); a finding fails, see scripts/fuzz.sh.
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 .PHONY: bench
 bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
