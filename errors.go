@@ -23,6 +23,13 @@ var (
 	// have expired or claims ended.
 	ErrCapacity = errors.New("idem: store capacity exhausted")
 
+	// ErrLiveClaim: an operator's forget (pgstore's and memstore's Forget)
+	// was refused because a claim whose lease has not run out holds the
+	// key: its holder is presumably still running the side effect, and
+	// forgetting the key would let a retry run it a second time. Nothing
+	// was changed; force the forget to remove it anyway.
+	ErrLiveClaim = errors.New("idem: key holds a live claim")
+
 	// ErrUnavailable: the store could not be reached or did not answer. The
 	// operation may or may not have taken effect; a claim that was not
 	// confirmed must be treated as not held.

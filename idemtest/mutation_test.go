@@ -139,7 +139,7 @@ type checkThenClaim struct{ *memstore.Store }
 func (m checkThenClaim) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if _, ok := m.Lookup(req.Scope, req.Key); !ok {
 		time.Sleep(time.Millisecond) // the round trip between a separate check and the claim
-		m.Forget(req.Scope, req.Key)
+		_, _ = m.Forget(ctx, req.Scope, req.Key, true)
 	}
 	return m.Store.Claim(ctx, req)
 }
@@ -193,7 +193,7 @@ func (m *evictRetained) Claim(ctx context.Context, req idem.ClaimRequest) (idem.
 		oldest := m.completed[0]
 		m.completed = m.completed[1:]
 		m.mu.Unlock()
-		m.Forget(oldest.Scope, oldest.Key)
+		_, _ = m.Forget(ctx, oldest.Scope, oldest.Key, true)
 		c, err = m.Store.Claim(ctx, req)
 	}
 	return c, err

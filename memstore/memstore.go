@@ -276,13 +276,32 @@ func (s *Store) Lookup(scope string, key idem.Key) (idem.Entry, bool) {
 	return s.table.Lookup(scope, key)
 }
 
-// Forget removes (scope, key) whatever its state and reports whether it was
-// present. A live claim's token becomes stale.
-func (s *Store) Forget(scope string, key idem.Key) bool {
+// Forget removes (scope, key), as an operator's forget does, and reports
+// whether it was present: the same shape and rule as pgstore's Forget, so
+// that an operator tool can be written against either store. A live claim
+// (lease not run out) is refused with [idem.ErrLiveClaim] unless force is
+// set: its holder is presumably still executing, and forgetting it would let
+// a retry run the side effect a second time. The holder's token becomes
+// stale and waiters wake. It fails otherwise only for an invalid key or a
+// done ctx.
+func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bool) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := (idem.ClaimRequest{Scope: scope, Key: key}).Validate(); err != nil {
+		return false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	e, ok := s.table.Lookup(scope, key)
+	if !ok {
+		return false, nil
+	}
+	if !force && e.State == idem.StateClaimed && e.LeaseEnd.After(s.now()) {
+		return false, idem.ErrLiveClaim
+	}
 	s.wake(scope, key)
-	return s.table.Forget(scope, key)
+	return s.table.Forget(scope, key), nil
 }
 
 // Len returns the number of keys held.

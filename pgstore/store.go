@@ -56,8 +56,9 @@ const maxClaimAttempts = 100
 const maxSerializationAttempts = 20
 
 // ErrLiveClaim is returned by [Store.Forget] for a key held by a claim whose
-// lease has not run out, unless forced.
-var ErrLiveClaim = errors.New("pgstore: key holds a live claim")
+// lease has not run out, unless forced. It is [idem.ErrLiveClaim], which
+// memstore's Forget returns too.
+var ErrLiveClaim = idem.ErrLiveClaim
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
