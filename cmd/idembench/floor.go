@@ -21,7 +21,9 @@ import (
 // floor the unique and demo modes are compared with. The statements write
 // the same rows to the same table (same indexes) as pgstore does, in the
 // same number of statements and commits, but with no function, no CTE
-// reading the row first, and no NOTIFY.
+// reading the row first, and no NOTIFY. The completion names the claim's
+// state as pgstore does ("state <> 'completed'"), so that both find the
+// row by the primary key (see migration 3).
 type floorSQL struct {
 	claim, complete, createInvoices, insertInvoice string
 }
@@ -34,7 +36,7 @@ VALUES ($1, $2, nextval('` + table + `_generation_seq'), 'claimed', $3, 'idemben
 ON CONFLICT (scope, key) DO NOTHING RETURNING generation`,
 		complete: `UPDATE ` + table + `
    SET state = 'completed', result = $4::jsonb, lease_end = NULL, completed_at = now(), expires_at = now() + interval '1 day'
- WHERE scope = $1 AND key = $2 AND generation = $3 AND state = 'claimed'`,
+ WHERE scope = $1 AND key = $2 AND generation = $3 AND state <> 'completed'`,
 		createInvoices: `CREATE TABLE IF NOT EXISTS ` + invoices + ` (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     customer     text   NOT NULL,

@@ -24,12 +24,12 @@
 -- null, Wait returns, and the caller looks again. A mark seen in the
 -- snapshot is for the current claim (every new claim resets it), and
 -- a completion after the snapshot updates that marked version, so
--- skipping the write is safe.
+-- skipping the write is safe. On "state <> 'completed'": see renew.sql.
 WITH cur AS (
     SELECT state, lease_end, waited FROM {{.Table}} WHERE scope = $1 AND key = $2
 ), mark AS (
     UPDATE {{.Table}} SET waited = true
-     WHERE scope = $1 AND key = $2 AND state = 'claimed' AND lease_end > {{now "$3"}} AND NOT waited
+     WHERE scope = $1 AND key = $2 AND state <> 'completed' AND lease_end > {{now "$3"}} AND NOT waited
        AND EXISTS (SELECT FROM cur WHERE state = 'claimed' AND lease_end > {{now "$3"}} AND NOT waited)
     RETURNING lease_end
 )
