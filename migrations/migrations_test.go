@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -235,6 +236,14 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	if _, err := pool.Exec(ctx, `SELECT idem_keys_complete('s', 'key/claimed', $1, '{"status":200}', -1, NULL)`, gen); err != nil {
 		t.Fatalf("completing an upgraded claim: %v", err)
+	}
+	// The completion function, which instances of an earlier version
+	// still call, raises the stale-claim error through migration 3's
+	// function.
+	_, err := pool.Exec(ctx, `SELECT idem_keys_complete('s', 'key/claimed', $1, '{"status":200}', -1, NULL)`, gen)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "IDM01" || pgErr.Detail != fmt.Sprintf("current generation %d", gen) {
+		t.Fatalf("completing twice: %v, want SQLSTATE IDM01 naming generation %d", err, gen)
 	}
 	var states []string
 	rows, _ := pool.Query(ctx, `SELECT state FROM idem_keys ORDER BY key`)

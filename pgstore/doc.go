@@ -90,9 +90,9 @@
 //
 // Either both commit, and every retry replays the result, or neither does,
 // and the key is still claimed by the same token (retry, or Release so the
-// next request runs again). CompleteTx calls the table's completion function,
-// which raises SQLSTATE IDM01 when the token's generation no longer holds the
-// key. The error aborts the transaction: even a caller that ignores it
+// next request runs again). CompleteTx runs the completion statement
+// (sql/complete.sql), which raises SQLSTATE IDM01 when the token's generation
+// no longer holds the key. The error aborts the transaction: even a caller that ignores it
 // cannot commit, so a slow owner whose lease ran out (and whose key was taken
 // over) loses its business writes instead of duplicating them.
 //

@@ -278,7 +278,8 @@ func unavailable(op string, err error) error {
 	return &idem.UnavailableError{Op: op, Err: fmt.Errorf("pgstore: %w", err)}
 }
 
-// staleFrom maps the completion function's SQLSTATE to a stale-claim error.
+// staleFrom maps the stale-claim SQLSTATE of the completion statement to a
+// stale-claim error.
 func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgschema.StaleClaimSQLState {
@@ -461,8 +462,8 @@ func mismatch(stored, asked string) bool {
 	return stored != "" && asked != "" && stored != asked
 }
 
-// Complete implements [idem.Store] in one statement: the completion function,
-// which notifies waiters.
+// Complete implements [idem.Store] in one statement (sql/complete.sql), which
+// notifies waiters.
 func (s *Store) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
 	return retrying(ctx, func() error { return s.complete(ctx, s.pool, "complete", tok, res) })
 }

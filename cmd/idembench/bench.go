@@ -36,18 +36,20 @@ import (
 // Modes, in the order "all" runs them. "wait" is not part of "all": it
 // measures latency, one configuration at a time (see wait.go).
 const (
-	modeFloor     = "floor"
-	modeStore     = "store"
-	modeHTTPBare  = "http-bare"
-	modeUnique    = "unique"
-	modeReplay    = "replay"
-	modeMixed     = "mixed"
-	modeDemoFloor = "demo-floor"
-	modeDemo      = "demo"
-	modeWait      = "wait"
+	modeFloor         = "floor"
+	modeHTTPFloor     = "http-floor"
+	modeStore         = "store"
+	modeHTTPBare      = "http-bare"
+	modeUnique        = "unique"
+	modeReplay        = "replay"
+	modeMixed         = "mixed"
+	modeDemoFloor     = "demo-floor"
+	modeHTTPDemoFloor = "http-demo-floor"
+	modeDemo          = "demo"
+	modeWait          = "wait"
 )
 
-var allModes = []string{modeFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed, modeDemoFloor, modeDemo}
+var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed, modeDemoFloor, modeHTTPDemoFloor, modeDemo}
 
 // config is the parsed command line.
 type config struct {
@@ -179,11 +181,13 @@ func parseModes(s string) ([]string, error) {
 
 // The request every HTTP mode sends, and the response the handler gives.
 const (
-	requestBody  = `{"customer":"ACME","amount_cents":12345}`
-	responseBody = `{"id":"inv_0000000000","customer":"ACME","amount_cents":12345}`
-	pathBare     = "/bare"
-	pathIdem     = "/idem"
-	pathDemo     = "/demo"
+	requestBody   = `{"customer":"ACME","amount_cents":12345}`
+	responseBody  = `{"id":"inv_0000000000","customer":"ACME","amount_cents":12345}`
+	pathBare      = "/bare"
+	pathIdem      = "/idem"
+	pathDemo      = "/demo"
+	pathFloor     = "/floor"
+	pathDemoFloor = "/demo-floor"
 )
 
 // handler is the service's side effect: a small JSON 201, the same bare and
@@ -367,6 +371,8 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathBare, handler)
+	mux.Handle("POST "+pathFloor, floorHandler(pool, fsql, false))
+	mux.Handle("POST "+pathDemoFloor, floorHandler(pool, fsql, true))
 	mw := middleware.New(store, middleware.Options{Owner: "idembench"})
 	mux.Handle("POST "+pathIdem, mw(http.HandlerFunc(handler)))
 	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))
@@ -434,6 +440,11 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		return b.floorOp(false), nil
 	case modeDemoFloor:
 		return b.floorOp(true), nil
+	case modeHTTPFloor, modeHTTPDemoFloor:
+		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor}[mode]
+		return func(ctx context.Context, w *worker) error {
+			return b.post(ctx, path, b.newKey(mode, w), false)
+		}, nil
 	case modeDemo:
 		return func(ctx context.Context, w *worker) error {
 			return b.post(ctx, pathDemo, b.newKey(mode, w), false)
@@ -696,20 +707,40 @@ var ratioBase = map[string]string{
 	modeReplay: modeHTTPBare,
 }
 
+// httpRatioBase names the second comparison: with the same database work
+// behind the same HTTP server and client, what idem alone costs.
+var httpRatioBase = map[string]string{
+	modeUnique: modeHTTPFloor,
+	modeMixed:  modeHTTPFloor,
+	modeDemo:   modeHTTPDemoFloor,
+}
+
+// ratio returns r's throughput as a share of the throughput of the mode
+// base names, if that mode ran.
+func ratio(byMode map[string]result, r result, base map[string]string) (float64, string, bool) {
+	b, ok := byMode[base[r.mode]]
+	if !ok || b.throughput() <= 0 {
+		return 0, "", false
+	}
+	return r.throughput() / b.throughput(), b.mode, true
+}
+
 func printTable(w io.Writer, cfg config, results []result) {
 	byMode := map[string]result{}
 	for _, r := range results {
 		byMode[r.mode] = r
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\trequests\terrors\treq/s\tp50\tp99\tallocs/req\tB/req\tratio\t")
+	fmt.Fprintln(tw, "mode\trequests\terrors\treq/s\tp50\tp99\tallocs/req\tB/req\tratio\t\t")
 	for _, r := range results {
-		ratio := ""
-		if base, ok := byMode[ratioBase[r.mode]]; ok && base.throughput() > 0 {
-			ratio = fmt.Sprintf("%.0f%% of %s", 100*r.throughput()/base.throughput(), base.mode)
+		var cols [2]string
+		for i, base := range []map[string]string{ratioBase, httpRatioBase} {
+			if v, of, ok := ratio(byMode, r, base); ok {
+				cols[i] = fmt.Sprintf("%.0f%% of %s", 100*v, of)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.0f\t%s\t\n",
-			r.mode, r.ops, r.errors, r.throughput(), fmtDur(r.p50), fmtDur(r.p99), r.allocsPerOp, r.bytesPerOp, ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
+			r.mode, r.ops, r.errors, r.throughput(), fmtDur(r.p50), fmtDur(r.p99), r.allocsPerOp, r.bytesPerOp, cols[0], cols[1])
 	}
 	tw.Flush()
 	if cfg.retryShare > 0 && slices.Contains(cfg.modes, modeMixed) {

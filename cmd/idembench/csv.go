@@ -12,6 +12,7 @@ import (
 //	series,clients,instances,metric,value,unit
 //	unique,16,1,throughput,2150,req/s
 //	unique,16,1,ratio,0.85,of floor
+//	unique,16,1,ratio-http,0.9,of http-floor
 //	wait-wake-8,16,3,p99,4.2,ms
 //
 // series is the mode; the wait mode writes "wait-wake-W" (a waiter's wake
@@ -59,9 +60,13 @@ func (o *csvOut) results(cfg config, rs []result) {
 		o.measure(r.mode, cfg.concurrency, 1, "throughput", float64(int64(r.throughput()+0.5)), "req/s")
 		o.measure(r.mode, cfg.concurrency, 1, "p50", ms(r.p50), "ms")
 		o.measure(r.mode, cfg.concurrency, 1, "p99", ms(r.p99), "ms")
-		if base, ok := byMode[ratioBase[r.mode]]; ok && base.throughput() > 0 {
-			ratio := float64(int64(1000*r.throughput()/base.throughput()+0.5)) / 1000
-			o.measure(r.mode, cfg.concurrency, 1, "ratio", ratio, "of "+base.mode)
+		for _, c := range []struct {
+			metric string
+			base   map[string]string
+		}{{"ratio", ratioBase}, {"ratio-http", httpRatioBase}} {
+			if v, of, ok := ratio(byMode, r, c.base); ok {
+				o.measure(r.mode, cfg.concurrency, 1, c.metric, float64(int64(1000*v+0.5))/1000, "of "+of)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,34 +56,57 @@ var recordedJSON = func() string {
 	return string(b)
 }()
 
-// floorOp claims a new key with a plain INSERT and completes it with a plain
-// UPDATE, two autocommit statements (floor); with invoice, the completion
-// is a transaction that first inserts an invoice (demo-floor: the demo's
+// floorWork is the database work of a first request for key without idem:
+// a plain INSERT of the claim and a plain UPDATE completing it, two
+// autocommit statements (floor); with invoice, the completion is a
+// transaction that first inserts an invoice (demo-floor: the demo's
 // database work, claim then BEGIN; INSERT invoice; UPDATE; COMMIT).
+func floorWork(ctx context.Context, pool *pgxpool.Pool, fsql floorSQL, key string, invoice bool) error {
+	scope := []byte("idembench")
+	var gen int64
+	if err := pool.QueryRow(ctx, fsql.claim, scope, key, benchFingerprint).Scan(&gen); err != nil {
+		return fmt.Errorf("floor claim: %w", err)
+	}
+	if !invoice {
+		_, err := pool.Exec(ctx, fsql.complete, scope, key, gen, recordedJSON)
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var id int64
+		if err := tx.QueryRow(ctx, fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fsql.complete, scope, key, gen, recordedJSON)
+		return err
+	})
+}
+
+// floorOp runs floorWork for a new key, called directly (floor,
+// demo-floor).
 func (b *bench) floorOp(invoice bool) op {
 	mode := modeFloor
 	if invoice {
 		mode = modeDemoFloor
 	}
 	return func(ctx context.Context, w *worker) error {
-		scope, key := []byte("idembench"), "key/"+b.newKey(mode, w)
-		var gen int64
-		if err := b.pool.QueryRow(ctx, b.sql.claim, scope, key, benchFingerprint).Scan(&gen); err != nil {
-			return fmt.Errorf("floor claim: %w", err)
-		}
-		if !invoice {
-			_, err := b.pool.Exec(ctx, b.sql.complete, scope, key, gen, recordedJSON)
-			return err
-		}
-		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			var id int64
-			if err := tx.QueryRow(ctx, b.sql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, b.sql.complete, scope, key, gen, recordedJSON)
-			return err
-		})
+		return floorWork(ctx, b.pool, b.sql, "key/"+b.newKey(mode, w), invoice)
 	}
+}
+
+// floorHandler is the floor behind HTTP (http-floor, http-demo-floor):
+// floorWork for the request's Idempotency-Key, then handler's answer, in
+// the same server and through the same client as unique and demo, without
+// idem. Compared with it, unique and demo show what idem costs; compared
+// with floor, what idem and HTTP cost together.
+func floorHandler(pool *pgxpool.Pool, fsql floorSQL, invoice bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := "key/" + strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
+		if err := floorWork(r.Context(), pool, fsql, key, invoice); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		handler(w, r)
+	})
 }
 
 // demoHandler is the demo's POST /invoices, shaped for the benchmark: it

@@ -289,7 +289,8 @@ func sendInBackgroundHeaders(base, body string, header ...string) *background {
 // leastPrivilegeGrants is the runtime role's whole set of rights on idem's
 // objects, as docs/reliability.md and docs/operations.md document them: DML
 // on the claim table, USAGE on the generation sequence, EXECUTE on the
-// completion function (revoked from PUBLIC, as a hardened database does);
+// completion and stale-claim functions (revoked from PUBLIC, as a hardened
+// database does);
 // nothing on goose's version table.
 func leastPrivilegeGrants(schema, role string) []string {
 	return []string{
@@ -298,6 +299,8 @@ func leastPrivilegeGrants(schema, role string) []string {
 		fmt.Sprintf(`GRANT USAGE ON SEQUENCE %s.idem_keys_generation_seq TO %s`, schema, role),
 		fmt.Sprintf(`REVOKE ALL ON FUNCTION %s.idem_keys_complete(bytea, text, bigint, jsonb, bigint, timestamptz) FROM PUBLIC`, schema),
 		fmt.Sprintf(`GRANT EXECUTE ON FUNCTION %s.idem_keys_complete(bytea, text, bigint, jsonb, bigint, timestamptz) TO %s`, schema, role),
+		fmt.Sprintf(`REVOKE ALL ON FUNCTION %s.idem_keys_stale(bytea, text, bigint) FROM PUBLIC`, schema),
+		fmt.Sprintf(`GRANT EXECUTE ON FUNCTION %s.idem_keys_stale(bytea, text, bigint) TO %s`, schema, role),
 	}
 }
 

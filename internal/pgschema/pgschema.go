@@ -8,7 +8,7 @@
 // # Templates
 //
 // Every .sql file is a [text/template]. Object names are fields of
-// [Objects]: {{.Table}}, {{.Sequence}}, {{.CompleteFunc}}, {{.ChannelSQL}},
+// [Objects]: {{.Table}}, {{.Sequence}}, {{.CompleteFunc}}, {{.StaleFunc}}, {{.ChannelSQL}},
 // {{.Base}} and {{.StaleState}}; a package may add fields of its own (the
 // partitions of a migration, the batch size of a sweep). Two functions
 // write the expressions both packages use:
@@ -39,8 +39,9 @@ import (
 // DefaultTable is the claim table when none is configured.
 const DefaultTable = "idem_keys"
 
-// StaleClaimSQLState is the SQLSTATE the completion function raises when the
-// generation it is given no longer holds the key. pgstore maps it to
+// StaleClaimSQLState is the SQLSTATE the completion and stale-claim
+// functions raise when the generation they are given no longer holds the
+// key. pgstore maps it to
 // *idem.StaleClaimError.
 const StaleClaimSQLState = "IDM01"
 
@@ -58,6 +59,9 @@ type Objects struct {
 	Sequence string
 	// CompleteFunc is the completion function (see the migrations' SQL).
 	CompleteFunc string
+	// StaleFunc raises the stale-claim error for a generation that no
+	// longer holds its key (migration 3).
+	StaleFunc string
 	// ChannelSQL is an SQL expression for the LISTEN/NOTIFY channel
 	// completions and releases are announced on: "idem_" and the table's
 	// oid, so that tables of the same name in different schemas (or
@@ -95,6 +99,7 @@ func ObjectsFor(table string) (Objects, error) {
 		Base:         base,
 		Sequence:     table + "_generation_seq",
 		CompleteFunc: table + "_complete",
+		StaleFunc:    table + "_stale",
 		ChannelSQL:   "'idem_' || '" + table + "'::regclass::oid",
 		VersionTable: table + "_goose_version",
 		StaleState:   StaleClaimSQLState,

@@ -1,4 +1,5 @@
--- Back to version 2: the completion function as migration 2 defined it.
+-- Back to version 2: the completion function as migration 2 defined it,
+-- and no stale-claim function.
 CREATE OR REPLACE FUNCTION {{.CompleteFunc}}(
     p_scope bytea, p_key text, p_generation bigint, p_result jsonb,
     p_retention_us bigint, p_now timestamptz
@@ -32,3 +33,5 @@ BEGIN
               DETAIL = 'current generation ' || coalesce(v_current, 0);
 END
 $fn$;
+
+DROP FUNCTION {{.StaleFunc}}(bytea, text, bigint);

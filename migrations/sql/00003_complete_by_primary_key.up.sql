@@ -1,4 +1,4 @@
--- Find the completed claim by the primary key.
+-- Complete by the primary key, in one plain statement.
 --
 -- Version 2's completion function matched the claim with
 -- "state = 'claimed'", which is also the predicate of the partial index on
@@ -12,8 +12,29 @@
 --
 -- "state <> 'completed'" means the same (the check constraint allows two
 -- states) and implies no partial index's predicate, so the primary key is
--- the only index that matches. pgstore's other statements on one key
--- (renewal, release, the wait's mark) say it the same way.
+-- the only index that matches. pgstore's statements on one key say it the
+-- same way.
+--
+-- pgstore now completes with a plain UPDATE (its sql/complete.sql), which
+-- costs the server less than a call of this function, and calls the new
+-- stale-claim function only when the UPDATE matched nothing: raising an
+-- error needs PL/pgSQL. The completion function stays, fixed, for
+-- instances of an earlier version during a rolling upgrade.
+CREATE FUNCTION {{.StaleFunc}}(p_scope bytea, p_key text, p_generation bigint) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_current bigint;
+BEGIN
+    SELECT generation INTO v_current FROM {{.Table}} WHERE scope = p_scope AND key = p_key;
+    RAISE EXCEPTION 'idem: stale claim: generation % no longer holds the key', p_generation
+        USING ERRCODE = '{{.StaleState}}',
+              DETAIL = 'current generation ' || coalesce(v_current, 0);
+END
+$fn$;
+
+COMMENT ON FUNCTION {{.StaleFunc}}(bytea, text, bigint) IS
+    'idem: raise SQLSTATE {{.StaleState}} for a generation that no longer holds its key';
+
 CREATE OR REPLACE FUNCTION {{.CompleteFunc}}(
     p_scope bytea, p_key text, p_generation bigint, p_result jsonb,
     p_retention_us bigint, p_now timestamptz
@@ -22,7 +43,6 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     v_now     timestamptz := {{now "p_now"}};
     v_waited  boolean;
-    v_current bigint;
 BEGIN
     UPDATE {{.Table}}
        SET state = 'completed',
@@ -41,9 +61,6 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    SELECT generation INTO v_current FROM {{.Table}} WHERE scope = p_scope AND key = p_key;
-    RAISE EXCEPTION 'idem: stale claim: generation % no longer holds the key', p_generation
-        USING ERRCODE = '{{.StaleState}}',
-              DETAIL = 'current generation ' || coalesce(v_current, 0);
+    PERFORM {{.StaleFunc}}(p_scope, p_key, p_generation);
 END
 $fn$;
