@@ -376,6 +376,13 @@ func TestMCPReplay(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the tool ran %d times, want 1", n)
 	}
+	// The client has both answers, but the first call's POST may still be
+	// finishing on the server: a repeated call that waited wakes when the
+	// result is stored, which can be before the first POST's handler has
+	// reported the completion and ended its span. Close waits for every
+	// handler to return.
+	_ = cs.Close()
+	srv.Close()
 	claims := f.claimSpans()
 	if len(claims) != 2 {
 		t.Fatalf("%d idem.claim spans, want 2", len(claims))
