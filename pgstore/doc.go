@@ -31,9 +31,10 @@
 // # Where the SQL is
 //
 // Every statement is a file in pgstore/sql, named for its operation:
-// sql/claim.sql is Claim's, sql/complete.sql Complete's (and CompleteTx's),
-// then renew, release, sweep, wait_check and poll_check (Wait), inspect,
-// forget, stats, channel and heartbeat (the LISTEN connection). Each file
+// sql/claim.sql is Claim's (with sql/takeover.sql), sql/complete.sql
+// Complete's (and CompleteTx's), then renew, release, sweep, wait_check and
+// poll_check (Wait), inspect, forget, stats, channel and heartbeat (the
+// LISTEN connection). Each file
 // starts with a comment explaining the statement; the comment is not sent.
 // The files are embedded in the binary and rendered once, by New, with the
 // names of the table's objects ({{.Table}} and the others) by the template
@@ -41,36 +42,47 @@
 // {{now "$6"}}, and the NOTIFY payload naming a key,
 // {{payload "scope" "key"}}, are written there once for both packages.
 //
-// # Claim: one statement
+// # Claim: one statement, two to take over
 //
-// Claim sends one statement (sql/claim.sql) made of a read and an upsert:
+// Claim sends one statement (sql/claim.sql): an insert that does nothing
+// when the key has a row, and that row as the statement's snapshot shows it:
 //
-//	WITH cur AS (SELECT … FROM t WHERE scope = $1 AND key = $2),
-//	     ins AS (INSERT INTO t … SELECT …, nextval(seq), 'claimed', …
-//	             WHERE NOT EXISTS (SELECT FROM cur WHERE <live claim or retained result>)
-//	             ON CONFLICT (scope, key) DO UPDATE SET <new claim, higher generation>
-//	             WHERE <claim's lease over> OR <result's retention over>
-//	             RETURNING generation, lease_end, takeover)
-//	SELECT <the new claim> FROM ins UNION ALL SELECT <the row> FROM cur WHERE NOT EXISTS (SELECT FROM ins)
+//	WITH ins AS (INSERT INTO t VALUES ($1, $2, nextval(seq), 'claimed', …)
+//	             ON CONFLICT (scope, key) DO NOTHING
+//	             RETURNING generation, lease_end)
+//	SELECT <the new claim> FROM ins
+//	UNION ALL SELECT <the row> FROM t WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM ins)
 //
-// A retry of a completed request, or a duplicate of one in flight, is
-// answered from the read alone: no lock, no write, no generation drawn. A
-// first request inserts; a request after a lease or retention ran out takes
-// the row over with a new generation (Takeover reports the former). The
-// primary key makes "is it there?" and "it's mine" one atomic step.
+// A first request inserts. A retry of a completed request, or a duplicate of
+// one in flight, is answered from the row: ON CONFLICT DO NOTHING checks the
+// primary key before it writes, so it takes no lock and writes nothing
+// (TestDuplicatesWriteNothing); the generation drawn for the VALUES row is
+// lost, which is harmless (gaps are allowed, repeats impossible). The primary
+// key makes "is it there?" and "it's mine" one atomic step.
+//
+// A row whose claim's lease or whose result's retention ran out is taken
+// over by a second statement (sql/takeover.sql), conditioned on the
+// generation the first one saw, with a new generation (Takeover reports a
+// claim taken from an owner that did not finish). Takeovers are rare (a
+// crashed owner, a retention run out before the sweeper came), and keeping
+// them out of the claim statement makes it cheaper for the server to set
+// up on every execution; see docs/performance.md.
 //
 // The read sees the statement's snapshot. When two first requests race, the
 // loser's INSERT waits for the winner's row and then conflicts with it, but
-// the row is not in the loser's snapshot: the statement returns nothing (or
-// a row by which the claim should have succeeded, if the row changed), and
-// Claim runs it again on a newer snapshot. That second round trip happens
-// only in this race; TestClaimRaceTakesASecondRoundTrip forces it, and
-// TestRoundTrips counts one statement for a claim, a replay, a renewal, a
-// completion and a release.
+// the row is not in the loser's snapshot: the statement returns nothing, and
+// Claim runs it again on a newer snapshot. A takeover that finds the row
+// changed (completed, renewed, taken by someone else) makes Claim look
+// again too. TestClaimRaceTakesASecondRoundTrip forces the race, and
+// TestRoundTrips counts one statement for a claim, a duplicate in flight,
+// a replay, a renewal, a completion and a release, and two for a takeover.
 //
 // Complete, Renew and Release are one statement each, conditioned on the
-// generation and state = 'claimed'. When no row matches, the same statement
-// reads the key's current generation for the [*idem.StaleClaimError].
+// generation and on the claim not being completed (state <> 'completed',
+// so that the planner finds the key by the primary key; see
+// sql/renew.sql). When no row matches, the same statement reads the key's
+// current generation for the [*idem.StaleClaimError] (Complete through the
+// stale-claim function of migration 3).
 // Renew and Complete are allowed after the lease ran out as long as the
 // generation is still current: nobody took the key over and no sweeper
 // removed it.

@@ -12,13 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgstore"
 )
 
 // TestStatementsOnOneKeyUseThePrimaryKey checks the plans of the statements
-// that touch one key (the claim, the wait's mark, renewal, completion in the
-// migration's function, release) on a table whose statistics say what a
+// that touch one key (the claim, the takeover, the wait's mark, renewal,
+// completion, release) on a table whose statistics say what a
 // busy table's say: almost every row completed, hardly any claimed.
 //
 // The partial index on lease_end (WHERE state = 'claimed') then looks tiny
@@ -82,7 +83,8 @@ func TestStatementsOnOneKeyUseThePrimaryKey(t *testing.T) {
 			SET plan_cache_mode = force_generic_plan`)
 		return err
 	}
-	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+	clock := idemtest.NewClock()
+	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{Now: clock.Now})
 
 	req := func(k string) idem.ClaimRequest { return idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"} }
 	c := mustClaim(t, ctx, s, req("a"), idem.Acquired)
@@ -102,6 +104,11 @@ func TestStatementsOnOneKeyUseThePrimaryKey(t *testing.T) {
 	r := mustClaim(t, ctx, s, req("b"), idem.Acquired)
 	if err := s.Release(ctx, r.Token); err != nil {
 		t.Fatal(err)
+	}
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("c"), Lease: time.Second}, idem.Acquired)
+	clock.Advance(2 * time.Second)
+	if c := mustClaim(t, ctx, s, req("c"), idem.Acquired); !c.Takeover {
+		t.Fatal("the claim of an expired key did not take it over")
 	}
 
 	mu.Lock()

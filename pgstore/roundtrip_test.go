@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -40,7 +42,8 @@ func TestRoundTrips(t *testing.T) {
 	cfg.MaxConns = 1 // one connection, so the warm-up prepares what the test uses
 	tr := &counter{}
 	cfg.ConnConfig.Tracer = tr
-	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+	clock := idemtest.NewClock()
+	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{Now: clock.Now})
 
 	lifecycle := func(k string) (idem.Token, idem.Result) {
 		c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, idem.Acquired)
@@ -108,6 +111,22 @@ func TestRoundTrips(t *testing.T) {
 		tc.op()
 		if q, p := tr.queries.Load(), tr.prepares.Load(); q != 1 || p != 0 {
 			t.Errorf("%s: %d statements and %d prepares, want 1 statement", tc.name, q, p)
+		}
+	}
+
+	// Taking over a key whose lease ran out is the one claim that sends
+	// two statements: the claim finds the expired row, then
+	// sql/takeover.sql takes it. The first takeover warms the connection
+	// up (pgx prepares the statement on its first use).
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("t"), Lease: time.Second}, idem.Acquired)
+	for _, counted := range []bool{false, true} {
+		clock.Advance(2 * time.Second)
+		tr.reset()
+		if c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("t"), Lease: time.Second}, idem.Acquired); !c.Takeover {
+			t.Error("takeover: Takeover false")
+		}
+		if q, p := tr.queries.Load(), tr.prepares.Load(); counted && (q != 2 || p != 0) {
+			t.Errorf("takeover: %d statements and %d prepares, want 2 statements", q, p)
 		}
 	}
 }
@@ -182,5 +201,37 @@ func TestClaimRaceTakesASecondRoundTrip(t *testing.T) {
 	}
 	if q := tr.queries.Load(); q != 2 {
 		t.Errorf("racing claim sent %d statements, want 2 (the snapshot missed the row)", q)
+	}
+}
+
+// TestDuplicatesWriteNothing checks that a claim of a key that has a row,
+// a duplicate in flight or a replay the cache does not hold, leaves the
+// row as it was: no new version, no lock (xmax stays 0).
+func TestDuplicatesWriteNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{})
+	version := func() string {
+		t.Helper()
+		var v string
+		if err := pool.QueryRow(ctx, `SELECT ctid::text || ' ' || xmin::text || ' ' || xmax::text FROM idem_keys WHERE key = $1`, key("w").String()).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	req := idem.ClaimRequest{Scope: "s", Key: key("w"), Fingerprint: "fp"}
+	c := mustClaim(t, ctx, s, req, idem.Acquired)
+	for _, want := range []idem.ClaimStatus{idem.InFlight, idem.Completed} {
+		if want == idem.Completed {
+			if err := s.Complete(ctx, c.Token, idem.Result{Status: 201}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := version()
+		mustClaim(t, ctx, s, req, want)
+		if after := version(); after != before || !strings.HasSuffix(after, " 0") {
+			t.Errorf("%v: the row went from (ctid xmin xmax) %s to %s, want it untouched", want, before, after)
+		}
 	}
 }

@@ -25,7 +25,7 @@ var sqlFiles embed.FS
 // string), key is text, and the "now" parameter is a nullable timestamptz:
 // null means the database clock, statement_timestamp().
 type statements struct {
-	claim, complete, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	claim, takeover, complete, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
 	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
 	// nobody LISTENs, and the engine may have no pg_notify.
 	forgetQuiet string
@@ -52,6 +52,7 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		dst  *string
 	}{
 		{"claim", &st.claim},
+		{"takeover", &st.takeover},
 		{"complete", &st.complete},
 		{"renew", &st.renew},
 		{"release", &st.release},

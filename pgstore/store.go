@@ -330,9 +330,10 @@ func retrying(ctx context.Context, op func() error) error {
 	}
 }
 
-// Claim implements [idem.Store]. It sends one statement (sql/claim.sql) in
-// the common case; see the package documentation for the rare second round
-// trip.
+// Claim implements [idem.Store]. It sends one statement (sql/claim.sql) for a
+// new key, a replay or a duplicate in flight, and a second
+// (sql/takeover.sql) to take over a row whose lease or retention ran out;
+// see the package documentation.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return idem.Claim{}, err
@@ -380,9 +381,24 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 				Status:   idem.Acquired,
 				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: row.generation},
 				LeaseEnd: *row.leaseEnd,
-				Takeover: row.takeover,
 			}, nil
 		case row.superseded():
+			// The claim's lease or the result's retention ran out: take
+			// the row over, in a second statement.
+			c, ok, err := s.takeOver(ctx, req, lease, row.generation)
+			switch {
+			case ok:
+				return c, nil
+			case retryable(err) && serializationFailures < maxSerializationAttempts:
+				serializationFailures++
+				if !pauseBeforeRetry(ctx, serializationFailures) {
+					return idem.Claim{}, unavailable("claim", err)
+				}
+			case err != nil:
+				return idem.Claim{}, unavailable("claim", err)
+			}
+			// The row changed since the claim statement saw it: look
+			// again.
 			continue
 		}
 		switch row.state {
@@ -423,10 +439,10 @@ func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Cl
 	return idem.Claim{Status: idem.Completed, Result: res}, true, nil
 }
 
-// claimRow is the answer of sql/claim.sql: the claim inserted or taken
-// over, or the row as the statement's snapshot saw it.
+// claimRow is the answer of sql/claim.sql: the claim inserted, or the row
+// as the statement's snapshot saw it.
 type claimRow struct {
-	inserted, takeover  bool
+	inserted            bool
 	generation          int64
 	leaseEnd, expiresAt *time.Time
 	now                 time.Time // the statement's clock
@@ -439,15 +455,30 @@ func (s *Store) queryClaim(ctx context.Context, req idem.ClaimRequest, leaseMicr
 	var r claimRow
 	err := s.pool.QueryRow(ctx, s.sql.claim,
 		[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg(),
-	).Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.takeover, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
+	).Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
 	return r, err
 }
 
-// superseded reports whether a row the statement did not insert would, by
-// the statement's own snapshot, have let the claim succeed (its lease or
-// its retention had run out): then the row the INSERT conflicted with is a
-// newer version, committed after the snapshot, and the claim must look
-// again.
+// takeOver sends sql/takeover.sql for the row of generation gen, which the
+// claim statement found with its lease or retention run out. ok is false,
+// with no error, if the row changed since.
+func (s *Store) takeOver(ctx context.Context, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
+	c = idem.Claim{Status: idem.Acquired, Token: idem.Token{Scope: req.Scope, Key: req.Key}}
+	err = s.pool.QueryRow(ctx, s.sql.takeover,
+		[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg(), gen,
+	).Scan(&c.Token.Generation, &c.LeaseEnd, &c.Takeover)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return idem.Claim{}, false, nil
+	case err != nil:
+		return idem.Claim{}, false, err
+	}
+	return c, true, nil
+}
+
+// superseded reports whether a row the statement did not insert lets the
+// claim take it over, by the statement's clock: its lease or its retention
+// has run out.
 func (r claimRow) superseded() bool {
 	switch r.state {
 	case "claimed":
