@@ -32,10 +32,10 @@
 //
 // Every statement is a file in pgstore/sql, named for its operation:
 // sql/claim.sql is Claim's (with sql/takeover.sql), sql/complete.sql
-// Complete's (and CompleteTx's), then renew, release, sweep, wait_check and
-// poll_check (Wait), inspect, forget, stats, channel and heartbeat (the
-// LISTEN connection). Each file
-// starts with a comment explaining the statement; the comment is not sent.
+// Complete's and CompleteTx's (with sql/stale.sql), then renew, release,
+// sweep, wait_check and poll_check (Wait), inspect, forget, stats, channel
+// and heartbeat (the LISTEN connection). Each file starts with a comment
+// explaining the statement; the comment is not sent.
 // The files are embedded in the binary and rendered once, by New, with the
 // names of the table's objects ({{.Table}} and the others) by the template
 // mechanism the migrations use too (package internal/pgschema): the clock,
@@ -75,14 +75,16 @@
 // changed (completed, renewed, taken by someone else) makes Claim look
 // again too. TestClaimRaceTakesASecondRoundTrip forces the race, and
 // TestRoundTrips counts one statement for a claim, a duplicate in flight,
-// a replay, a renewal, a completion and a release, and two for a takeover.
+// a replay, a renewal, a completion and a release, and two for a takeover
+// and for a stale completion.
 //
 // Complete, Renew and Release are one statement each, conditioned on the
 // generation and on the claim not being completed (state <> 'completed',
 // so that the planner finds the key by the primary key; see
 // sql/renew.sql). When no row matches, the same statement reads the key's
-// current generation for the [*idem.StaleClaimError] (Complete through the
-// stale-claim function of migration 3).
+// current generation for the [*idem.StaleClaimError]; Complete's does not,
+// and a second statement (sql/stale.sql, the stale-claim function of
+// migration 3) raises that error, aborting a caller's transaction.
 // Renew and Complete are allowed after the lease ran out as long as the
 // generation is still current: nobody took the key over and no sweeper
 // removed it.

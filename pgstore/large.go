@@ -25,35 +25,30 @@ const largeBody = 64 << 10
 // connection's tracer sees it as a query as usual. A connection set to the
 // simple protocol (which never sends typed parameters) gets the statement
 // through pgx instead.
-func execLarge(ctx context.Context, db execer, sql string, a completeArgs) (err error) {
+func execLarge(ctx context.Context, db execer, sql string, a completeArgs) (tag pgconn.CommandTag, err error) {
 	var conn *pgx.Conn
 	switch d := db.(type) {
 	case *pgxpool.Pool:
 		c, err := d.Acquire(ctx)
 		if err != nil {
-			return err
+			return tag, err
 		}
 		defer c.Release()
 		conn = c.Conn()
 	case pgx.Tx:
 		conn = d.Conn()
 	default:
-		return fmt.Errorf("pgstore: no connection behind %T", db)
+		return tag, fmt.Errorf("pgstore: no connection behind %T", db)
 	}
 	if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
-		_, err := conn.Exec(ctx, sql, a.list()...)
-		return err
+		return conn.Exec(ctx, sql, a.list()...)
 	}
 	values, oids, formats := a.params()
 	if tr := conn.Config().Tracer; tr != nil {
 		ctx = tr.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: sql, Args: a.list()})
-		var tag pgconn.CommandTag
 		defer func() { tr.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
-		tag, err = conn.PgConn().ExecParams(ctx, sql, values, oids, formats, nil).Close()
-		return err
 	}
-	_, err = conn.PgConn().ExecParams(ctx, sql, values, oids, formats, nil).Close()
-	return err
+	return conn.PgConn().ExecParams(ctx, sql, values, oids, formats, nil).Close()
 }
 
 // PostgreSQL type oids of the complete statement's parameters.

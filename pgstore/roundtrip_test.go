@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -118,7 +119,7 @@ func TestRoundTrips(t *testing.T) {
 	// two statements: the claim finds the expired row, then
 	// sql/takeover.sql takes it. The first takeover warms the connection
 	// up (pgx prepares the statement on its first use).
-	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("t"), Lease: time.Second}, idem.Acquired)
+	lost := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("t"), Lease: time.Second}, idem.Acquired)
 	for _, counted := range []bool{false, true} {
 		clock.Advance(2 * time.Second)
 		tr.reset()
@@ -127,6 +128,19 @@ func TestRoundTrips(t *testing.T) {
 		}
 		if q, p := tr.queries.Load(), tr.prepares.Load(); counted && (q != 2 || p != 0) {
 			t.Errorf("takeover: %d statements and %d prepares, want 2 statements", q, p)
+		}
+	}
+
+	// So is a completion whose generation no longer holds the key: the
+	// completion matches nothing, and sql/stale.sql raises the error.
+	for _, counted := range []bool{false, true} {
+		tr.reset()
+		var se *idem.StaleClaimError
+		if err := s.Complete(ctx, lost.Token, idem.Result{Status: 200}); !errors.As(err, &se) {
+			t.Fatalf("stale complete: %v, want a stale-claim error", err)
+		}
+		if q, p := tr.queries.Load(), tr.prepares.Load(); counted && (q != 2 || p != 0) {
+			t.Errorf("stale complete: %d statements and %d prepares, want 2 statements", q, p)
 		}
 	}
 }

@@ -278,8 +278,8 @@ func unavailable(op string, err error) error {
 	return &idem.UnavailableError{Op: op, Err: fmt.Errorf("pgstore: %w", err)}
 }
 
-// staleFrom maps the stale-claim SQLSTATE of the completion statement to a
-// stale-claim error.
+// staleFrom maps the stale-claim SQLSTATE (sql/stale.sql) to a stale-claim
+// error.
 func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgschema.StaleClaimSQLState {
@@ -505,9 +505,10 @@ func (s *Store) Complete(ctx context.Context, tok idem.Token, res idem.Result) e
 //
 // If tok's generation no longer holds the key (its lease ran out and another
 // caller took the key over, or it was swept or forgotten), CompleteTx returns
-// a [*idem.StaleClaimError] and the statement's error aborts tx: PostgreSQL
-// refuses to commit it, so the business writes of an owner that lost its
-// claim are rolled back too. A caller must roll back after any error.
+// a [*idem.StaleClaimError], raised in tx by a second statement
+// (sql/stale.sql), whose error aborts tx: PostgreSQL refuses to commit it,
+// so the business writes of an owner that lost its claim are rolled back
+// too. A caller must roll back after any error.
 //
 // The key stays claimed until tx commits; waiters are notified at commit.
 // If tx rolls back, the claim is still held (and its lease still runs), so
@@ -540,18 +541,43 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	}
 	args := completeArgs{[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(meta), s.retentionMicros(), s.nowArg(),
 		body, idem.IsText(body)}
+	var tag pgconn.CommandTag
 	if len(body) >= largeBody {
-		err = execLarge(ctx, db, s.sql.complete, args)
+		tag, err = execLarge(ctx, db, s.sql.complete, args)
 	} else {
-		_, err = db.Exec(ctx, s.sql.complete, args.list()...)
+		tag, err = db.Exec(ctx, s.sql.complete, args.list()...)
 	}
-	if err != nil {
-		if se, ok := staleFrom(err, tok); ok {
-			return se
-		}
+	switch {
+	case err != nil:
 		return unavailable(op, err)
+	case tag.RowsAffected() == 0:
+		return s.stale(ctx, db, op, tok)
 	}
 	return nil
+}
+
+// staleTimeout bounds the statement that raises the stale-claim error.
+const staleTimeout = 5 * time.Second
+
+// stale sends sql/stale.sql for tok, which the completion statement found
+// no longer holding its key: the statement raises the stale-claim error,
+// which inside a caller's transaction aborts it. It is sent even if ctx
+// ended meanwhile (within staleTimeout): a transaction whose completion
+// failed must not be left able to commit, and if the statement cannot run
+// either, pgx closes the connection, which ends the transaction too.
+func (s *Store) stale(ctx context.Context, db execer, op string, tok idem.Token) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), staleTimeout)
+	defer cancel()
+	// Not prepared: the statement is rare, and pgx would prepare it
+	// again after each error it raises (an extra round trip).
+	_, err := db.Exec(sctx, s.sql.stale, pgx.QueryExecModeExec, []byte(tok.Scope), tok.Key.String(), tok.Generation)
+	if se, ok := staleFrom(err, tok); ok {
+		return se
+	}
+	if err == nil {
+		err = errors.New("the stale-claim function returned without raising")
+	}
+	return unavailable(op, err)
 }
 
 // Renew implements [idem.Store] in one statement. A claim whose lease ran
