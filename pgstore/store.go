@@ -494,7 +494,8 @@ func mismatch(stored, asked string) bool {
 }
 
 // Complete implements [idem.Store] in one statement (sql/complete.sql), which
-// notifies waiters.
+// notifies waiters; a stale token takes a second, which raises the
+// stale-claim error (sql/stale.sql).
 func (s *Store) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
 	return retrying(ctx, func() error { return s.complete(ctx, s.pool, "complete", tok, res) })
 }
