@@ -6,10 +6,12 @@
 // Idempotency-Key middleware over pgstore, and drives it over loopback with a
 // keep-alive client for a fixed duration per mode:
 //
-//	floor       the database work of a first request without idem: the same
-//	            two statements pgstore sends (insert the claim, update it to
-//	            completed) as plain SQL through pgx, with no function, no
-//	            notification: what PostgreSQL itself costs
+//	floor       the database work of a first request without idem: the two
+//	            writes pgstore makes (insert the claim, update it to
+//	            completed) as the plainest SQL through pgx, with no
+//	            existing-row check, no notification: what PostgreSQL costs
+//	http-floor  floor's work in a handler of the same server, through the
+//	            same client, without idem: what PostgreSQL and HTTP cost
 //	store       pgstore Claim + Complete straight through pgx, no HTTP
 //	http-bare   the handler without middleware: what HTTP itself costs
 //	unique      a new Idempotency-Key per request: claim, handler, complete
@@ -17,6 +19,8 @@
 //	mixed       a -retry-share fraction of requests reuse a recent key
 //	demo-floor  the demo's database work without idem: the claim, then
 //	            BEGIN; INSERT invoice; UPDATE to completed; COMMIT
+//	http-demo-floor
+//	            demo-floor's work behind the same HTTP server, without idem
 //	demo        the demo's POST /invoices over HTTP: claim, then the invoice
 //	            and the recorded response in one transaction (CompleteTx)
 //	wait        not a throughput mode: the time from a completion's commit
@@ -25,7 +29,9 @@
 //
 // "-mode all" runs every mode but wait back to back at the same concurrency
 // on the same database and prints a table with the ratios the performance
-// targets are stated in (unique/floor, demo/demo-floor, replay/http-bare);
+// targets are stated in (unique/floor, demo/demo-floor, replay/http-bare)
+// and a second column with unique and demo against their HTTP floors (what
+// idem alone costs);
 // "-mode all,wait" adds the wait table. -csv FILE also writes every
 // measurement as a row "series,clients,instances,metric,value,unit". Without
 // -table it creates a schema of its own (idembench_<random>), migrates it,
