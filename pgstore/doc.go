@@ -32,7 +32,8 @@
 //
 // Every statement is a file in pgstore/sql, named for its operation:
 // sql/claim.sql is Claim's (with sql/takeover.sql), sql/complete.sql
-// Complete's and CompleteTx's (with sql/stale.sql), then renew, release,
+// Complete's and CompleteTx's (with sql/complete_large.sql for bodies of
+// 64 KiB or more, and sql/stale.sql), then renew, release,
 // sweep, wait_check and poll_check (Wait), inspect, forget, stats, channel
 // and heartbeat (the LISTEN connection). Each file starts with a comment
 // explaining the statement; the comment is not sent.
@@ -105,8 +106,9 @@
 // Either both commit, and every retry replays the result, or neither does,
 // and the key is still claimed by the same token (retry, or Release so the
 // next request runs again). CompleteTx runs the completion statement
-// (sql/complete.sql), which raises SQLSTATE IDM01 when the token's generation
-// no longer holds the key. The error aborts the transaction: even a caller that ignores it
+// (sql/complete.sql); when it finds that the token's generation no longer
+// holds the key, a second statement (sql/stale.sql) raises SQLSTATE IDM01 in
+// the same transaction. The error aborts the transaction: even a caller that ignores it
 // cannot commit, so a slow owner whose lease ran out (and whose key was taken
 // over) loses its business writes instead of duplicating them.
 //

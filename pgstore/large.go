@@ -11,11 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// largeBody is the body size from which Complete encodes its parameters
-// itself (execLarge) instead of through pgx.
+// largeBody is the body size from which Complete sends the body as its own
+// parameter, encoded by execLarge, with the JSON built around it in SQL
+// (sql/complete_large.sql); below it, Complete sends the result's JSON,
+// built in Go, through pgx (sql/complete.sql).
 const largeBody = 64 << 10
 
-// execLarge runs the complete statement with args (as Complete builds them)
+// execLarge runs the complete_large statement with args (as Complete builds them)
 // on db's connection through pgconn, with the parameters encoded here: the
 // body, which may be megabytes, is handed to the wire protocol's buffer as
 // it is. Through pgx it would be copied twice (into the encoded parameters,
@@ -60,7 +62,7 @@ const (
 	oidTimestamptz = 1184
 )
 
-// completeArgs are the complete statement's parameters, $1 to $8.
+// completeArgs are the complete_large statement's parameters, $1 to $8.
 type completeArgs struct {
 	scope     []byte
 	key       string

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"regexp"
 	"strings"
@@ -102,6 +103,10 @@ func TestStatementsOnOneKeyUseThePrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustClaim(t, ctx, s, req("a"), idem.Completed)
+	large := mustClaim(t, ctx, s, req("large"), idem.Acquired)
+	if err := s.Complete(ctx, large.Token, idem.Result{Status: 200, Body: bytes.Repeat([]byte("x"), 1<<20)}); err != nil {
+		t.Fatal(err)
+	}
 	r := mustClaim(t, ctx, s, req("b"), idem.Acquired)
 	if err := s.Release(ctx, r.Token); err != nil {
 		t.Fatal(err)
@@ -114,8 +119,8 @@ func TestStatementsOnOneKeyUseThePrimaryKey(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(plans) < 6 {
-		t.Fatalf("auto_explain reported %d plans, want one per statement (at least 6)", len(plans))
+	if len(plans) < 7 {
+		t.Fatalf("auto_explain reported %d plans, want one per statement (at least 7)", len(plans))
 	}
 	partial := regexp.MustCompile(`idem_keys_(lease_end|expires_at)_idx`)
 	for _, p := range plans {

@@ -25,7 +25,7 @@ var sqlFiles embed.FS
 // string), key is text, and the "now" parameter is a nullable timestamptz:
 // null means the database clock, statement_timestamp().
 type statements struct {
-	claim, takeover, complete, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	claim, takeover, complete, completeLarge, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
 	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
 	// nobody LISTENs, and the engine may have no pg_notify.
 	forgetQuiet string
@@ -54,6 +54,7 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		{"claim", &st.claim},
 		{"takeover", &st.takeover},
 		{"complete", &st.complete},
+		{"complete_large", &st.completeLarge},
 		{"stale", &st.stale},
 		{"renew", &st.renew},
 		{"release", &st.release},

@@ -530,23 +530,30 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return err
 	}
-	// The body goes as its own bytea parameter and the statement builds
-	// the JSON around it (see sql/complete.sql): for a large body each copy counts.
-	// The rest of the result is small JSON, sent as text, so that no
-	// query exec mode sends it as bytea.
-	body := res.Body
-	res.Body = nil
-	meta, err := res.MarshalJSON()
-	if err != nil {
-		return fmt.Errorf("pgstore: encoding result: %w", err)
-	}
-	args := completeArgs{[]byte(tok.Scope), tok.Key.String(), tok.Generation, string(meta), s.retentionMicros(), s.nowArg(),
-		body, idem.IsText(body)}
-	var tag pgconn.CommandTag
-	if len(body) >= largeBody {
-		tag, err = execLarge(ctx, db, s.sql.complete, args)
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if len(res.Body) < largeBody {
+		// The whole result as JSON, sent as text so that no query exec
+		// mode sends it as bytea (see sql/complete.sql).
+		var js []byte
+		if js, err = res.MarshalJSON(); err != nil {
+			return fmt.Errorf("pgstore: encoding result: %w", err)
+		}
+		tag, err = db.Exec(ctx, s.sql.complete, []byte(tok.Scope), tok.Key.String(), tok.Generation, string(js),
+			s.retentionMicros(), s.nowArg())
 	} else {
-		tag, err = db.Exec(ctx, s.sql.complete, args.list()...)
+		// The body as its own parameter, the JSON built around it in SQL
+		// (see sql/complete_large.sql): for a large body each copy counts.
+		body := res.Body
+		res.Body = nil
+		var meta []byte
+		if meta, err = res.MarshalJSON(); err != nil {
+			return fmt.Errorf("pgstore: encoding result: %w", err)
+		}
+		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeArgs{[]byte(tok.Scope), tok.Key.String(), tok.Generation,
+			string(meta), s.retentionMicros(), s.nowArg(), body, idem.IsText(body)})
 	}
 	switch {
 	case err != nil:
