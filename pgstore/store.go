@@ -3,7 +3,6 @@ package pgstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -411,8 +411,8 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			if mismatch(row.fingerprint, req.Fingerprint) {
 				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
 			}
-			var res idem.Result
-			if err := json.Unmarshal(row.result, &res); err != nil {
+			res, err := row.result.result()
+			if err != nil {
 				return idem.Claim{}, unavailable("claim", err)
 			}
 			if s.cache != nil {
@@ -447,7 +447,42 @@ type claimRow struct {
 	leaseEnd, expiresAt *time.Time
 	now                 time.Time // the statement's clock
 	state, fingerprint  string
-	result              []byte // completed: idem.Result's JSON
+	result              resultColumn // completed: the recorded result
+}
+
+// resultColumn is a scan target for the result column (jsonb, null until
+// completed) that decodes the JSON as pgx hands it over, from pgx's read
+// buffer: a []byte target would copy it first, and a large body would be
+// held once more. The decoding error is kept, not returned, so that a
+// result that cannot be decoded fails only the operation that uses it
+// (a claim takes an expired row over whatever it holds).
+type resultColumn struct {
+	res   idem.Result
+	valid bool // not null
+	err   error
+}
+
+var _ pgtype.BytesScanner = (*resultColumn)(nil)
+
+// ScanBytes implements [pgtype.BytesScanner]; b is valid only during the
+// call, and the decoded result keeps none of it.
+func (c *resultColumn) ScanBytes(b []byte) error {
+	*c = resultColumn{valid: b != nil}
+	if c.valid {
+		c.err = c.res.UnmarshalJSON(b)
+	}
+	return nil
+}
+
+// result returns the decoded result; a null column is an error.
+func (c *resultColumn) result() (idem.Result, error) {
+	switch {
+	case !c.valid:
+		return idem.Result{}, errors.New("completed without a result")
+	case c.err != nil:
+		return idem.Result{}, c.err
+	}
+	return c.res, nil
 }
 
 // queryClaim sends the claim statement once.
@@ -797,7 +832,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 		e                              idem.Entry
 		state                          string
 		leaseEnd, completed, expiresAt *time.Time
-		result                         []byte
+		result                         resultColumn
 	)
 	err := retrying(ctx, func() error {
 		return s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
@@ -814,7 +849,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 		e.State = idem.StateClaimed
 	case "completed":
 		e.State = idem.StateCompleted
-		if err := json.Unmarshal(result, &e.Result); err != nil {
+		if e.Result, err = result.result(); err != nil {
 			return idem.Entry{}, false, unavailable("inspect", err)
 		}
 	}
