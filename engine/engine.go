@@ -105,6 +105,7 @@ type Options struct {
 // makes one per mounted handler.
 type Engine struct {
 	store        idem.Store
+	cache        cacheClaimer // store, if it is one; nil otherwise
 	adapter      string
 	lease        time.Duration
 	renewEvery   time.Duration
@@ -129,6 +130,7 @@ func New(store idem.Store, opts Options) *Engine {
 		cancelWithCl: opts.CancelWithClient, shutdown: opts.Shutdown,
 		owner: opts.Owner, logger: opts.Logger,
 	}
+	e.cache, _ = store.(cacheClaimer)
 	e.lease = orDefault("Lease", opts.Lease, idem.DefaultLease)
 	if e.lease < time.Millisecond {
 		panic(fmt.Sprintf("engine: Options.Lease %v is shorter than a millisecond", e.lease))
@@ -274,10 +276,20 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		// retry must go elsewhere.
 		return Decision{Outcome: Unavailable, Err: ErrShutdown, RetryAfter: e.retryAfter}
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.storeTimeout)
 	req.sent = time.Now()
-	claim, err := e.store.Claim(cctx, req.Claim)
-	cancel()
+	var (
+		claim  idem.Claim
+		err    error
+		cached bool
+	)
+	if e.cache != nil {
+		claim, cached, err = e.cache.ClaimFromCache(req.Claim)
+	}
+	if !cached {
+		cctx, cancel := context.WithTimeout(ctx, e.storeTimeout)
+		claim, err = e.store.Claim(cctx, req.Claim)
+		cancel()
+	}
 	if err == nil && claim.Status == idem.InFlight && wait > 0 {
 		began := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, wait+e.storeTimeout)
@@ -324,6 +336,17 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 
 // sendTimer notes when each claim is sent: the lease of the claim that
 // acquires starts after that moment, on the store's clock.
+// cacheClaimer is a store that can answer some claims from memory, without
+// I/O, such as pgstore's replay cache. The engine asks it first, so that a
+// replay served from memory does not set up the store timeout (a context
+// with a timer, registered with the client's context): that took about 3%
+// of the CPU of idembench's replay mode (pprof, 16 clients).
+type cacheClaimer interface {
+	// ClaimFromCache answers req as the store's Claim would, or reports
+	// ok false when it cannot without I/O.
+	ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error)
+}
+
 type sendTimer struct {
 	idem.Store
 	sent *time.Time

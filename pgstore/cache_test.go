@@ -127,6 +127,39 @@ func TestReplayCache(t *testing.T) {
 		}
 	})
 
+	t.Run("answers ClaimFromCache from memory alone", func(t *testing.T) {
+		t.Parallel()
+		pool, s := setup(t)
+		req := idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}
+		if _, ok, err := s.ClaimFromCache(req); ok || err != nil {
+			t.Fatalf("ClaimFromCache of a key never seen: ok %v, %v; want a miss", ok, err)
+		}
+		complete(t, s, key("a"))
+		cachedReplay(t, s, key("a"))
+		deleteBehindBack(t, pool, key("a")) // only memory can answer now
+		c, ok, err := s.ClaimFromCache(req)
+		if !ok || err != nil || c.Status != idem.Completed || !c.Result.Equal(cacheResult) {
+			t.Fatalf("ClaimFromCache of a cached key = %v %+v, ok %v, %v; want the result", c.Status, c.Result, ok, err)
+		}
+		var me *idem.MismatchError
+		if _, ok, err := s.ClaimFromCache(idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "other"}); !ok || !errors.As(err, &me) {
+			t.Fatalf("ClaimFromCache with another fingerprint: ok %v, %v; want a *MismatchError", ok, err)
+		}
+		for name, req := range map[string]idem.ClaimRequest{
+			"another key":    {Scope: "s", Key: key("b"), Fingerprint: "fp"},
+			"another scope":  {Scope: "t", Key: key("a"), Fingerprint: "fp"},
+			"an invalid key": {Scope: "s", Fingerprint: "fp"},
+		} {
+			if _, ok, err := s.ClaimFromCache(req); ok || err != nil {
+				t.Errorf("ClaimFromCache of %s: ok %v, %v; want a miss", name, ok, err)
+			}
+		}
+		uncached := newStore(t, pool, pgstore.Options{})
+		if _, ok, err := uncached.ClaimFromCache(req); ok || err != nil {
+			t.Errorf("ClaimFromCache without a cache: ok %v, %v; want a miss", ok, err)
+		}
+	})
+
 	t.Run("checks the fingerprint", func(t *testing.T) {
 		t.Parallel()
 		pool, s := setup(t)

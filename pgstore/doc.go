@@ -199,6 +199,10 @@
 // with DELETE. The fingerprint is still compared, so a reused key with
 // another request is a [*idem.MismatchError] as without the cache.
 //
+// [Store.ClaimFromCache] is the cache's answer alone, without I/O: the
+// engine (and so the middleware and mcphttp) asks it before setting up the
+// store timeout for [Store.Claim], which a replay from memory does not need.
+//
 // # Sweeping
 //
 // [Store.Sweep] deletes, in one statement, abandoned claims first and then

@@ -426,6 +426,21 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
 }
 
+// ClaimFromCache answers req from the replay cache alone, without I/O, as
+// [Store.Claim] would: the result, or a [*idem.MismatchError] for another
+// fingerprint. ok is false when the cache cannot answer (no cache, a miss,
+// an expired entry, or a scope or key that Claim would refuse): call Claim.
+//
+// Claim asks the cache first itself; engine.Engine (and so the middleware
+// and mcphttp) calls ClaimFromCache before it sets up the store timeout
+// for Claim, which a replay from memory does not need.
+func (s *Store) ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
+	if s.cache == nil || validate(req.Scope, req.Key) != nil {
+		return idem.Claim{}, false, nil
+	}
+	return s.claimFromCache(replayCacheID(req.Scope, req.Key), req)
+}
+
 // claimFromCache answers a claim of a key whose result the replay cache
 // holds: the replay, or a mismatch error. ok is false on a miss.
 func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
