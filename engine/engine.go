@@ -334,8 +334,6 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		Err: fmt.Errorf("engine: store returned an unknown claim status %v", claim.Status)}
 }
 
-// sendTimer notes when each claim is sent: the lease of the claim that
-// acquires starts after that moment, on the store's clock.
 // cacheClaimer is a store that can answer some claims from memory, without
 // I/O, such as pgstore's replay cache. The engine asks it first, so that a
 // replay served from memory does not set up the store timeout (a context
@@ -347,6 +345,8 @@ type cacheClaimer interface {
 	ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error)
 }
 
+// sendTimer notes when each claim is sent: the lease of the claim that
+// acquires starts after that moment, on the store's clock.
 type sendTimer struct {
 	idem.Store
 	sent *time.Time
