@@ -32,8 +32,8 @@
 //
 // Every statement is a file in pgstore/sql, named for its operation:
 // sql/claim.sql is Claim's (with sql/takeover.sql), sql/complete.sql
-// Complete's and CompleteTx's (with sql/complete_large.sql for bodies of
-// 64 KiB or more, and sql/stale.sql), then renew, release,
+// Complete's and CompleteTx's (in two forms, the second for bodies of 64 KiB
+// or more; and sql/stale.sql), then renew, release,
 // sweep, wait_check and poll_check (Wait), inspect, forget, stats, channel
 // and heartbeat (the LISTEN connection). Each file starts with a comment
 // explaining the statement; the comment is not sent.

@@ -13,11 +13,11 @@ import (
 
 // largeBody is the body size from which Complete sends the body as its own
 // parameter, encoded by execLarge, with the JSON built around it in SQL
-// (sql/complete_large.sql); below it, Complete sends the result's JSON,
+// (sql/complete.sql rendered with .Large); below it, Complete sends the result's JSON,
 // built in Go, through pgx (sql/complete.sql).
 const largeBody = 64 << 10
 
-// execLarge runs the complete_large statement with args (as Complete builds them)
+// execLarge runs the large-body completion statement with args (as Complete builds them)
 // on db's connection through pgconn, with the parameters encoded here: the
 // body, which may be megabytes, is handed to the wire protocol's buffer as
 // it is. Through pgx it would be copied twice (into the encoded parameters,
@@ -62,7 +62,7 @@ const (
 	oidTimestamptz = 1184
 )
 
-// completeArgs are the complete_large statement's parameters, $1 to $8.
+// completeArgs are the large-body completion statement's parameters, $1 to $8.
 type completeArgs struct {
 	scope     []byte
 	key       string

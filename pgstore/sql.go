@@ -25,7 +25,10 @@ var sqlFiles embed.FS
 // string), key is text, and the "now" parameter is a nullable timestamptz:
 // null means the database clock, statement_timestamp().
 type statements struct {
-	claim, takeover, complete, completeLarge, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	claim, takeover, complete, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	// completeLarge is complete for a large body, the JSON built in SQL
+	// around it (sql/complete.sql with .Large).
+	completeLarge string
 	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
 	// nobody LISTENs, and the engine may have no pg_notify.
 	forgetQuiet string
@@ -40,6 +43,8 @@ type statementData struct {
 	pgschema.Objects
 	// Notify is false for forgetQuiet.
 	Notify bool
+	// Large is true for completeLarge.
+	Large bool
 	// Batch is the sweep's batch size.
 	Batch int
 }
@@ -50,21 +55,24 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 	for _, s := range []struct {
 		file string
 		dst  *string
+		// variant, if set, receives the file rendered once more, with
+		// vary applied to the data.
+		variant *string
+		vary    func(*statementData)
 	}{
-		{"claim", &st.claim},
-		{"takeover", &st.takeover},
-		{"complete", &st.complete},
-		{"complete_large", &st.completeLarge},
-		{"stale", &st.stale},
-		{"renew", &st.renew},
-		{"release", &st.release},
-		{"wait_check", &st.waitCheck},
-		{"poll_check", &st.pollCheck},
-		{"inspect", &st.inspect},
-		{"forget", &st.forget},
-		{"stats", &st.stats},
-		{"channel", &st.channel},
-		{"heartbeat", &st.heartbeat},
+		{file: "claim", dst: &st.claim},
+		{file: "takeover", dst: &st.takeover},
+		{file: "complete", dst: &st.complete, variant: &st.completeLarge, vary: func(d *statementData) { d.Large = true }},
+		{file: "stale", dst: &st.stale},
+		{file: "renew", dst: &st.renew},
+		{file: "release", dst: &st.release},
+		{file: "wait_check", dst: &st.waitCheck},
+		{file: "poll_check", dst: &st.pollCheck},
+		{file: "inspect", dst: &st.inspect},
+		{file: "forget", dst: &st.forget, variant: &st.forgetQuiet, vary: func(d *statementData) { d.Notify = false }},
+		{file: "stats", dst: &st.stats},
+		{file: "channel", dst: &st.channel},
+		{file: "heartbeat", dst: &st.heartbeat},
 	} {
 		t, err := pgschema.ParseStatement(sqlFiles, "sql/"+s.file+".sql")
 		if err != nil {
@@ -73,10 +81,10 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		if *s.dst, err = pgschema.Execute(t, data); err != nil {
 			return statements{}, fmt.Errorf("pgstore: %w", err)
 		}
-		if s.file == "forget" {
-			quiet := data
-			quiet.Notify = false
-			if st.forgetQuiet, err = pgschema.Execute(t, quiet); err != nil {
+		if s.variant != nil {
+			alt := data
+			s.vary(&alt)
+			if *s.variant, err = pgschema.Execute(t, alt); err != nil {
 				return statements{}, fmt.Errorf("pgstore: %w", err)
 			}
 		}

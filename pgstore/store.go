@@ -595,7 +595,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 			s.retentionMicros(), s.nowArg())
 	} else {
 		// The body as its own parameter, the JSON built around it in SQL
-		// (see sql/complete_large.sql): for a large body each copy counts.
+		// (see sql/complete.sql, .Large): for a large body each copy counts.
 		body := res.Body
 		res.Body = nil
 		var meta []byte
