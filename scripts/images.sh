@@ -38,7 +38,11 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 log() { printf '== images: %s\n' "$*" >&2; }
 exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
-build_base() {
+# The builders that make a temporary directory run in a subshell, whose EXIT
+# trap removes it: a RETURN trap set in a function stays set after the
+# function returns and fires again on the next function's return, where its
+# local is gone (under set -u, an unbound variable that kills the script).
+build_base() (
 	if exists "$BASE"; then
 		log "$BASE exists (docker rmi it to rebuild)"
 		return
@@ -46,7 +50,7 @@ build_base() {
 	command -v debootstrap >/dev/null || { echo "images: debootstrap is needed (apt-get install debootstrap)" >&2; exit 1; }
 	local root
 	root=$(mktemp -d /tmp/idem-rootfs.XXXXXX)
-	trap 'rm -rf "$root"' RETURN
+	trap 'rm -rf "$root" "$root.log"' EXIT
 	log "debootstrap bookworm into $root (about a minute)"
 	debootstrap --variant=minbase --include=postgresql-15,ca-certificates bookworm "$root" "$MIRROR" >"$root.log" 2>&1 \
 		|| { tail -n 40 "$root.log" >&2; exit 1; }
@@ -55,7 +59,7 @@ build_base() {
 	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/archives/*.deb
 	log "docker import $BASE"
 	tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$BASE" >/dev/null
-}
+)
 
 build_postgres() {
 	build_base
@@ -64,7 +68,7 @@ build_postgres() {
 	echo "export IDEM_TEST_POSTGRES_IMAGE=$POSTGRES IDEM_POSTGRES_IMAGE=$POSTGRES"
 }
 
-build_go() {
+build_go() (
 	build_base
 	command -v go >/dev/null || { echo "images: go is needed: its toolchain is copied into the image" >&2; exit 1; }
 	local version goroot image ctx
@@ -75,7 +79,7 @@ build_go() {
 	if ! exists "$image"; then
 		log "docker build $image from $goroot"
 		ctx=$(mktemp -d /tmp/idem-goctx.XXXXXX)
-		trap 'rm -rf "$ctx"' RETURN
+		trap 'rm -rf "$ctx"' EXIT
 		cp "$HERE/images/go/Dockerfile" "$ctx/"
 		# The host's trust store, so that the builder reaches the Go module
 		# proxy wherever the host does (through a TLS-inspecting proxy too).
@@ -87,7 +91,7 @@ build_go() {
 		log "$image exists"
 	fi
 	echo "export IDEM_GO_IMAGE=$image IDEM_RUNTIME_IMAGE=$BASE"
-}
+)
 
 [ $# -gt 0 ] || set -- all
 for what in "$@"; do
