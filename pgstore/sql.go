@@ -26,6 +26,10 @@ var sqlFiles embed.FS
 // null means the database clock, statement_timestamp().
 type statements struct {
 	claim, takeover, complete, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	// txLimits, txRestore and txGuard are for a claim's transaction
+	// (BeginClaim): its bounds, the session's lock_timeout put back after
+	// a claim statement, and the check before its completion.
+	txLimits, txRestore, txGuard string
 	// completeLarge is complete for a large body, the JSON built in SQL
 	// around it (sql/complete.sql with .Large).
 	completeLarge string
@@ -73,6 +77,9 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		{file: "stats", dst: &st.stats},
 		{file: "channel", dst: &st.channel},
 		{file: "heartbeat", dst: &st.heartbeat},
+		{file: "tx_limits", dst: &st.txLimits},
+		{file: "tx_restore", dst: &st.txRestore},
+		{file: "tx_guard", dst: &st.txGuard},
 	} {
 		t, err := pgschema.ParseStatement(sqlFiles, "sql/"+s.file+".sql")
 		if err != nil {

@@ -1,0 +1,568 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// txFixture is a migrated schema with an invoices table, a store on it,
+// and a second pool whose connections are named, so that a test can see
+// in pg_stat_activity when one of them waits for a lock.
+type txFixture struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
+	s      *pgstore.Store
+}
+
+func newTxFixture(t *testing.T, opts pgstore.Options) *txFixture {
+	t.Helper()
+	ctx := testCtx(t)
+	pool, schema := migrated(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return &txFixture{ctx: ctx, pool: pool, schema: schema, s: newStore(t, pool, opts)}
+}
+
+// namedStore is another store (another instance) on the fixture's schema
+// whose connections carry application_name name, with maxConns of them
+// (0: pgx's default).
+func (f *txFixture) namedStore(t *testing.T, name string, maxConns int32, opts pgstore.Options) (*pgstore.Store, *pgxpool.Pool) {
+	t.Helper()
+	cfg := testdb.Config(t, f.schema)
+	cfg.ConnConfig.RuntimeParams["application_name"] = name + "-" + f.schema
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool := testdb.NewPool(t, cfg)
+	return newStore(t, pool, opts), pool
+}
+
+// lockWaiters counts the connections named name that wait for a lock.
+func (f *txFixture) lockWaiters(t *testing.T, name string) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `
+		SELECT count(*) FROM pg_stat_activity
+		 WHERE application_name = $1 || '-' || current_schema() AND wait_event_type = 'Lock'`, name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// awaitLockWaiters waits until n connections named name wait for a lock.
+func (f *txFixture) awaitLockWaiters(t *testing.T, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.lockWaiters(t, name) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections named %s wait for a lock after 20s, want %d", f.lockWaiters(t, name), name, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (f *txFixture) invoices(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// present reports whether the key has a row anyone else can see.
+func (f *txFixture) present(t *testing.T, k string) bool {
+	t.Helper()
+	_, ok, err := f.s.Inspect(f.ctx, "s", key(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+var txLimits = idem.TxLimits{Wait: 10 * time.Second, Execution: time.Minute}
+
+// beginClaim claims k in a transaction and wants want.
+func beginClaim(t *testing.T, ctx context.Context, s *pgstore.Store, k string, limits idem.TxLimits, want idem.ClaimStatus) (idem.Claim, idem.TxClaim) {
+	t.Helper()
+	c, tx, err := s.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, limits)
+	if err != nil {
+		t.Fatalf("BeginClaim %q: %v", k, err)
+	}
+	if c.Status != want {
+		if tx != nil {
+			_ = tx.Rollback(ctx)
+		}
+		t.Fatalf("BeginClaim %q = %v, want %v", k, c.Status, want)
+	}
+	if (tx != nil) != (want == idem.Acquired) {
+		t.Fatalf("BeginClaim %q = %v with transaction %v", k, c.Status, tx)
+	}
+	return c, tx
+}
+
+// insertInvoice writes an invoice in the claim's transaction.
+func insertInvoice(t *testing.T, ctx context.Context, tx idem.TxClaim, id string) {
+	t.Helper()
+	if _, err := pgstore.TxFrom(tx.Context(ctx)).Exec(ctx, `INSERT INTO invoices VALUES ($1)`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var txResult = idem.Result{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"inv-1"}`)}
+
+// TestBeginClaimCommitsTogether: the claim is invisible until the commit,
+// and the commit makes the invoice and the recorded result visible at
+// once.
+func TestBeginClaimCommitsTogether(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	if c.Token.Generation <= 0 || c.Takeover {
+		t.Errorf("claim %+v", c)
+	}
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	if f.present(t, "a") {
+		t.Error("the claim is visible before its transaction committed")
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices visible before the commit", n)
+	}
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.invoices(t); n != 1 {
+		t.Errorf("%d invoices after the commit, want 1", n)
+	}
+	e := mustInspect(t, f.ctx, f.s, "a")
+	if e.State != idem.StateCompleted || e.Generation != c.Token.Generation || !e.Result.Equal(txResult) {
+		t.Errorf("entry after the commit: %+v", e)
+	}
+	got, _ := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Completed)
+	if !got.Result.Equal(txResult) {
+		t.Errorf("replay %+v", got.Result)
+	}
+	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.Completed)
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Errorf("a second Commit: %v, want nil", err)
+	}
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Errorf("a Rollback after Commit: %v, want nil", err)
+	}
+	if err := f.pool.Ping(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBeginClaimRollbackLeavesNothing ends a claim's transaction every way
+// it can end without a commit; each leaves the key absent and the invoice
+// unwritten, and the next claim acquires at once.
+func TestBeginClaimRollbackLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, tx idem.TxClaim)
+	}{
+		{"rollback", func(t *testing.T, tx idem.TxClaim) {
+			if err := tx.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a failed statement, then commit", func(t *testing.T, tx idem.TxClaim) {
+			if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `INSERT INTO invoices VALUES (NULL)`); err == nil {
+				t.Fatal("inserting a NULL id succeeded")
+			}
+			if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+				t.Fatalf("Commit of a failed transaction = %v, want unavailable", err)
+			}
+		}},
+		{"the connection is lost (its backend terminated)", func(t *testing.T, tx idem.TxClaim) {
+			var pid int
+			if err := pgstore.TxFrom(tx.Context(f.ctx)).QueryRow(f.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.pool.Exec(f.ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+				t.Fatalf("Commit on a lost connection = %v, want unavailable", err)
+			}
+		}},
+		{"the process is gone (its socket closed, no rollback sent)", func(t *testing.T, tx idem.TxClaim) {
+			if err := pgstore.TxFrom(tx.Context(f.ctx)).Conn().PgConn().Conn().Close(); err != nil {
+				t.Fatal(err)
+			}
+			_ = tx.Rollback(f.ctx) // gives the dead connection back to the pool
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := fmt.Sprintf("k-%s", tc.name)
+			_, tx := beginClaim(t, f.ctx, f.s, k, txLimits, idem.Acquired)
+			insertInvoice(t, f.ctx, tx, "inv-"+k)
+			tc.end(t, tx)
+			if f.present(t, k) {
+				t.Error("the key has a row after the transaction ended without a commit")
+			}
+			if n := f.invoices(t); n != 0 {
+				t.Errorf("%d invoices", n)
+			}
+			// No lease to wait out: the next claim takes the key as soon
+			// as PostgreSQL has ended the transaction (at once, or when
+			// the backend notices its client is gone).
+			_, tx2 := beginClaim(t, f.ctx, f.s, k, idem.TxLimits{Wait: 5 * time.Second}, idem.Acquired)
+			if err := tx2.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key(k)}, idem.Acquired)
+		})
+	}
+}
+
+// TestBeginClaimDuplicateWaitsInPostgres: a duplicate of a key whose
+// transaction is open waits in PostgreSQL for that transaction (a lock
+// wait on the primary key, not a notification nor a poll), then finds what
+// it recorded; after a rollback it takes the key. A two-phase claim of the
+// key meanwhile waits too, and never acquires it alongside.
+func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
+	t.Parallel()
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
+			t.Parallel()
+			f := newTxFixture(t, pgstore.Options{})
+			// NoListen: the duplicates cannot be woken by a notification.
+			dups, _ := f.namedStore(t, "dup", 0, pgstore.Options{NoListen: true})
+			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+			insertInvoice(t, f.ctx, tx, "inv-1")
+
+			type outcome struct {
+				c   idem.Claim
+				tx  idem.TxClaim
+				err error
+			}
+			inTx, twoPhase := make(chan outcome, 1), make(chan outcome, 1)
+			go func() {
+				c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
+				inTx <- outcome{c, dtx, err}
+			}()
+			go func() {
+				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"})
+				twoPhase <- outcome{c: c, err: err}
+			}()
+			f.awaitLockWaiters(t, "dup", 2)
+			if commit {
+				if err := tx.Commit(f.ctx, txResult); err != nil {
+					t.Fatal(err)
+				}
+				a, b := <-inTx, <-twoPhase
+				if a.err != nil || b.err != nil {
+					t.Fatalf("duplicates: %v, %v", a.err, b.err)
+				}
+				if a.c.Status != idem.Completed || !a.c.Result.Equal(txResult) || a.tx != nil || b.c.Status != idem.Completed {
+					t.Fatalf("after the commit: in a transaction %+v, two-phase %+v; want both completed", a.c, b.c)
+				}
+				return
+			}
+			if err := tx.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			// After the rollback one of them takes the key, and the other
+			// waits for it or finds it held: never both at once. The one
+			// in a transaction always returns: with the key, or in
+			// flight behind the two-phase claim that took it.
+			a := <-inTx
+			switch {
+			case a.err != nil:
+				t.Fatal(a.err)
+			case a.c.Status == idem.Acquired:
+				time.Sleep(50 * time.Millisecond)
+				select {
+				case b := <-twoPhase:
+					t.Fatalf("the two-phase claim returned %+v, %v while the key was held in a transaction", b.c, b.err)
+				default:
+				}
+				if err := a.tx.Commit(f.ctx, txResult); err != nil {
+					t.Fatal(err)
+				}
+				if b := <-twoPhase; b.err != nil || b.c.Status != idem.Completed {
+					t.Fatalf("two-phase after the second commit: %+v, %v; want completed", b.c, b.err)
+				}
+			default:
+				b := <-twoPhase
+				if b.err != nil || b.c.Status != idem.Acquired || a.c.Status != idem.InFlight || a.tx != nil || !a.c.LeaseEnd.Equal(b.c.LeaseEnd) {
+					t.Fatalf("two-phase %+v, %v; in a transaction %+v; want the first acquired and the second in flight until its lease end", b.c, b.err, a.c)
+				}
+			}
+		})
+	}
+}
+
+// TestBeginClaimWaitIsBounded: a duplicate waits at most its Wait for an
+// open transaction, then is answered in flight with no lease end (the
+// holder is a transaction, whose end nobody knows).
+func TestBeginClaimWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
+		began := time.Now()
+		c, _ := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: wait}, idem.InFlight)
+		if !c.LeaseEnd.IsZero() {
+			t.Errorf("wait %v: in flight with lease end %v, want none", wait, c.LeaseEnd)
+		}
+		if took := time.Since(began); took < wait {
+			t.Errorf("wait %v: answered after %v", wait, took)
+		}
+	}
+	// The bound was the claim's alone: the transaction's own statements
+	// wait as long as the session says.
+	var lockTimeout string
+	if err := pgstore.TxFrom(tx.Context(f.ctx)).QueryRow(f.ctx, `SHOW lock_timeout`).Scan(&lockTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if lockTimeout != "0" {
+		t.Errorf("lock_timeout in the claim's transaction after the claim = %q, want the session's 0", lockTimeout)
+	}
+}
+
+// TestBeginClaimAnswersTwoPhaseKeys: keys claimed and completed by the
+// two-phase path are answered as Claim answers them.
+func TestBeginClaimAnswersTwoPhaseKeys(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	live := mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("live"), Fingerprint: "fp"}, idem.Acquired)
+	c, _ := beginClaim(t, f.ctx, f.s, "live", txLimits, idem.InFlight)
+	if !c.LeaseEnd.Equal(live.LeaseEnd) {
+		t.Errorf("in flight until %v, want the holder's lease end %v", c.LeaseEnd, live.LeaseEnd)
+	}
+	if err := f.s.Complete(f.ctx, live.Token, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := beginClaim(t, f.ctx, f.s, "live", txLimits, idem.Completed); !c.Result.Equal(txResult) {
+		t.Errorf("replay %+v", c.Result)
+	}
+	_, _, err := f.s.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("live"), Fingerprint: "other"}, txLimits)
+	var me *idem.MismatchError
+	if !errors.As(err, &me) || !me.Completed {
+		t.Errorf("another fingerprint: %v, want a mismatch", err)
+	}
+
+	// An abandoned two-phase claim is taken over in the transaction.
+	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("gone"), Lease: time.Millisecond}, idem.Acquired)
+	time.Sleep(5 * time.Millisecond)
+	c, tx := beginClaim(t, f.ctx, f.s, "gone", txLimits, idem.Acquired)
+	if !c.Takeover {
+		t.Error("Takeover false for an abandoned claim")
+	}
+	if e := mustInspect(t, f.ctx, f.s, "gone"); e.Generation == c.Token.Generation {
+		t.Error("the takeover is visible before its transaction committed")
+	}
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if e := mustInspect(t, f.ctx, f.s, "gone"); e.State != idem.StateCompleted || e.Generation != c.Token.Generation {
+		t.Errorf("after the takeover's commit: %+v", e)
+	}
+}
+
+// TestBeginClaimStrictIsolation: at REPEATABLE READ and SERIALIZABLE a
+// duplicate that waited for the first transaction cannot see the row it
+// committed, and its INSERT fails with a serialization error; the store
+// begins again, and the duplicate gets the result, never the key.
+func TestBeginClaimStrictIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(level), func(t *testing.T) {
+			t.Parallel()
+			opts := pgstore.Options{TxOptions: pgx.TxOptions{IsoLevel: level}}
+			f := newTxFixture(t, opts)
+			dups, _ := f.namedStore(t, "dup", 0, opts)
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				statuses = map[idem.ClaimStatus]int{}
+			)
+			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+			insertInvoice(t, f.ctx, tx, "inv-1")
+			for range 4 {
+				wg.Go(func() {
+					c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
+					if err != nil {
+						t.Errorf("duplicate: %v", err)
+						return
+					}
+					if dtx != nil {
+						_ = dtx.Rollback(f.ctx)
+					}
+					mu.Lock()
+					statuses[c.Status]++
+					mu.Unlock()
+				})
+			}
+			f.awaitLockWaiters(t, "dup", 4)
+			if err := tx.Commit(f.ctx, txResult); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if statuses[idem.Completed] != 4 {
+				t.Errorf("duplicates after the commit: %v, want 4 completed", statuses)
+			}
+			if n := f.invoices(t); n != 1 {
+				t.Errorf("%d invoices, want 1", n)
+			}
+		})
+	}
+}
+
+// TestBeginClaimExecutionBound: a transaction left idle longer than its
+// Execution bound (its process frozen, say) is ended by PostgreSQL; the
+// key is free again, and nothing of the transaction commits.
+func TestBeginClaimExecutionBound(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	_, tx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: time.Second, Execution: 200 * time.Millisecond}, idem.Acquired)
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	// A duplicate that waits longer than the bound gets the key when
+	// PostgreSQL ends the idle transaction.
+	c, dtx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: 10 * time.Second}, idem.Acquired)
+	_ = dtx.Rollback(f.ctx)
+	if c.Status != idem.Acquired {
+		t.Fatalf("duplicate %v", c.Status)
+	}
+	if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+		t.Errorf("Commit after the bound = %v, want unavailable", err)
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices", n)
+	}
+}
+
+// TestBeginClaimPoolExhausted: more duplicates than the pool has
+// connections, all waiting for one open transaction; each is answered in
+// flight or unavailable within its bounds, none hangs and none acquires.
+func TestBeginClaimPoolExhausted(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	dups, _ := f.namedStore(t, "dup", 2, pgstore.Options{})
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	const n = 8
+	var (
+		wg                   sync.WaitGroup
+		mu                   sync.Mutex
+		inFlight, unavailble int
+	)
+	began := time.Now()
+	for range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(f.ctx, 400*time.Millisecond)
+			defer cancel()
+			c, dtx, err := dups.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.TxLimits{Wait: 100 * time.Millisecond})
+			if dtx != nil {
+				_ = dtx.Rollback(f.ctx)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, idem.ErrUnavailable):
+				unavailble++
+			case err != nil:
+				t.Errorf("duplicate: %v", err)
+			case c.Status == idem.InFlight:
+				inFlight++
+			default:
+				t.Errorf("duplicate: %v", c.Status)
+			}
+		})
+	}
+	wg.Wait()
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the duplicates took %v", took)
+	}
+	if inFlight+unavailble != n || inFlight < 2 {
+		t.Errorf("%d in flight and %d unavailable, want %d in all and the pool's 2 at least in flight", inFlight, unavailble, n)
+	}
+}
+
+// TestTxFromBelongsToTheClaim: the work's transaction cannot end the
+// claim's, takes savepoints, and refuses to be used once the claim's ended.
+func TestTxFromBelongsToTheClaim(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	if pgstore.TxFrom(f.ctx) != nil {
+		t.Error("TxFrom of a context without a claim is not nil")
+	}
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	work := pgstore.TxFrom(tx.Context(f.ctx))
+	if err := work.Commit(f.ctx); !errors.Is(err, pgstore.ErrTxOwned) {
+		t.Errorf("the work's Commit = %v, want ErrTxOwned", err)
+	}
+	if err := work.Rollback(f.ctx); !errors.Is(err, pgstore.ErrTxOwned) {
+		t.Errorf("the work's Rollback = %v, want ErrTxOwned", err)
+	}
+	// A savepoint is the work's: rolled back, its insert is gone; the
+	// claim and the insert before it are not.
+	insertInvoice(t, f.ctx, tx, "kept")
+	err := pgx.BeginFunc(f.ctx, work, func(sp pgx.Tx) error {
+		if _, err := sp.Exec(f.ctx, `INSERT INTO invoices VALUES ('dropped')`); err != nil {
+			return err
+		}
+		return errors.New("changed my mind")
+	})
+	if err == nil {
+		t.Fatal("BeginFunc returned nil")
+	}
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	rows, _ := f.pool.Query(f.ctx, `SELECT id FROM invoices`)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) != 1 || ids[0] != "kept" {
+		t.Errorf("invoices %v, %v; want [kept]", ids, err)
+	}
+	if _, err := work.Exec(f.ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("the work's Exec after the commit = %v, want ErrTxClosed", err)
+	}
+	if err := work.QueryRow(f.ctx, `SELECT 1`).Scan(new(int)); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("the work's QueryRow after the commit = %v, want ErrTxClosed", err)
+	}
+}
+
+// TestBeginClaimGuardsTheCompletion: a work that deletes its own claim's
+// row cannot commit its writes without a result: the check before the
+// completion raises the stale-claim error and the COMMIT behind it does
+// not run.
+func TestBeginClaimGuardsTheCompletion(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `DELETE FROM idem_keys WHERE key = $1`, key("a").String()); err != nil {
+		t.Fatal(err)
+	}
+	var se *idem.StaleClaimError
+	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) || se.Token != c.Token {
+		t.Fatalf("Commit after the row was deleted = %v, want a stale claim", err)
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices committed without a result", n)
+	}
+	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) {
+		t.Errorf("Commit again = %v, want a stale claim", err)
+	}
+}
