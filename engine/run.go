@@ -84,6 +84,9 @@ type Execution struct {
 	renewTimer *time.Timer
 	renewing   sync.WaitGroup
 	stopRenew  context.CancelFunc // cancels a renewal in progress
+
+	tx        idem.TxClaim // the claim's transaction, for a request InTransaction
+	committed bool         // the transaction committed with the result
 }
 
 // Start begins the work of a request whose claim d acquired (Outcome Run).
@@ -93,12 +96,15 @@ type Execution struct {
 // could run out unrenewed, and with cause [ErrShutdown] when
 // Options.Shutdown is done. The lease is renewed until [Execution.Finish].
 func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Execution {
-	x := &Execution{e: e, req: req, tok: d.Claim.Token, logCtx: clientCtx, store: context.WithoutCancel(clientCtx), began: time.Now()}
+	x := &Execution{e: e, req: req, tok: d.Claim.Token, logCtx: clientCtx, store: context.WithoutCancel(clientCtx), began: time.Now(), tx: d.tx}
 	base := x.store
 	if e.cancelWithCl {
 		base = clientCtx
 	}
 	x.ctx, x.cancel = context.WithCancelCause(base)
+	if x.tx != nil {
+		x.ctx = x.tx.Context(x.ctx)
+	}
 	if e.shutdown != nil {
 		x.stopOff = context.AfterFunc(e.shutdown, func() { x.cancel(ErrShutdown) })
 	}
@@ -113,6 +119,11 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 		x.lose(errors.New("the lease was about to run out without a confirmed renewal"))
 	})
 	x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
+	if x.tx != nil {
+		// Nothing to renew: the claim is the transaction's, and the
+		// lease bounds the transaction (see "In a transaction").
+		x.renewTimer.Stop()
+	}
 	x.mu.Unlock()
 	return x
 }
@@ -173,6 +184,10 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 // if another request took the key over). Call it exactly once, after the
 // work returned.
 func (x *Execution) Finish(v Verdict) {
+	if x.tx != nil {
+		defer x.endTx()
+		v = x.txVerdict(v)
+	}
 	x.mu.Lock()
 	x.finished = true
 	lost, lostStale := x.lost, x.lostStale
@@ -222,6 +237,10 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 }
 
 func (x *Execution) complete(res idem.Result, ran time.Duration) {
+	if x.tx != nil {
+		x.completeTx(res, ran)
+		return
+	}
 	ctx, cancel := x.storeCtx()
 	err := x.e.store.Complete(ctx, x.tok, res)
 	cancel()
@@ -246,6 +265,10 @@ func (x *Execution) complete(res idem.Result, ran time.Duration) {
 // was. A release that finds the claim stale reports EventStale only if
 // reportStale.
 func (x *Execution) release(why string, cause error, reportStale bool, ran time.Duration) {
+	if x.tx != nil {
+		x.rollbackTx(why, cause, ran)
+		return
+	}
 	ctx, cancel := x.storeCtx()
 	err := x.e.store.Release(ctx, x.tok)
 	cancel()
