@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ type txFixture struct {
 	pool   *pgxpool.Pool
 	schema string
 	s      *pgstore.Store
+	// monitor reads pg_stat_activity: pool, or a direct pool when pool
+	// goes through a transaction-mode pooler, whose few server
+	// connections the transactions under test may all hold.
+	monitor *pgxpool.Pool
 }
 
 func newTxFixture(t *testing.T, opts pgstore.Options) *txFixture {
@@ -33,7 +38,7 @@ func newTxFixture(t *testing.T, opts pgstore.Options) *txFixture {
 	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
-	return &txFixture{ctx: ctx, pool: pool, schema: schema, s: newStore(t, pool, opts)}
+	return &txFixture{ctx: ctx, pool: pool, schema: schema, s: newStore(t, pool, opts), monitor: sessionPool(t, pool, schema)}
 }
 
 // namedStore is another store (another instance) on the fixture's schema
@@ -54,9 +59,9 @@ func (f *txFixture) namedStore(t *testing.T, name string, maxConns int32, opts p
 func (f *txFixture) lockWaiters(t *testing.T, name string) int {
 	t.Helper()
 	var n int
-	if err := f.pool.QueryRow(f.ctx, `
+	if err := f.monitor.QueryRow(f.ctx, `
 		SELECT count(*) FROM pg_stat_activity
-		 WHERE application_name = $1 || '-' || current_schema() AND wait_event_type = 'Lock'`, name).Scan(&n); err != nil {
+		 WHERE application_name = $1 || '-' || $2 AND wait_event_type = 'Lock'`, name, f.schema).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -94,6 +99,24 @@ func (f *txFixture) present(t *testing.T, k string) bool {
 }
 
 var txLimits = idem.TxLimits{Wait: 10 * time.Second, Execution: time.Minute}
+
+// parallelUnlessPooled runs t in parallel, except through a
+// transaction-mode pooler: there every open transaction holds one of the
+// pooler's few server connections, and tests that hold a transaction open
+// while others wait for it would, all at once, take them all and wait for
+// each other.
+func parallelUnlessPooled(t *testing.T) {
+	if testdb.PoolerURL() == "" {
+		t.Parallel()
+	}
+}
+
+// rollbackAtEnd rolls tx back when t ends, before the pools close (a
+// failed test would otherwise leave its connection out of the pool, and
+// the pool's Close waiting for it).
+func rollbackAtEnd(t *testing.T, tx idem.TxClaim) {
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+}
 
 // beginClaim claims k in a transaction and wants want.
 func beginClaim(t *testing.T, ctx context.Context, s *pgstore.Store, k string, limits idem.TxLimits, want idem.ClaimStatus) (idem.Claim, idem.TxClaim) {
@@ -238,15 +261,31 @@ func TestBeginClaimRollbackLeavesNothing(t *testing.T) {
 // it recorded; after a rollback it takes the key. A two-phase claim of the
 // key meanwhile waits too, and never acquires it alongside.
 func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
-	t.Parallel()
+	parallelUnlessPooled(t)
 	for _, commit := range []bool{true, false} {
 		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
-			t.Parallel()
+			parallelUnlessPooled(t)
 			f := newTxFixture(t, pgstore.Options{})
 			// NoListen: the duplicates cannot be woken by a notification.
 			dups, _ := f.namedStore(t, "dup", 0, pgstore.Options{NoListen: true})
 			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
 			insertInvoice(t, f.ctx, tx, "inv-1")
+			// When the test ends, however it ends: the holder rolls
+			// back, the duplicates return, and a transaction one of them
+			// took is rolled back, before the pools close.
+			var (
+				dupsDone sync.WaitGroup
+				opened   = make(chan idem.TxClaim, 1)
+			)
+			t.Cleanup(func() {
+				_ = tx.Rollback(context.Background())
+				dupsDone.Wait()
+				select {
+				case dtx := <-opened:
+					_ = dtx.Rollback(context.Background())
+				default:
+				}
+			})
 
 			type outcome struct {
 				c   idem.Claim
@@ -254,14 +293,17 @@ func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
 				err error
 			}
 			inTx, twoPhase := make(chan outcome, 1), make(chan outcome, 1)
-			go func() {
+			dupsDone.Go(func() {
 				c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
+				if dtx != nil {
+					opened <- dtx
+				}
 				inTx <- outcome{c, dtx, err}
-			}()
-			go func() {
+			})
+			dupsDone.Go(func() {
 				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"})
 				twoPhase <- outcome{c: c, err: err}
-			}()
+			})
 			f.awaitLockWaiters(t, "dup", 2)
 			if commit {
 				if err := tx.Commit(f.ctx, txResult); err != nil {
@@ -314,10 +356,10 @@ func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
 // open transaction, then is answered in flight with no lease end (the
 // holder is a transaction, whose end nobody knows).
 func TestBeginClaimWaitIsBounded(t *testing.T) {
-	t.Parallel()
+	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
 	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
-	defer func() { _ = tx.Rollback(f.ctx) }()
+	rollbackAtEnd(t, tx)
 	for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
 		began := time.Now()
 		c, _ := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: wait}, idem.InFlight)
@@ -384,10 +426,13 @@ func TestBeginClaimAnswersTwoPhaseKeys(t *testing.T) {
 // committed, and its INSERT fails with a serialization error; the store
 // begins again, and the duplicate gets the result, never the key.
 func TestBeginClaimStrictIsolation(t *testing.T) {
-	t.Parallel()
+	parallelUnlessPooled(t)
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		t.Run(string(level), func(t *testing.T) {
-			t.Parallel()
+			parallelUnlessPooled(t)
+			// Three, and the holder: PgBouncer's default pool size is 4
+			// server connections per role.
+			const dupCount = 3
 			opts := pgstore.Options{TxOptions: pgx.TxOptions{IsoLevel: level}}
 			f := newTxFixture(t, opts)
 			dups, _ := f.namedStore(t, "dup", 0, opts)
@@ -397,8 +442,10 @@ func TestBeginClaimStrictIsolation(t *testing.T) {
 				statuses = map[idem.ClaimStatus]int{}
 			)
 			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+			rollbackAtEnd(t, tx)
 			insertInvoice(t, f.ctx, tx, "inv-1")
-			for range 4 {
+			defer wg.Wait()
+			for range dupCount {
 				wg.Go(func() {
 					c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
 					if err != nil {
@@ -413,13 +460,13 @@ func TestBeginClaimStrictIsolation(t *testing.T) {
 					mu.Unlock()
 				})
 			}
-			f.awaitLockWaiters(t, "dup", 4)
+			f.awaitLockWaiters(t, "dup", dupCount)
 			if err := tx.Commit(f.ctx, txResult); err != nil {
 				t.Fatal(err)
 			}
 			wg.Wait()
-			if statuses[idem.Completed] != 4 {
-				t.Errorf("duplicates after the commit: %v, want 4 completed", statuses)
+			if statuses[idem.Completed] != dupCount {
+				t.Errorf("duplicates after the commit: %v, want %d completed", statuses, dupCount)
 			}
 			if n := f.invoices(t); n != 1 {
 				t.Errorf("%d invoices, want 1", n)
@@ -432,7 +479,7 @@ func TestBeginClaimStrictIsolation(t *testing.T) {
 // Execution bound (its process frozen, say) is ended by PostgreSQL; the
 // key is free again, and nothing of the transaction commits.
 func TestBeginClaimExecutionBound(t *testing.T) {
-	t.Parallel()
+	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
 	_, tx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: time.Second, Execution: 200 * time.Millisecond}, idem.Acquired)
 	insertInvoice(t, f.ctx, tx, "inv-1")
@@ -455,11 +502,11 @@ func TestBeginClaimExecutionBound(t *testing.T) {
 // connections, all waiting for one open transaction; each is answered in
 // flight or unavailable within its bounds, none hangs and none acquires.
 func TestBeginClaimPoolExhausted(t *testing.T) {
-	t.Parallel()
+	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
 	dups, _ := f.namedStore(t, "dup", 2, pgstore.Options{})
 	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
-	defer func() { _ = tx.Rollback(f.ctx) }()
+	rollbackAtEnd(t, tx)
 	const n = 8
 	var (
 		wg                   sync.WaitGroup
@@ -564,5 +611,106 @@ func TestBeginClaimGuardsTheCompletion(t *testing.T) {
 	}
 	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) {
 		t.Errorf("Commit again = %v, want a stale claim", err)
+	}
+}
+
+// tripCounter is a pgx tracer counting what a connection sends: round
+// trips (a statement on its own, or a batch) and statements (a batch's
+// each count).
+type tripCounter struct{ trips, statements, prepares atomic.Int64 }
+
+func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.trips.Add(1)
+	c.statements.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.statements.Add(1)
+}
+func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (c *tripCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.prepares.Add(1)
+	return ctx
+}
+func (c *tripCounter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (c *tripCounter) reset() { c.trips.Store(0); c.statements.Store(0); c.prepares.Store(0) }
+
+// TestTxRoundTrips counts what a claim in a transaction sends, on a warm
+// connection: a new key costs the round trips of the business insert in a
+// transaction of its own (BEGIN, INSERT, COMMIT), since the claim travels
+// with the BEGIN and the completion with the COMMIT.
+func TestTxRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, schema := migrated(t)
+	cfg := testdb.Config(t, schema)
+	cfg.MaxConns = 1 // one connection, so the warm-up prepares what the test uses
+	tr := &tripCounter{}
+	cfg.ConnConfig.Tracer = tr
+	pool := testdb.NewPool(t, cfg)
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, pool, pgstore.Options{})
+	limits := idem.TxLimits{Wait: time.Second}
+	newKey := func(k string) {
+		_, tx := beginClaim(t, ctx, s, k, limits, idem.Acquired)
+		insertInvoice(t, ctx, tx, k)
+		if err := tx.Commit(ctx, txResult); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insertAlone := func(k string) {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO invoices VALUES ($1)`, k)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("two-phase"), Fingerprint: "fp"}, idem.Acquired)
+	warm := func(suffix string) {
+		newKey("warm" + suffix)
+		insertAlone("alone-warm" + suffix)
+		beginClaim(t, ctx, s, "warm"+suffix, limits, idem.Completed)
+		beginClaim(t, ctx, s, "two-phase", limits, idem.InFlight)
+		_, tx := beginClaim(t, ctx, s, "rolled-back"+suffix, limits, idem.Acquired)
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warm("")
+
+	for _, tc := range []struct {
+		name              string
+		op                func()
+		trips, statements int64
+	}{
+		// BEGIN, bounds, claim, restore | INSERT | guard, completion, COMMIT
+		{"a new key: claim, insert, commit", func() { newKey("a") }, 3, 8},
+		{"the insert alone, in a transaction", func() { insertAlone("alone") }, 3, 3},
+		// BEGIN, bounds, claim, restore | ROLLBACK
+		{"a replay (no replay cache)", func() { beginClaim(t, ctx, s, "a", limits, idem.Completed) }, 2, 5},
+		{"a two-phase claim in flight", func() { beginClaim(t, ctx, s, "two-phase", limits, idem.InFlight) }, 2, 5},
+		{"a rollback", func() {
+			_, tx := beginClaim(t, ctx, s, "r", limits, idem.Acquired)
+			tr.reset()
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}, 1, 1},
+	} {
+		tr.reset()
+		tc.op()
+		if trips, stmts, prep := tr.trips.Load(), tr.statements.Load(), tr.prepares.Load(); trips != tc.trips || stmts != tc.statements || prep != 0 {
+			t.Errorf("%s: %d round trips, %d statements, %d prepares; want %d round trips, %d statements", tc.name, trips, stmts, prep, tc.trips, tc.statements)
+		}
 	}
 }
