@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgconnect"
-	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -93,8 +92,11 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 	return &backend{
 		name:     "postgres",
 		store:    store,
-		invoices: &pgInvoices{pool: pool, store: store, logger: logger},
-		health:   storeHealth(store),
+		invoices: &pgInvoices{pool: pool, logger: logger},
+		// The invoice is a row in the store's database: the claim, the
+		// invoice and the response commit together.
+		inTransaction: true,
+		health:        storeHealth(store),
 		close: func() {
 			store.Close()
 			pool.Close()
@@ -166,57 +168,44 @@ func storeHealth(store *pgstore.Store) func(context.Context) error {
 // transaction.
 type pgInvoices struct {
 	pool   *pgxpool.Pool
-	store  *pgstore.Store
 	logger *slog.Logger
 }
 
-// create inserts the invoice and records the 201 in the same transaction
-// (middleware.Commit with pgstore's CompleteTx): either both commit or
-// neither does, so a crash at any point leaves no invoice without its
-// recorded response, and a retry never creates a second invoice.
+// create inserts the invoice in the transaction the middleware claimed the
+// key in (Options.InTransaction) and answers 201. The middleware records
+// that answer in the same transaction and commits it: the claim, the
+// invoice and the recorded response commit in one commit, or none of them
+// does, so a crash at any point leaves no invoice without its response
+// (and no claim to wait out), and a retry never creates a second invoice.
 func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceRequest) {
 	ctx := r.Context()
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		p.unavailable(w, err)
-		return
-	}
-	// After a commit this is a no-op. It must run even if the request was
-	// cancelled, so it gets a context of its own.
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
 	inv := Invoice{Customer: req.Customer, AmountCents: req.AmountCents}
-	err = tx.QueryRow(ctx, `INSERT INTO idemdemo_invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
-		inv.Customer, inv.AmountCents).Scan(&inv.ID)
-	if err != nil {
-		p.unavailable(w, err)
-		return
-	}
-	hdr := http.Header{"Content-Type": {"application/json"}}
-	err = middleware.Commit(w, r, http.StatusCreated, hdr, invoiceJSON(inv),
-		func(ctx context.Context, tok idem.Token, res idem.Result) error {
-			if err := p.store.CompleteTx(ctx, tx, tok, res); err != nil {
-				return err
-			}
-			return tx.Commit(ctx)
-		})
-	switch {
-	case err == nil:
-	case errors.Is(err, middleware.ErrNoClaim):
+	tx := pgstore.TxFrom(ctx)
+	if tx == nil {
 		// Not reached in the demo (every POST needs a key), but a handler
-		// must still work unprotected: commit and answer.
-		if err := tx.Commit(ctx); err != nil {
+		// must still work unprotected: a transaction of its own.
+		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return insertInvoice(ctx, tx, &inv) })
+		if err != nil {
 			p.unavailable(w, err)
 			return
 		}
 		writeJSON(w, http.StatusCreated, inv)
-	default:
-		// Commit answered 503 and the middleware releases the claim.
-		p.logger.Warn("invoice not created: the transaction did not commit", "err", err)
+		return
 	}
+	if err := insertInvoice(ctx, tx, &inv); err != nil {
+		// A 5xx rolls the transaction back: nothing of the request is
+		// left, and a retry runs again.
+		p.unavailable(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(invoiceJSON(inv))
+}
+
+func insertInvoice(ctx context.Context, tx pgx.Tx, inv *Invoice) error {
+	return tx.QueryRow(ctx, `INSERT INTO idemdemo_invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+		inv.Customer, inv.AmountCents).Scan(&inv.ID)
 }
 
 func (p *pgInvoices) unavailable(w http.ResponseWriter, err error) {
