@@ -77,3 +77,51 @@ func ExampleCommit() {
 	})))
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
 }
+
+// A handler whose side effect is a row in the store's database claims its
+// key in the transaction that writes the row (Options.InTransaction): the
+// claim, the invoice and the recorded response commit in one commit, or, if
+// the handler fails, panics or the process dies, none of them does and a
+// retry runs at once. The handler writes its response as usual; the
+// middleware holds it back until the commit.
+func ExampleOptions_inTransaction() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	protect := middleware.New(store, middleware.Options{InTransaction: true})
+	mux := http.NewServeMux()
+	mux.Handle("POST /invoices", protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Customer    string `json:"customer"`
+			AmountCents int64  `json:"amount_cents"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, "bad invoice", http.StatusBadRequest) // recorded and replayed
+			return
+		}
+		var id int64
+		err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(),
+			`INSERT INTO invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+			in.Customer, in.AmountCents).Scan(&id)
+		if err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable) // rolled back: a retry runs again
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "customer": in.Customer, "amount_cents": in.AmountCents})
+	})))
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
+}
