@@ -86,6 +86,11 @@ type txBegin struct {
 	lease  int64 // microseconds
 	limits []any // sql/tx_limits.sql's parameters
 	tx     pgx.Tx
+	// waited: the last claim statement returned no row, having waited for
+	// a transaction that inserted the key and committed after the
+	// statement's snapshot. The next look will most likely find what that
+	// transaction recorded, so it goes with a ROLLBACK.
+	waited bool
 }
 
 // claim runs the claim loop of BeginClaim; a nil tx means the transaction
@@ -113,11 +118,23 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 				continue // the row changed since: look again
 			}
 		}
+		if b.tx == nil && err == nil && !row.superseded() {
+			// The look that went with a ROLLBACK found the key absent
+			// (the other transaction rolled back) and inserted it; the
+			// ROLLBACK took it back. Begin again.
+			if row.inserted {
+				continue
+			}
+			c, err := b.s.answer(rc, b.req, row)
+			return c, nil, err
+		}
+		b.waited = errors.Is(err, pgx.ErrNoRows)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case b.waited:
 			// The row was inserted by a transaction that committed
 			// after the statement's snapshot (the statement waited for
-			// it): look again on a newer one, in this transaction.
+			// it): look again on a newer one, in this transaction, or
+			// in a new one if this one ended.
 			continue
 		case isLockTimeout(err):
 			// Another transaction still holds the key after the wait.
@@ -161,6 +178,15 @@ func (b *txBegin) send(ctx context.Context, sql string, scan func(pgx.Row) error
 	batch.Queue(b.s.sql.txLimits, b.limits...)
 	batch.Queue(sql, append(b.s.claimArgs(b.req, b.lease), args...)...)
 	batch.Queue(b.s.sql.txRestore)
+	// A look after a wait will most likely find the other transaction's
+	// result, and this transaction then ends: the ROLLBACK goes with it,
+	// saving the round trip after the wake. (If the look finds the key
+	// absent and takes it, the ROLLBACK takes it back, and BeginClaim
+	// begins again.)
+	rollback := !begin && b.waited
+	if rollback {
+		batch.Queue("rollback")
+	}
 	br := b.conn.SendBatch(ctx, batch)
 	if begin {
 		b.tx = br.Tx()
@@ -182,6 +208,9 @@ func (b *txBegin) send(ctx context.Context, sql string, scan func(pgx.Row) error
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if rollback && b.conn.Conn().PgConn().TxStatus() == 'I' {
+		b.tx = nil
 	}
 	return err
 }

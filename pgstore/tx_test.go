@@ -714,3 +714,60 @@ func TestTxRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestTxWaitedDuplicateRoundTrips: a duplicate that waited for a
+// transaction that committed looks again together with its ROLLBACK, so it
+// learns the result one round trip after the wake; after a rollback, its
+// INSERT, which waited, goes ahead: the key is its own at the wake.
+func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	cfg := testdb.Config(t, f.schema)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = "dup-" + f.schema
+	tr := &tripCounter{}
+	cfg.ConnConfig.Tracer = tr
+	dups := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+	// Warm the duplicate's connection up: every statement prepared.
+	for _, k := range []string{"warm-1", "warm-2"} {
+		_, tx := beginClaim(t, f.ctx, dups, k, txLimits, idem.Acquired)
+		if err := tx.Commit(f.ctx, txResult); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tx := beginClaim(t, f.ctx, f.s, "warm-3", txLimits, idem.Acquired)
+	go func() { f.awaitLockWaiters(t, "dup", 1); _ = tx.Commit(f.ctx, txResult) }()
+	beginClaim(t, f.ctx, dups, "warm-3", txLimits, idem.Completed)
+
+	for _, commit := range []bool{true, false} {
+		k := fmt.Sprint("k-", commit)
+		_, tx := beginClaim(t, f.ctx, f.s, k, txLimits, idem.Acquired)
+		rollbackAtEnd(t, tx)
+		ended := make(chan error, 1)
+		go func() {
+			f.awaitLockWaiters(t, "dup", 1)
+			if commit {
+				ended <- tx.Commit(f.ctx, txResult)
+			} else {
+				ended <- tx.Rollback(f.ctx)
+			}
+		}()
+		tr.reset()
+		want, trips := idem.Completed, int64(2) // the claim that waited | the look and ROLLBACK
+		if !commit {
+			want, trips = idem.Acquired, 1
+		}
+		_, dtx := beginClaim(t, f.ctx, dups, k, txLimits, want)
+		if got := tr.trips.Load(); got != trips || tr.prepares.Load() != 0 {
+			t.Errorf("commit=%v: the duplicate took %d round trips (%d prepares), want %d", commit, got, tr.prepares.Load(), trips)
+		}
+		if err := <-ended; err != nil {
+			t.Fatal(err)
+		}
+		if dtx != nil {
+			if err := dtx.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
