@@ -58,6 +58,17 @@ func (e *Engine) txBound() time.Duration { return e.lease }
 // answer back until [Execution.Committed] says which.
 func (x *Execution) InTransaction() bool { return x.tx != nil }
 
+// TxContext returns ctx carrying the claim's transaction (for a request
+// InTransaction; ctx itself otherwise), for work that runs on a context of
+// its own rather than on [Execution.Context], such as a go-sdk tool
+// handler, which runs on its MCP session's context.
+func (x *Execution) TxContext(ctx context.Context) context.Context {
+	if x.tx == nil {
+		return ctx
+	}
+	return x.tx.Context(ctx)
+}
+
 // Committed reports whether the claim's transaction committed with the
 // work's result, once [Execution.Finish] returned (or after a successful
 // [Execution.Commit]). An adapter that held the answer back sends it only

@@ -27,10 +27,15 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 		ir.Header.Set(DerivedKeyHeader, forward)
 	}
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context()}
+	held := m.holdBack(rec, x, r, ir, c) // nil unless the call runs in a transaction (transaction.go)
+	defer held.forget()
+	var final engine.Verdict
 	x.Do(func(context.Context) engine.Verdict {
 		stop := m.cancelOnEngineStop(x.Context(), r, c)
 		defer stop()
 		m.next.ServeHTTP(rec, ir)
-		return rec.verdict()
+		final = rec.verdict()
+		return final
 	}, rec.verdict)
+	held.send(final)
 }

@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,6 +28,8 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
 	stateless bool
+	// inTx is Options.InTransaction.
+	inTx func(tool string) bool
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -41,6 +44,9 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	// net/http's constructors do (and package middleware's New).
 	if err := opts.validate(); err != nil {
 		panic(err.Error())
+	}
+	if _, ok := store.(idem.TxStore); opts.InTransaction != nil && !ok {
+		panic(fmt.Sprintf("mcphttp: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
 	}
 	opts = opts.withDefaults()
 	methods := map[string]bool{}
@@ -70,15 +76,16 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
-			stateless: opts.Stateless,
+			stateless: opts.Stateless, inTx: opts.InTransaction,
 		}
 	}
 }
 
 func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get(DerivedKeyHeader) != "" {
+	if r.Header.Get(DerivedKeyHeader) != "" || r.Header.Get(txHeader) != "" {
 		r = r.Clone(r.Context())
 		r.Header.Del(DerivedKeyHeader)
+		r.Header.Del(txHeader) // only the wrapper names a call's transaction
 	}
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || m.routedAround(r) {
 		m.next.ServeHTTP(w, r)
@@ -139,7 +146,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	ctx := r.Context()
-	ereq := &engine.Request{Claim: req}
+	ereq := &engine.Request{Claim: req, InTransaction: m.inTransaction(c)}
 	if m.observer != nil {
 		ereq.Observe = func(e idem.Event) { m.observer(r, e) }
 	}
