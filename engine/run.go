@@ -87,6 +87,7 @@ type Execution struct {
 
 	tx        idem.TxClaim // the claim's transaction, for a request InTransaction
 	committed bool         // the transaction committed with the result
+	txEnded   bool         // the transaction is over (committed or rolled back)
 }
 
 // Start begins the work of a request whose claim d acquired (Outcome Run).
@@ -118,11 +119,12 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 	x.leaseTimer = time.AfterFunc(time.Until(x.deadline), func() {
 		x.lose(errors.New("the lease was about to run out without a confirmed renewal"))
 	})
-	x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
-	if x.tx != nil {
+	if x.tx == nil {
+		x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
+	} else {
 		// Nothing to renew: the claim is the transaction's, and the
 		// lease bounds the transaction (see "In a transaction").
-		x.renewTimer.Stop()
+		x.renewTimer = idleTimer
 	}
 	x.mu.Unlock()
 	return x

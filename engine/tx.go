@@ -101,11 +101,10 @@ func (x *Execution) Commit(res idem.Result) error {
 func (x *Execution) commitTx(res idem.Result) error {
 	ctx, cancel := x.storeCtx()
 	defer cancel()
-	if err := x.tx.Commit(ctx, res); err != nil {
-		return err
-	}
-	x.committed = true
-	return nil
+	err := x.tx.Commit(ctx, res)
+	// Either way the transaction is over: committed, or rolled back.
+	x.txEnded, x.committed = true, err == nil
+	return err
 }
 
 // txVerdict adapts v to a claim in a transaction: there is no lease to
@@ -148,6 +147,7 @@ func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
 	ctx, cancel := x.storeCtx()
 	err := x.tx.Rollback(ctx)
 	cancel()
+	x.txEnded = true
 	if err != nil {
 		// The connection is closed with the transaction open: PostgreSQL
 		// rolls it back when it notices.
@@ -160,9 +160,22 @@ func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
 }
 
 // endTx makes sure the claim's transaction is over once Finish returns,
-// whatever path it took: rolling back one that committed is a no-op.
+// whatever path it took.
 func (x *Execution) endTx() {
+	if x.txEnded {
+		return
+	}
 	ctx, cancel := x.storeCtx()
 	_ = x.tx.Rollback(ctx)
 	cancel()
+	x.txEnded = true
 }
+
+// idleTimer is the renewal timer of every claim in a transaction, which
+// has nothing to renew: never started, so Stop does nothing, and never
+// reset.
+var idleTimer = func() *time.Timer {
+	t := time.AfterFunc(time.Hour, func() {})
+	t.Stop()
+	return t
+}()

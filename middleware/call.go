@@ -39,7 +39,11 @@ type call struct {
 // holdBack holds the response back until the claim's transaction commits
 // (Options.InTransaction).
 func (c *call) holdBack() {
-	c.rec.held = &held{before: c.rec.w.Header().Clone(), spill: func(res idem.Result) error {
+	var before http.Header
+	if h := c.rec.w.Header(); len(h) > 0 {
+		before = h.Clone()
+	}
+	c.rec.held = &held{before: before, spill: func(res idem.Result) error {
 		if err := c.x.Commit(res); err != nil {
 			c.commit = commitFailed
 			return err

@@ -300,9 +300,9 @@ func TxFrom(ctx context.Context) pgx.Tx {
 	return v
 }
 
-// Commit implements [idem.TxClaim]. For a result under 64 KiB the check
-// that the transaction still holds the claim (sql/tx_guard.sql), the
-// completion (sql/complete.sql) and the COMMIT go in one round trip; a
+// Commit implements [idem.TxClaim]. For a result under 64 KiB the
+// completion (sql/complete.sql with .Tx, which raises the stale-claim error
+// itself if it matched nothing) and the COMMIT go in one round trip; a
 // larger body is completed as CompleteTx completes it, then committed. Any
 // error rolls the transaction back.
 func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
@@ -333,17 +333,12 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	}
 	scope, key := []byte(c.tok.Scope), c.tok.Key.String()
 	batch := &pgx.Batch{}
-	batch.Queue(c.s.sql.txGuard, scope, key, c.tok.Generation)
-	batch.Queue(c.s.sql.complete, scope, key, c.tok.Generation, string(js), c.s.retentionMicros(), c.s.nowArg())
+	batch.Queue(c.s.sql.txComplete, scope, key, c.tok.Generation, string(js), c.s.retentionMicros(), c.s.nowArg())
 	batch.Queue("commit")
 	br := c.conn.SendBatch(ctx, batch)
-	_, err = br.Exec()
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = br.Exec()
-	}
+	tag, err := br.Exec()
 	if err == nil && tag.RowsAffected() != 1 {
-		err = fmt.Errorf("the completion matched %d rows", tag.RowsAffected())
+		err = fmt.Errorf("the completion answered %d rows", tag.RowsAffected())
 	}
 	if err == nil {
 		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {

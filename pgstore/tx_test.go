@@ -591,9 +591,9 @@ func TestTxFromBelongsToTheClaim(t *testing.T) {
 }
 
 // TestBeginClaimGuardsTheCompletion: a work that deletes its own claim's
-// row cannot commit its writes without a result: the check before the
-// completion raises the stale-claim error and the COMMIT behind it does
-// not run.
+// row cannot commit its writes without a result: the completion, matching
+// nothing, raises the stale-claim error, and the COMMIT sent behind it
+// does not run.
 func TestBeginClaimGuardsTheCompletion(t *testing.T) {
 	t.Parallel()
 	f := newTxFixture(t, pgstore.Options{})
@@ -693,8 +693,8 @@ func TestTxRoundTrips(t *testing.T) {
 		op                func()
 		trips, statements int64
 	}{
-		// BEGIN, bounds, claim, restore | INSERT | guard, completion, COMMIT
-		{"a new key: claim, insert, commit", func() { newKey("a") }, 3, 8},
+		// BEGIN, bounds, claim, restore | INSERT | completion, COMMIT
+		{"a new key: claim, insert, commit", func() { newKey("a") }, 3, 7},
 		{"the insert alone, in a transaction", func() { insertAlone("alone") }, 3, 3},
 		// BEGIN, bounds, claim, restore | ROLLBACK
 		{"a replay (no replay cache)", func() { beginClaim(t, ctx, s, "a", limits, idem.Completed) }, 2, 5},

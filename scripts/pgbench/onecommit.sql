@@ -1,8 +1,8 @@
 -- idem's one-commit path (pgstore.BeginClaim, then Commit), statement for
 -- statement as pgstore sends it (pgstore/sql/tx_limits.sql, claim.sql,
--- tx_restore.sql, tx_guard.sql, complete.sql), in its three round trips:
--- BEGIN with the bounds, the claim and the restore; the invoice; the guard,
--- the completion and COMMIT. The generation the claim drew is the
+-- tx_restore.sql, complete.sql with .Tx), in its three round trips: BEGIN
+-- with the bounds, the claim and the restore; the invoice; the completion
+-- and COMMIT. The generation the claim drew is the
 -- session's currval of the sequence: pgbench cannot read a result inside a
 -- pipeline, and pgstore sends it as a parameter.
 \set k random(1, 9000000000000000000)
@@ -29,9 +29,7 @@ SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true);
 \endpipeline
 INSERT INTO invoices (customer, amount_cents) VALUES ('ACME', 12345);
 \startpipeline
-SELECT idem_keys_stale('\x7363'::bytea, 'key/' || :k || '-' || :client_id, currval('idem_keys_generation_seq'))
- WHERE NOT EXISTS (SELECT FROM idem_keys
-                    WHERE scope = '\x7363'::bytea AND key = 'key/' || :k || '-' || :client_id AND generation = currval('idem_keys_generation_seq') AND state <> 'completed');
+WITH upd AS (
 UPDATE idem_keys
    SET state = 'completed',
        result = '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
@@ -39,6 +37,9 @@ UPDATE idem_keys
        completed_at = statement_timestamp(),
        expires_at = statement_timestamp() + 86400000000::bigint * interval '1 microsecond'
  WHERE scope = '\x7363'::bytea AND key = 'key/' || :k || '-' || :client_id AND generation = currval('idem_keys_generation_seq') AND state <> 'completed'
-RETURNING CASE WHEN waited THEN pg_notify('idem_' || 'idem_keys'::regclass::oid, md5(scope || convert_to(key, 'UTF8'))) END;
+RETURNING scope, key, waited)
+SELECT CASE WHEN waited THEN pg_notify('idem_' || 'idem_keys'::regclass::oid, md5(scope || convert_to(key, 'UTF8'))) END::text FROM upd
+UNION ALL
+SELECT idem_keys_stale('\x7363'::bytea, 'key/' || :k || '-' || :client_id, currval('idem_keys_generation_seq'))::text WHERE NOT EXISTS (SELECT FROM upd);
 COMMIT;
 \endpipeline
