@@ -87,7 +87,8 @@
 // engine applies it, except where its own rules decide first:
 //
 //	the work ...                                          engine does
-//	recorded its result itself (in its own transaction)  reports the completion
+//	recorded its result itself (in its own transaction,   reports the completion
+//	  or through Execution.Commit)
 //	lost its lease while it ran                          releases (fenced): never recorded
 //	was cut off by Shutdown                              releases: never recorded
 //	was cut off by its client (CancelWithClient)         the adapter's verdict if it records
@@ -103,6 +104,30 @@
 // bounded by Options.StoreTimeout. A complete or release that finds the
 // claim stale reports [idem.EventStale]; one that fails reports
 // [idem.EventStoreError] and leaves the claim to its lease.
+//
+// # In a transaction
+//
+// A request with Request.InTransaction is claimed inside a transaction of
+// the store's database ([idem.TxStore]: pgstore), for work whose side
+// effects are rows in that database. The work runs in the transaction (its
+// context carries it; [Execution.TxContext] grafts it onto another
+// context), and the verdict ends it: Record commits the result with the
+// work's writes in one commit ([idem.TxClaim].Commit), everything else
+// rolls all of it back, so a retry runs at once. Nothing is renewed: until
+// the commit nobody else can see the claim, and a duplicate waits in the
+// database for the transaction to end, up to Options.Wait, then finds the
+// result (in flight with no lease end if the wait ran out: Retry-After is
+// Options.RetryAfter). The lease bounds the transaction instead: the
+// work's context ends with cause [idem.ErrLeaseLost] shortly before it (the
+// same margin as a lease's), what it answers then is not recorded, and the
+// store ends a transaction left idle that long even if this process
+// cannot. Leave (an MCP stream that ended without its response) rolls back
+// too: there is no lease to leave the claim to. A key held by a two-phase
+// claim is waited for with the store's Wait, then claimed again in a new
+// transaction. An adapter that holds the work's answer back until the
+// commit sends it only if [Execution.Committed], or if it was a failure
+// not to be recorded; [Execution.Commit] commits early, for an adapter that
+// answers before the work returns.
 //
 // # Retry-After
 //
