@@ -689,3 +689,26 @@ func TestRunInProcess(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// With -two-phase, POST /invoices claims its key on its own first: the
+// claim is in the table, visible, while the handler runs, and the invoice
+// and its response commit in a second transaction. A duplicate waits for
+// it and replays it; one invoice.
+func TestTwoPhase(t *testing.T) {
+	t.Parallel()
+	dbURL, conn := pgURL(t)
+	d := startDemo(t, dbURL, "-two-phase", "-wait", "1m")
+	slow := `{"customer":"two","amount_cents":7,"delay_ms":1000}`
+	orig := make(chan response, 1)
+	go func() { orig <- d.do("POST", "/invoices", "two-1", slow) }()
+	waitForState(t, conn, "key/two-1", "claimed")
+	dup := d.do("POST", "/invoices", "two-1", slow)
+	first := <-orig
+	mustStatus(t, "original", first, http.StatusCreated)
+	if string(dup.body) != string(first.body) || dup.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("duplicate got %s (replayed %q), want the original's %s replayed", dup.body, dup.header.Get("Idempotent-Replayed"), first.body)
+	}
+	if invs := d.invoices(); len(invs) != 1 {
+		t.Fatalf("%d invoices, want 1: %+v", len(invs), invs)
+	}
+}

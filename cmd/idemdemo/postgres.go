@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgconnect"
+	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -92,10 +93,10 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 	return &backend{
 		name:     "postgres",
 		store:    store,
-		invoices: &pgInvoices{pool: pool, logger: logger},
+		invoices: &pgInvoices{pool: pool, store: store, logger: logger},
 		// The invoice is a row in the store's database: the claim, the
-		// invoice and the response commit together.
-		inTransaction: true,
+		// invoice and the response commit together (unless -two-phase).
+		inTransaction: !cfg.twoPhase,
 		health:        storeHealth(store),
 		close: func() {
 			store.Close()
@@ -168,39 +169,76 @@ func storeHealth(store *pgstore.Store) func(context.Context) error {
 // transaction.
 type pgInvoices struct {
 	pool   *pgxpool.Pool
+	store  *pgstore.Store
 	logger *slog.Logger
 }
 
-// create inserts the invoice in the transaction the middleware claimed the
-// key in (Options.InTransaction) and answers 201. The middleware records
-// that answer in the same transaction and commits it: the claim, the
-// invoice and the recorded response commit in one commit, or none of them
-// does, so a crash at any point leaves no invoice without its response
-// (and no claim to wait out), and a retry never creates a second invoice.
+// create inserts the invoice and answers 201 with it, the invoice and the
+// recorded response committing in one transaction: a crash at any point
+// leaves no invoice without its response, and a retry never creates a
+// second invoice.
+//
+// By default (middleware.Options.InTransaction) the middleware claimed the
+// key inside a transaction, which create finds in the request's context
+// and inserts in; the middleware records the answer in it and commits: one
+// commit for the claim, the invoice and the response, and nothing left
+// behind by a crash. With -two-phase the claim committed on its own first,
+// and create inserts the invoice and records the response in a transaction
+// of its own (middleware.Commit with pgstore's CompleteTx), as a handler
+// must that manages its own transaction.
 func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceRequest) {
 	ctx := r.Context()
 	inv := Invoice{Customer: req.Customer, AmountCents: req.AmountCents}
-	tx := pgstore.TxFrom(ctx)
-	if tx == nil {
+	if tx := pgstore.TxFrom(ctx); tx != nil {
+		if err := insertInvoice(ctx, tx, &inv); err != nil {
+			// A 5xx rolls the transaction back: nothing of the request
+			// is left, and a retry runs again.
+			p.unavailable(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(invoiceJSON(inv))
+		return
+	}
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		p.unavailable(w, err)
+		return
+	}
+	// After a commit this is a no-op. It must run even if the request was
+	// cancelled, so it gets a context of its own.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if err := insertInvoice(ctx, tx, &inv); err != nil {
+		p.unavailable(w, err)
+		return
+	}
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	err = middleware.Commit(w, r, http.StatusCreated, hdr, invoiceJSON(inv),
+		func(ctx context.Context, tok idem.Token, res idem.Result) error {
+			if err := p.store.CompleteTx(ctx, tx, tok, res); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		})
+	switch {
+	case err == nil:
+	case errors.Is(err, middleware.ErrNoClaim):
 		// Not reached in the demo (every POST needs a key), but a handler
-		// must still work unprotected: a transaction of its own.
-		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return insertInvoice(ctx, tx, &inv) })
-		if err != nil {
+		// must still work unprotected: commit and answer.
+		if err := tx.Commit(ctx); err != nil {
 			p.unavailable(w, err)
 			return
 		}
 		writeJSON(w, http.StatusCreated, inv)
-		return
+	default:
+		// Commit answered 503 and the middleware releases the claim.
+		p.logger.Warn("invoice not created: the transaction did not commit", "err", err)
 	}
-	if err := insertInvoice(ctx, tx, &inv); err != nil {
-		// A 5xx rolls the transaction back: nothing of the request is
-		// left, and a retry runs again.
-		p.unavailable(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write(invoiceJSON(inv))
 }
 
 func insertInvoice(ctx context.Context, tx pgx.Tx, inv *Invoice) error {
