@@ -102,7 +102,16 @@
 // Complete and release run on a context detached from the client and
 // bounded by Options.StoreTimeout. A complete or release that finds the
 // claim stale reports [idem.EventStale]; one that fails reports
-// [idem.EventStoreError] and leaves the claim to its lease.
+// [idem.EventStoreError] and leaves the claim to its lease. A complete
+// that fails because the store is unavailable ([idem.ErrUnavailable]: the
+// database failing over, its connection gone) is first tried again, after
+// 50 ms and then twice as long each time up to a second, for as long as the
+// lease, as of the last confirmed renewal, keeps the key the work's (less
+// the margin): the answer the client is about to receive then still becomes
+// the key's record once the store answers again, instead of a retry running
+// the work a second time. Each attempt is fenced by the generation; a retry
+// that finds the key completed by its own generation (an earlier attempt
+// committed, but its answer was lost) is the completion it was after.
 //
 // # Retry-After
 //

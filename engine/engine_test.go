@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,5 +168,50 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 	}, nil)
 	if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
 		t.Fatalf("events %v, want claimed, completed", kinds)
+	}
+}
+
+// lostCommitAnswer is a store whose first Complete commits but reports the
+// connection lost, as when a primary fails right after the commit.
+type lostCommitAnswer struct {
+	idem.Store
+	once sync.Once
+}
+
+func (s *lostCommitAnswer) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	err := s.Store.Complete(ctx, tok, res)
+	lost := false
+	s.once.Do(func() { lost = true })
+	if err == nil && lost {
+		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection reset by peer")}
+	}
+	return err
+}
+
+// TestCompletionRetryFindsItsOwnCommit: a completion retried after an
+// attempt whose answer was lost finds the key completed by its own
+// generation. That is the completion it was after, not a lost claim: one
+// completed event, no stale one, and the key replays.
+func TestCompletionRetryFindsItsOwnCommit(t *testing.T) {
+	t.Parallel()
+	store := &lostCommitAnswer{Store: memstore.New(memstore.Options{})}
+	k, _ := idem.ParseKey("k")
+	eng := engine.New(store, engine.Options{Lease: 2 * time.Second})
+	var kinds []idem.EventKind
+	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
+	d := eng.Claim(context.Background(), req)
+	if d.Outcome != engine.Run {
+		t.Fatalf("outcome %v, want run", d.Outcome)
+	}
+	eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte("once")}}
+	}, nil)
+	want := []idem.EventKind{idem.EventClaimed, idem.EventStoreError, idem.EventCompleted}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("events %v, want %v", kinds, want)
+	}
+	again := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+	if again.Outcome != engine.Replay || string(again.Claim.Result.Body) != "once" {
+		t.Fatalf("retry: %v %q, want a replay of %q", again.Outcome, again.Claim.Result.Body, "once")
 	}
 }

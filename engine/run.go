@@ -175,7 +175,7 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 func (x *Execution) Finish(v Verdict) {
 	x.mu.Lock()
 	x.finished = true
-	lost, lostStale := x.lost, x.lostStale
+	lost, lostStale, deadline := x.lost, x.lostStale, x.deadline
 	x.leaseTimer.Stop()
 	x.renewTimer.Stop()
 	stop := x.stopRenew
@@ -207,7 +207,7 @@ func (x *Execution) Finish(v Verdict) {
 		// adapter saw no whole answer to record.
 		x.release(fmt.Sprintf("the work was cut off by its client (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
 	case v.Action == Record:
-		x.complete(v.Result, ran)
+		x.complete(v.Result, ran, deadline)
 	case v.Action == Leave:
 		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	default:
@@ -221,24 +221,79 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(x.store, x.e.storeTimeout)
 }
 
-func (x *Execution) complete(res idem.Result, ran time.Duration) {
-	ctx, cancel := x.storeCtx()
-	err := x.e.store.Complete(ctx, x.tok, res)
-	cancel()
-	switch {
-	case err == nil:
-		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
-		if res.Unreplayable {
-			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
+// Pauses between the attempts of a completion the store could not take
+// (see complete): from the first, doubling up to the last.
+const (
+	completeRetryFirst = 50 * time.Millisecond
+	completeRetryMax   = time.Second
+)
+
+// complete records res. A store that is unavailable (a database failing
+// over: the connection is gone, the next one reaches the new primary) is
+// asked again, with a doubling pause, until deadline, the lease's end less
+// the margin as of the last confirmed renewal: until then nobody can take
+// the key over, so the answer the client is about to get can still become
+// the key's record instead of being run again by a retry. Each attempt is
+// fenced by the generation, so none can overwrite another owner's.
+func (x *Execution) complete(res idem.Result, ran time.Duration, deadline time.Time) {
+	pause := completeRetryFirst
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := x.storeCtx()
+		err := x.e.store.Complete(ctx, x.tok, res)
+		cancel()
+		switch {
+		case err == nil:
+			x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
+			if attempt > 1 {
+				x.e.log(x.logCtx, slog.LevelInfo, "recorded the result once the store answered again", x.req, slog.Int("attempts", attempt))
+			}
+			if res.Unreplayable {
+				x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
+			}
+			return
+		case errors.Is(err, idem.ErrStaleClaim):
+			var se *idem.StaleClaimError
+			if attempt > 1 && errors.As(err, &se) && se.Current == x.tok.Generation {
+				// Held by this generation and no longer claimed: an
+				// attempt whose answer was lost did commit.
+				x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
+				x.e.log(x.logCtx, slog.LevelInfo, "recorded the result (an earlier attempt had committed)", x.req, slog.Int("attempts", attempt))
+				return
+			}
+			x.stale(err, ran)
+			return
 		}
-	case errors.Is(err, idem.ErrStaleClaim):
-		x.stale(err, ran)
-	default:
-		// The client may have its answer, but a retry after the lease
-		// runs out runs the work again: an in-transaction completion
-		// (middleware.Commit) closes this window.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
-		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req, slog.Any("err", err))
+		if !errors.Is(err, idem.ErrUnavailable) || time.Until(deadline) < pause || !x.pause(pause) {
+			// The client may have its answer, but a retry after the
+			// lease runs out runs the work again: an in-transaction
+			// completion (middleware.Commit) closes this window.
+			x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req,
+				slog.Any("err", err), slog.Int("attempts", attempt))
+			return
+		}
+		if attempt == 1 {
+			x.e.log(x.logCtx, slog.LevelWarn, "could not record the result; retrying while the claim is held", x.req,
+				slog.Any("err", err), slog.Duration("until", time.Until(deadline).Round(time.Millisecond)))
+		}
+		pause = min(2*pause, completeRetryMax)
+	}
+}
+
+// pause waits d, or less if Options.Shutdown gives up first; it reports
+// whether it waited the whole of d.
+func (x *Execution) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var shutdown <-chan struct{}
+	if x.e.shutdown != nil {
+		shutdown = x.e.shutdown.Done()
+	}
+	select {
+	case <-t.C:
+		return true
+	case <-shutdown:
+		return false
 	}
 }
 
