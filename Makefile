@@ -24,6 +24,12 @@ test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in trans
 	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 ./pgstore/; \
 	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 -run 'TestDemoThroughPooler' ./cmd/idemdemo/
 
+HA_RUN ?= TestPatroni
+
+.PHONY: test-ha
+test-ha: ## Run the Patroni suite (integration/ha: etcd, three Patroni members, HAProxy; every fault, synchronous and asynchronous; about 7 minutes; needs patroni python3-etcd etcd-server haproxy postgresql-15). HA_RUN='TestPatroni/^synchronous/switchover' picks cases (no $$: make would expand it).
+	cd integration && IDEM_TEST_HA=1 $(GO) test -race -count=1 -timeout 30m -v -run '$(HA_RUN)' ./ha/
+
 .PHONY: lint
 lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet and staticcheck.
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -655,10 +655,11 @@ func (m *member) discarded(tl int, from int64) (commits int, bytes int64, err er
 		"--timeline", strconv.Itoa(tl), "--start", formatLSN(from))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	// It exits 1 at the end of the WAL, where it finds no next record:
-	// only a file it cannot read is a failure.
+	// It exits 1 at the end of the WAL, where it finds no next record
+	// (none at all: "could not find a valid record after"); only a file
+	// it cannot open is a failure.
 	out, _ := cmd.Output()
-	if strings.Contains(stderr.String(), "could not") {
+	if e := stderr.String(); strings.Contains(e, "could not open") || strings.Contains(e, "could not locate") {
 		return 0, 0, fmt.Errorf("pg_waldump on %s: %s", m.name, stderr.String())
 	}
 	end := from

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
@@ -38,13 +39,14 @@ func (k kind) String() string {
 	return "effect"
 }
 
-// The instances' lease: longer than a failover (Patroni's ttl, then
-// HAProxy's checks), as docs/operations.md asks, so that a completion the
-// dying primary could not take is retried until the new one takes it; the
-// wait, short, so that a duplicate of one in flight is answered 409 and
-// retried.
+// The instances' lease: idem's default, 30 s, longer than a failover here
+// (Patroni's ttl of 10 s, the promotion, HAProxy's checks: 10 to 16 s
+// measured on a shared machine), as docs/operations.md asks, so that a
+// completion the dying primary could not take is retried until the new one
+// takes it; the wait, short, so that a duplicate of one in flight is
+// answered 409 and retried.
 const (
-	instanceLease = 20 * time.Second
+	instanceLease = idem.DefaultLease
 	instanceWait  = 300 * time.Millisecond
 )
 
