@@ -551,16 +551,22 @@ func (c *cluster) stop() {
 			m.patroni.kill(c.t)
 		}
 	}
+	children := map[int][]int{}
 	for _, m := range c.members {
 		if pid := m.postmasterPID(); pid != 0 {
+			children[pid] = childrenOf(pid)
 			// SIGQUIT is PostgreSQL's immediate shutdown: the
 			// postmaster ends every backend, then itself.
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
 		}
 	}
-	for _, m := range c.members {
-		if pid := m.postmasterPID(); pid != 0 && !waitGone(pid, 10*time.Second) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+	for pid, kids := range children {
+		if !waitGone(pid, 10*time.Second) {
+			// A backend that cannot take the signal (a WAL sender a
+			// failed test left stopped) holds the postmaster up.
+			for _, p := range append(kids, pid) {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
 		}
 	}
 	if c.etcd != nil {

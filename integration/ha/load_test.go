@@ -73,6 +73,11 @@ func startLoad(t *testing.T, instances []*instance, run string, clients int) *lo
 			l.prober(ctx, in)
 		}()
 	}
+	// A test that fails before stop still ends its clients.
+	t.Cleanup(func() {
+		cancel()
+		l.wg.Wait()
+	})
 	return l
 }
 
