@@ -51,12 +51,17 @@
 // what keeps the cancelled work from overlapping a new owner, which can only
 // take the key over once the store's clock says the lease ended.
 //
-// A work whose lease was lost is never recorded: it was cancelled, so what
-// it answers is no answer to the request. Once it returned, its key is
-// released (unless a renewal found it taken over already), so a retry runs
-// it again at once instead of waiting for the lease to run out. The release
-// is fenced by the generation, like every store call with a token: it does
-// nothing if another request took the key over meanwhile.
+// A work whose lease was lost, and that still returned a whole answer its
+// adapter records, is recorded: it was cancelled too late, its side effect
+// happened, and a retry must replay that answer instead of running it
+// again. The completion is fenced by the generation, like every store call
+// with a token: it records nothing if another request took the key over
+// meanwhile. A work that answered nothing to record (it stopped when its
+// context ended, as it should) is released once it returned, so a retry
+// runs it again at once instead of waiting for the lease to run out; the
+// release is fenced the same way. When a renewal found the claim taken
+// over, the engine does neither: the key is the new owner's, and both
+// would find the claim stale.
 //
 // # Client hang-ups
 //
@@ -68,9 +73,10 @@
 // telling it, and records the whole answer. The work's context still ends
 // on lease loss, and on server shutdown: when Options.Shutdown is done
 // (cause [ErrShutdown]; from then on claims are answered Unavailable, so a
-// retry goes to another instance). Work cut off by shutdown is released:
-// work must honour its context for that to be safe, as for any
-// cancellation.
+// retry goes to another instance). Work cut off by shutdown that answers
+// nothing to record is released: work must honour its context for that to
+// be safe, as for any cancellation. Work that finished anyway, with a whole
+// answer its adapter records, is recorded, as for a lost lease.
 //
 // Options.CancelWithClient restores the context of the client: a hang-up
 // cancels the work, which is then released, so the retry runs it again,
@@ -84,14 +90,23 @@
 //
 // When the work returns, the adapter reads its answer into a [Verdict]
 // (record this result, release, or leave the claim to its lease), and the
-// engine applies it, except where its own rules decide first:
+// engine applies it, except where its own rules decide first. The rule for
+// a work whose context ended (its lease was lost, Shutdown, its client with
+// CancelWithClient) is one: a whole answer the adapter's policy records is
+// recorded, fenced by the generation; without one, the key is released.
+// Whether the context ended only matters when there is no such answer, so a
+// Shutdown that fires just as the work returns does not change what its
+// answer becomes.
 //
 //	the work ...                                          engine does
 //	recorded its result itself (in its own transaction)  reports the completion
-//	lost its lease while it ran                          releases (fenced): never recorded
-//	was cut off by Shutdown                              releases: never recorded
-//	was cut off by its client (CancelWithClient)         the adapter's verdict if it records
-//	                                                      a whole answer; otherwise releases
+//	lost its claim to a takeover (a renewal found it      nothing: the key is the new
+//	  stale)                                              owner's
+//	returned a whole answer to record (Verdict Record),   records it (fenced: nothing if
+//	  even after its lease was lost, Shutdown or its      the key was taken over)
+//	  client cut it off
+//	lost its lease, or was cut off by Shutdown or its     releases (fenced)
+//	  client, and answered nothing to record
 //	panicked (other than http.ErrAbortHandler), or        releases
 //	  called runtime.Goexit
 //	panicked with http.ErrAbortHandler                    the adapter's aborted verdict: what

@@ -41,9 +41,10 @@ const (
 )
 
 // ErrShutdown is the cause ([context.Cause]) with which the work's context
-// is cancelled when Options.Shutdown is done. Work cut off this way is never
-// recorded; its key is released, so a retry (on this instance or another)
-// runs it again.
+// is cancelled when Options.Shutdown is done. Work cut off this way that
+// answers nothing to record has its key released, so a retry (on this
+// instance or another) runs it again; a whole answer the adapter records is
+// recorded.
 var ErrShutdown = errors.New("engine: the server is shutting down")
 
 // Options configures an [Engine]. The zero value is usable: every field says
@@ -83,9 +84,11 @@ type Options struct {
 	CancelWithClient bool
 
 	// Shutdown, when done, ends the context of all running work with
-	// cause [ErrShutdown]; work so cut off is not recorded and its key is
-	// released, and claims made after it are answered Unavailable. Cancel it when a graceful shutdown gives up (after
-	// http.Server.Shutdown returned an error, before http.Server.Close):
+	// cause [ErrShutdown]; the key of work so cut off is released unless it
+	// still returned a whole answer to record, and claims made after it
+	// are answered Unavailable. Cancel it when a graceful shutdown gives
+	// up (after http.Server.Shutdown returned an error, before
+	// http.Server.Close):
 	// since the work's context no longer ends with the client's
 	// connection, closing the server does not end it. Nil means never.
 	Shutdown context.Context

@@ -164,14 +164,16 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 }
 
 // Finish ends the execution: it stops the lease renewal (waiting for one in
-// progress), then applies v, unless the engine's own rules say otherwise:
-// work whose lease was lost, or that was cut off by Options.Shutdown, is
-// never recorded, and its key is released; work cut off by its client (with
-// Options.CancelWithClient) is recorded only if v records it (the adapter
-// saw a whole answer its policy records), and released otherwise; the key
-// is released (a release is fenced by the generation: it does nothing
-// if another request took the key over). Call it exactly once, after the
-// work returned.
+// progress), then applies v, unless the engine's own rules say otherwise
+// (see "What is recorded" in the package documentation). A whole answer the
+// adapter's policy records (Action Record) is recorded even if the work's
+// context ended first (its lease was lost, Options.Shutdown, its client with
+// Options.CancelWithClient): the work did its side effect, and the
+// completion is fenced by the generation, so it records nothing if another
+// request took the key over. Work whose context ended without such an
+// answer is released (fenced too), whatever v says. Work whose renewal found
+// the claim taken over is neither recorded nor released: the key is the new
+// owner's. Call Finish exactly once, after the work returned.
 func (x *Execution) Finish(v Verdict) {
 	x.mu.Lock()
 	x.finished = true
@@ -188,26 +190,29 @@ func (x *Execution) Finish(v Verdict) {
 		x.stopOff()
 	}
 	ran := time.Since(x.began)
-	cutOff := x.ctx.Err() != nil
+	// Whether the work was cut off decides only what happens to a work
+	// without a whole answer to record, so a Shutdown that fires as the
+	// work returns (before or after stopOff) cannot change what a whole
+	// answer becomes.
+	cause := x.Err()
 	x.cancel(nil)
 
 	switch {
 	case v.Action == Recorded:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: v.Result.Status, Duration: ran})
 	case lostStale:
+		// A renewal found the key taken over (or forgotten): completing
+		// or releasing would find it stale too, and the new owner's
+		// outcome is the key's.
 		x.e.log(x.logCtx, slog.LevelInfo, "the work of a claim taken over ended; nothing recorded", x.req)
-	case lost:
-		// Reported as lost already: a release that finds the key taken
-		// over is not reported again.
-		x.release("the claim was lost while the work ran; nothing recorded", idem.ErrLeaseLost, false, ran)
-	case cutOff && errors.Is(context.Cause(x.ctx), ErrShutdown):
-		x.release(fmt.Sprintf("the work was cut off (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
-	case cutOff && v.Action != Record:
-		// Cut off by its client (Options.CancelWithClient), and the
-		// adapter saw no whole answer to record.
-		x.release(fmt.Sprintf("the work was cut off by its client (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
 	case v.Action == Record:
-		x.complete(v.Result, ran)
+		// Reported as lost already, if it was: a completion that finds
+		// the key taken over is not reported again.
+		x.complete(v.Result, ran, !lost)
+	case lost:
+		x.release("the claim was lost while the work ran, and it answered nothing to record", idem.ErrLeaseLost, false, ran)
+	case cause != nil:
+		x.release(fmt.Sprintf("the work was cut off (%v), and it answered nothing to record", cause), cause, true, ran)
 	case v.Action == Leave:
 		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	default:
@@ -221,7 +226,9 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(x.store, x.e.storeTimeout)
 }
 
-func (x *Execution) complete(res idem.Result, ran time.Duration) {
+// complete records res. A completion that finds the claim stale reports
+// EventStale only if reportStale.
+func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale bool) {
 	ctx, cancel := x.storeCtx()
 	err := x.e.store.Complete(ctx, x.tok, res)
 	cancel()
@@ -232,7 +239,7 @@ func (x *Execution) complete(res idem.Result, ran time.Duration) {
 			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
 		}
 	case errors.Is(err, idem.ErrStaleClaim):
-		x.stale(err, ran)
+		x.stale(err, ran, reportStale)
 	default:
 		// The client may have its answer, but a retry after the lease
 		// runs out runs the work again: an in-transaction completion
@@ -257,7 +264,7 @@ func (x *Execution) release(why string, cause error, reportStale bool, ran time.
 		// Lost already, or completed (an in-transaction commit that
 		// reported failure but did commit): not ours to release.
 		if reportStale {
-			x.stale(err, ran)
+			x.stale(err, ran, true)
 		}
 	default:
 		// The claim stays until its lease runs out; then a retry runs.
@@ -266,8 +273,12 @@ func (x *Execution) release(why string, cause error, reportStale bool, ran time.
 	}
 }
 
-func (x *Execution) stale(err error, ran time.Duration) {
-	x.e.observe(x.req, idem.Event{Kind: idem.EventStale, Err: err, Duration: ran})
+// stale logs that the claim was found stale, and reports EventStale if
+// report (a claim lost while the work ran was reported already).
+func (x *Execution) stale(err error, ran time.Duration, report bool) {
+	if report {
+		x.e.observe(x.req, idem.Event{Kind: idem.EventStale, Err: err, Duration: ran})
+	}
 	x.e.log(x.logCtx, slog.LevelWarn, "idempotency claim lost; the result is not recorded", x.req, slog.Any("err", err))
 }
 

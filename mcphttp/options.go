@@ -47,10 +47,12 @@ type Options struct {
 	// means [engine.DefaultStoreTimeout]; negative panics.
 	StoreTimeout time.Duration
 	// Shutdown, when done, ends the context of every call the wrapper
-	// runs with cause [engine.ErrShutdown]; a call so cut off is not
-	// recorded and its key is released. Calls run on a context detached
-	// from the client's, so closing the HTTP server does not end them:
-	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	// runs with cause [engine.ErrShutdown]; a call so cut off has its key
+	// released, unless the wrapper still saw a whole response it records
+	// (a tool result without isError: the tool finished). Calls run on a
+	// context detached from the client's, so closing the HTTP server does
+	// not end them: cancel Shutdown when a graceful shutdown gives up. Nil
+	// means never.
 	Shutdown context.Context
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through

@@ -204,8 +204,9 @@ type Options struct {
 	CancelWithClient bool
 
 	// Shutdown, when done, ends every running handler's context (cause
-	// [engine.ErrShutdown]) and releases its key; later requests are
-	// answered 503. Handlers do not end with their connections, so
+	// [engine.ErrShutdown]) and releases its key, unless the handler still
+	// answered a response the RecordPolicy records (it finished its side
+	// effect): that is recorded. Later requests are answered 503. Handlers do not end with their connections, so
 	// http.Server.Close does not end them: cancel Shutdown when a graceful
 	// shutdown gives up. Nil means never.
 	Shutdown context.Context
