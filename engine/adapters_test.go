@@ -195,6 +195,19 @@ func (l *eventLog) count(k idem.EventKind) int {
 	return n
 }
 
+// released returns the release events.
+func (l *eventLog) released() []idem.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []idem.Event
+	for _, e := range l.events {
+		if e.Kind == idem.EventReleased {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func (l *eventLog) kinds() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -86,13 +86,30 @@
 // survive its context ending (one transaction that commits only while the context
 // is live, nothing sent elsewhere first); otherwise the retry repeats them.
 //
+// # A deadline for the work
+//
+// A work blocked in a call with no timeout of its own would otherwise hold
+// its key for the life of the process: its renewals keep succeeding, and
+// every retry is told the key is in flight. The work's context therefore
+// has a deadline: Options.MaxExecution after [Engine.Start]
+// ([DefaultMaxExecution] by default), or the deadline of the client's
+// context if that is earlier (http.TimeoutHandler, a gateway's timeout: the
+// detached context keeps it). At the deadline the context ends with cause
+// [ErrExecutionTimeout] and the lease is no longer renewed. A work that
+// answers nothing to record is released when it returns, and a retry runs
+// it again; one that finished its side effect anyway and answers whole is
+// recorded, like any work whose context ended; one that never returns keeps
+// its claim only until the lease runs out, after which a retry takes the
+// key over (its goroutine is still blocked: the engine cannot end it). The
+// deadline never completes the key.
+//
 // # What is recorded
 //
 // When the work returns, the adapter reads its answer into a [Verdict]
 // (record this result, release, or leave the claim to its lease), and the
 // engine applies it, except where its own rules decide first. The rule for
-// a work whose context ended (its lease was lost, Shutdown, its client with
-// CancelWithClient) is one: a whole answer the adapter's policy records is
+// a work whose context ended (its lease was lost, its deadline passed,
+// Shutdown, its client with CancelWithClient) is one: a whole answer the adapter's policy records is
 // recorded, fenced by the generation; without one, the key is released.
 // Whether the context ended only matters when there is no such answer, so a
 // Shutdown that fires just as the work returns does not change what its
@@ -103,10 +120,14 @@
 //	lost its claim to a takeover (a renewal found it      nothing: the key is the new
 //	  stale)                                              owner's
 //	returned a whole answer to record (Verdict Record),   records it (fenced: nothing if
-//	  even after its lease was lost, Shutdown or its      the key was taken over)
-//	  client cut it off
-//	lost its lease, or was cut off by Shutdown or its     releases (fenced)
-//	  client, and answered nothing to record
+//	  even after its lease was lost, its deadline         the key was taken over)
+//	  passed, or Shutdown or its client cut it off
+//	lost its lease, ran past its deadline, or was cut     releases (fenced)
+//	  off by Shutdown or its client, and answered
+//	  nothing to record
+//	ran past its deadline and does not return             stops renewing: the claim runs out
+//	                                                      with its lease, then a retry takes
+//	                                                      the key over
 //	panicked (other than http.ErrAbortHandler), or        releases
 //	  called runtime.Goexit
 //	panicked with http.ErrAbortHandler                    the adapter's aborted verdict: what

@@ -75,12 +75,15 @@ type Execution struct {
 	began   time.Time
 	stopOff func() bool // stops the Shutdown watch
 
+	deadline     time.Time          // the work's: MaxExecution or the client's; zero if none
+	stopDeadline context.CancelFunc // releases the deadline's timer
+
 	mu         sync.Mutex
 	finished   bool
 	lost       bool
 	lostStale  bool        // lost because a renewal found the claim stale
-	deadline   time.Time   // lease end minus the margin, on the process clock
-	leaseTimer *time.Timer // fires at deadline: the lease is lost
+	leaseEnd   time.Time   // lease end minus the margin, on the process clock
+	leaseTimer *time.Timer // fires at leaseEnd: the lease is lost
 	renewTimer *time.Timer
 	renewing   sync.WaitGroup
 	stopRenew  context.CancelFunc // cancels a renewal in progress
@@ -99,6 +102,18 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 		base = clientCtx
 	}
 	x.ctx, x.cancel = context.WithCancelCause(base)
+	// The work's context is detached from the client's cancellation, not
+	// from a deadline the service set on the request.
+	x.deadline, _ = clientCtx.Deadline()
+	if e.maxExecution > 0 {
+		if limit := x.began.Add(e.maxExecution); x.deadline.IsZero() || limit.Before(x.deadline) {
+			x.deadline = limit
+		}
+	}
+	x.stopDeadline = func() {}
+	if !x.deadline.IsZero() {
+		x.ctx, x.stopDeadline = context.WithDeadlineCause(x.ctx, x.deadline, ErrExecutionTimeout)
+	}
 	if e.shutdown != nil {
 		x.stopOff = context.AfterFunc(e.shutdown, func() { x.cancel(ErrShutdown) })
 	}
@@ -107,10 +122,14 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 	// the lease end, but for the two clocks' drift, which the margin
 	// covers along with the timer's latency and the time the work takes
 	// to notice.
-	x.deadline = req.sent.Add(e.lease - e.margin)
+	x.leaseEnd = req.sent.Add(e.lease - e.margin)
 	x.mu.Lock()
-	x.leaseTimer = time.AfterFunc(time.Until(x.deadline), func() {
-		x.lose(errors.New("the lease was about to run out without a confirmed renewal"))
+	x.leaseTimer = time.AfterFunc(time.Until(x.leaseEnd), func() {
+		why := "the lease was about to run out without a confirmed renewal"
+		if x.pastDeadline() {
+			why = "the work ran past its deadline, and its lease, no longer renewed, was about to run out"
+		}
+		x.lose(errors.New(why))
 	})
 	x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
 	x.mu.Unlock()
@@ -196,6 +215,7 @@ func (x *Execution) Finish(v Verdict) {
 	// answer becomes.
 	cause := x.Err()
 	x.cancel(nil)
+	x.stopDeadline()
 
 	switch {
 	case v.Action == Recorded:
@@ -289,11 +309,20 @@ func (x *Execution) renew() {
 		x.mu.Unlock()
 		return
 	}
+	if x.pastDeadline() {
+		// The work ran past its deadline and was told to stop: it keeps
+		// its claim only until the lease runs out, so a work that never
+		// returns cannot hold its key for ever.
+		x.mu.Unlock()
+		x.e.log(x.logCtx, slog.LevelWarn, "the work ran past its deadline; its idempotency lease is no longer renewed", x.req,
+			slog.Duration("ran", time.Since(x.began)))
+		return
+	}
 	// Bounded by the time left on the lease as well as the store timeout:
 	// a renewal that hangs must not outlast the claim it renews.
 	deadline := time.Now().Add(x.e.storeTimeout)
-	if x.deadline.Before(deadline) {
-		deadline = x.deadline
+	if x.leaseEnd.Before(deadline) {
+		deadline = x.leaseEnd
 	}
 	ctx, cancel := context.WithDeadline(x.store, deadline)
 	x.stopRenew = cancel
@@ -316,14 +345,14 @@ func (x *Execution) renew() {
 		// The store extended the lease from a moment after sent, on its
 		// clock: sent plus the lease is again never later than its end.
 		if x.leaseTimer.Stop() {
-			x.deadline = sent.Add(x.e.lease - x.e.margin)
-			x.leaseTimer.Reset(time.Until(x.deadline))
+			x.leaseEnd = sent.Add(x.e.lease - x.e.margin)
+			x.leaseTimer.Reset(time.Until(x.leaseEnd))
 		}
 		x.renewTimer.Reset(next)
 		x.mu.Unlock()
 		return
 	}
-	left := time.Until(x.deadline)
+	left := time.Until(x.leaseEnd)
 	x.mu.Unlock()
 
 	if errors.Is(err, idem.ErrStaleClaim) {
@@ -340,6 +369,11 @@ func (x *Execution) renew() {
 		x.renewTimer.Reset(min(next, left/2))
 	}
 	x.mu.Unlock()
+}
+
+// pastDeadline reports whether the work's deadline has passed.
+func (x *Execution) pastDeadline() bool {
+	return !x.deadline.IsZero() && !time.Now().Before(x.deadline)
 }
 
 // lose cancels the work because its claim can no longer be trusted, and

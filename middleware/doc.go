@@ -22,6 +22,9 @@
 //	client hangs up while the handler runs      the handler runs to completion;
 //	                                            its response is recorded and the
 //	                                            retry gets it (see Execution)
+//	handler still runs at MaxExecution, or the  its context ends; a 5xx it answers
+//	  request's own deadline                    releases the claim; one that never
+//	                                            returns loses it with the lease
 //	retry after completion, same request        the recorded response, plus
 //	                                            Idempotent-Replayed: true
 //	same key, different request                 422 problem+json (TypeMismatch);
@@ -84,7 +87,8 @@
 // renewal and the deadline that cancels the handler's context (cause
 // [ErrLeaseLost]) before the lease could run out unrenewed; the handler's
 // context, which does not end when the client hangs up (but does on lease
-// loss and when Options.Shutdown is done) unless Options.CancelWithClient;
+// loss, at its deadline, Options.MaxExecution or the request's own, and
+// when Options.Shutdown is done) unless Options.CancelWithClient;
 // which endings are recorded and which release the key; the Retry-After
 // policy. The middleware's part is HTTP's: it drops writes to a client that
 // is gone without failing the handler, so the whole response is recorded; it

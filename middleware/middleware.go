@@ -34,6 +34,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		StoreTimeout:     cfg.storeTimeout,
 		RetryAfter:       cfg.retryAfter,
 		CancelWithClient: opts.CancelWithClient,
+		MaxExecution:     opts.MaxExecution,
 		Shutdown:         opts.Shutdown,
 		Owner:            opts.Owner,
 		Logger:           cfg.logger,
