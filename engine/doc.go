@@ -156,7 +156,8 @@
 // Every [idem.Event] carries Options.Adapter. The engine reports claimed
 // (with Waited and Takeover), replayed, in flight, mismatch and claim store
 // errors when the claim is decided; lease lost and renew store errors from
-// the renewal; completed, released, stale and complete or release store
-// errors when the work is finished. No goroutine or timer outlives
-// [Execution.Finish].
+// the renewal; completed, released, left (to its lease), stale and complete
+// or release store errors when the work is finished: every claim the
+// engine reports claimed ends in one of these, or in lease lost. No
+// goroutine or timer outlives [Execution.Finish].
 package engine

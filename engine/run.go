@@ -234,6 +234,7 @@ func (x *Execution) Finish(v Verdict) {
 	case cause != nil:
 		x.release(fmt.Sprintf("the work was cut off (%v), and it answered nothing to record", cause), cause, true, ran)
 	case v.Action == Leave:
+		x.e.observe(x.req, idem.Event{Kind: idem.EventLeft, Duration: ran})
 		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	default:
 		x.release(v.Why, nil, true, ran)
