@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/idemkit/idem"
@@ -179,12 +178,19 @@ func replay(w http.ResponseWriter, res idem.Result) {
 			Detail: "A request with this Idempotency-Key was already processed, but its response was too large to record. It will not be processed again."}, "")
 		return
 	}
+	// The recorded values are shared by every replay of the key (a
+	// memstore's entry, pgstore's replay cache): each replay gets copies,
+	// in one backing array, so that an outer middleware that edits a
+	// value in place, or appends, cannot change the record.
 	hd := w.Header()
+	n := 0
+	for _, vs := range res.Header {
+		n += len(vs)
+	}
+	all := make([]string, 0, n)
 	for name, vs := range res.Header {
-		// The recorded slices are shared by every replay of the key:
-		// clipped, an Add downstream reallocates instead of writing
-		// into them.
-		hd[name] = slices.Clip(vs)
+		all = append(all, vs...)
+		hd[name] = all[len(all)-len(vs) : len(all) : len(all)]
 	}
 	hd[ReplayedHeader] = []string{"true"}
 	if len(res.Body) > 0 {
