@@ -136,9 +136,17 @@
 //	returned                                              the adapter's verdict
 //
 // Complete and release run on a context detached from the client and
-// bounded by Options.StoreTimeout. A complete or release that finds the
-// claim stale reports [idem.EventStale]; one that fails reports
-// [idem.EventStoreError] and leaves the claim to its lease.
+// bounded by Options.StoreTimeout. A complete that fails with an
+// unavailable store ([idem.ErrUnavailable]: a dropped connection, a
+// failover) is tried again, after a short jittered pause that doubles up
+// to a second, until StoreTimeout: the work ran, and without its result a
+// retry after the lease would run it again. The generation makes that
+// safe: an attempt that took effect although its answer was lost leaves
+// the key completed by this generation, which the next attempt finds and
+// reports as the completion. A complete or release that finds the claim
+// stale reports [idem.EventStale]; one that fails (for a complete, still
+// at StoreTimeout) reports [idem.EventStoreError] and leaves the claim to
+// its lease.
 //
 // # Retry-After
 //

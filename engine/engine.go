@@ -85,8 +85,9 @@ type Options struct {
 	Wait time.Duration
 
 	// StoreTimeout bounds each store call made once the work runs (renew,
-	// complete, release), and, added to Wait, a claim. Zero means
-	// [DefaultStoreTimeout]. Negative panics.
+	// complete, release), and, added to Wait, a claim; a completion that
+	// fails with an unavailable store is tried again until it runs out.
+	// Zero means [DefaultStoreTimeout]. Negative panics.
 	StoreTimeout time.Duration
 
 	// RetryAfter is the retry delay suggested when the store is

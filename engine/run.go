@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pause"
 )
 
 // Action is what to do with a claim once the work returned.
@@ -252,6 +254,19 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale bool) {
 	ctx, cancel := x.storeCtx()
 	err := x.e.store.Complete(ctx, x.tok, res)
+	// A transient failure (the store unreachable, a connection dropped) is
+	// tried again until the store timeout: the work ran, and without its
+	// result a retry after the lease would run it again. The generation
+	// makes a second attempt safe, and an attempt that took effect although
+	// its answer was lost leaves the key completed by this very generation,
+	// which the next attempt finds stale.
+	for attempt := 0; errors.Is(err, idem.ErrUnavailable) && pauseBeforeRetry(ctx, attempt); attempt++ {
+		err = x.e.store.Complete(ctx, x.tok, res)
+		var se *idem.StaleClaimError
+		if errors.As(err, &se) && se.Current == x.tok.Generation {
+			err = nil
+		}
+	}
 	cancel()
 	switch {
 	case err == nil:
@@ -268,6 +283,14 @@ func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale boo
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
 		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req, slog.Any("err", err))
 	}
+}
+
+// pauseBeforeRetry waits before the attempt-th retry of a store call: 10 ms, doubling
+// up to a second, jittered so that instances that failed together do not
+// retry in step. It reports false if ctx ends first.
+func pauseBeforeRetry(ctx context.Context, attempt int) bool {
+	d := min(10*time.Millisecond<<min(attempt, 7), time.Second)
+	return pause.For(ctx, d/2+rand.N(d/2))
 }
 
 // release releases the key; cause is the reason the work was cut off, if it

@@ -43,7 +43,9 @@ type Options struct {
 	Lease time.Duration
 	// StoreTimeout bounds each store call made once a call runs (renew,
 	// complete, release), which must not hang on a store outage; a
-	// renewal is bounded further by the time left on the lease. Zero
+	// renewal is bounded further by the time left on the lease, and a
+	// completion that fails with an unavailable store is tried again until
+	// it runs out. Zero
 	// means [engine.DefaultStoreTimeout]; negative panics.
 	StoreTimeout time.Duration
 	// MaxExecution bounds how long a deduplicated call runs under its

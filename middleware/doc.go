@@ -75,8 +75,9 @@
 // and hop-by-hop headers are never recorded.
 //
 // Because the response is sent before it is recorded, a store failure at
-// that moment leaves the key claimed until its lease runs out, after which a
-// retry runs the handler again. A handler whose side effects live in the
+// that moment that lasts longer than Options.StoreTimeout (a shorter one
+// is retried) leaves the key claimed until its lease runs out, after which
+// a retry runs the handler again. A handler whose side effects live in the
 // store's database closes that window with [Commit]: it records the response
 // inside its own transaction before sending it (exactly-once).
 //

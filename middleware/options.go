@@ -190,7 +190,8 @@ type Options struct {
 	// StoreTimeout bounds each store call made once the handler runs
 	// (renew, complete, release), which must not hang on a store outage;
 	// a renewal is bounded further by the time left on the lease, and a
-	// claim by Wait plus StoreTimeout. Zero means [DefaultStoreTimeout].
+	// claim by Wait plus StoreTimeout. A completion that fails with an
+	// unavailable store is tried again until StoreTimeout. Zero means [DefaultStoreTimeout].
 	// Negative panics.
 	StoreTimeout time.Duration
 

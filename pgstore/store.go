@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pause"
 	"github.com/idemkit/idem/internal/pgschema"
 )
 
@@ -308,15 +309,7 @@ func retryable(err error) bool {
 // of a statement that failed [retryable], so that the writers that collided
 // do not collide again in step. It reports false if ctx is done first.
 func pauseBeforeRetry(ctx context.Context, attempt int) bool {
-	d := time.Duration(rand.N(int64(time.Millisecond) << min(attempt, 5)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return pause.For(ctx, time.Duration(rand.N(int64(time.Millisecond)<<min(attempt, 5))))
 }
 
 // retrying runs op, a single statement outside any caller's transaction,

@@ -209,3 +209,76 @@ func (s *countRenew) Renew(ctx context.Context, tok idem.Token, lease time.Durat
 	s.n.Add(1)
 	return s.Store.Renew(ctx, tok, lease)
 }
+
+// flakyComplete fails a store's first fails completions with an
+// unavailable error (a connection blip). With committed, each failed one
+// took effect first: the answer was lost on its way back.
+type flakyComplete struct {
+	idem.Store
+	fails     int64
+	committed bool
+	calls     atomic.Int64
+}
+
+func (s *flakyComplete) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	if s.calls.Add(1) > s.fails {
+		return s.Store.Complete(ctx, tok, res)
+	}
+	if s.committed {
+		if err := s.Store.Complete(ctx, tok, res); err != nil {
+			return err
+		}
+	}
+	return &idem.UnavailableError{Op: "complete", Err: errors.New("read: connection reset by peer")}
+}
+
+// TestCompleteRetried: a completion that fails with a transient store
+// error after the work ran is tried again, within Options.StoreTimeout
+// (the generation makes that safe): the result is recorded and a retry
+// replays it, instead of running the work again once the lease ran out. A
+// completion whose first attempt committed although it reported failure
+// is reported completed, not stale. A store that stays down is given up
+// on at StoreTimeout.
+func TestCompleteRetried(t *testing.T) {
+	const storeTimeout = 10 * time.Second
+	for _, tc := range []struct {
+		name      string
+		fails     int64
+		committed bool
+		want      idem.EventKind
+	}{
+		{"two blips", 2, false, idem.EventCompleted},
+		{"the first attempt committed, its answer lost", 1, true, idem.EventCompleted},
+		{"down for good", 1 << 40, false, idem.EventStoreError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &flakyComplete{Store: memstore.New(memstore.Options{}), fails: tc.fails, committed: tc.committed}
+				eng := engine.New(store, engine.Options{StoreTimeout: storeTimeout})
+				k, _ := idem.ParseKey("k")
+				var events eventLog
+				req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.observe}
+				d := eng.Claim(context.Background(), req)
+				var returned time.Time
+				eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
+					returned = time.Now()
+					return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+				}, nil)
+				took := time.Since(returned)
+				if kinds := events.kinds(); len(kinds) != 2 || kinds[1] != tc.want.String() {
+					t.Fatalf("events %v after %d completion attempts, want claimed, %v", kinds, store.calls.Load(), tc.want)
+				}
+				if tc.want == idem.EventStoreError {
+					if n := store.calls.Load(); n < 3 || took > storeTimeout {
+						t.Fatalf("%d attempts over %v, want several within StoreTimeout (%v)", n, took, storeTimeout)
+					}
+					return
+				}
+				c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
+				if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
+					t.Fatalf("a retry: %v %q %v, want the charge replayed", c.Status, c.Result.Body, err)
+				}
+			})
+		})
+	}
+}
