@@ -71,7 +71,8 @@
 // the work done and recorded, not a second execution. The work runs to
 // completion; the adapter drops what it writes to the gone client without
 // telling it, and records the whole answer. The work's context still ends
-// on lease loss, and on server shutdown: when Options.Shutdown is done
+// on lease loss, at its deadline (see below), and on server shutdown: when
+// Options.Shutdown is done
 // (cause [ErrShutdown]; from then on claims are answered Unavailable, so a
 // retry goes to another instance). Work cut off by shutdown that answers
 // nothing to record is released: work must honour its context for that to
@@ -109,8 +110,9 @@
 // (record this result, release, or leave the claim to its lease), and the
 // engine applies it, except where its own rules decide first. The rule for
 // a work whose context ended (its lease was lost, its deadline passed,
-// Shutdown, its client with CancelWithClient) is one: a whole answer the adapter's policy records is
-// recorded, fenced by the generation; without one, the key is released.
+// Shutdown, its client with CancelWithClient) is one: a whole answer the
+// adapter's policy records is recorded, fenced by the generation; without
+// one, the key is released.
 // Whether the context ended only matters when there is no such answer, so a
 // Shutdown that fires just as the work returns does not change what its
 // answer becomes.
