@@ -3,9 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -171,47 +170,30 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 	}
 }
 
-// lostCommitAnswer is a store whose first Complete commits but reports the
-// connection lost, as when a primary fails right after the commit.
-type lostCommitAnswer struct {
-	idem.Store
-	once sync.Once
-}
-
-func (s *lostCommitAnswer) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
-	err := s.Store.Complete(ctx, tok, res)
-	lost := false
-	s.once.Do(func() { lost = true })
-	if err == nil && lost {
-		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection reset by peer")}
-	}
-	return err
-}
-
-// TestCompletionRetryFindsItsOwnCommit: a completion retried after an
-// attempt whose answer was lost finds the key completed by its own
-// generation. That is the completion it was after, not a lost claim: one
-// completed event, no stale one, and the key replays.
-func TestCompletionRetryFindsItsOwnCommit(t *testing.T) {
+// TestShutdownAsTheWorkReturns: Shutdown fires just as the work returns a
+// whole answer to record. Whether the shutdown's cancellation reaches the
+// work's context before the execution ends or not, the outcome is the
+// same: the answer is recorded.
+func TestShutdownAsTheWorkReturns(t *testing.T) {
 	t.Parallel()
-	store := &lostCommitAnswer{Store: memstore.New(memstore.Options{})}
-	k, _ := idem.ParseKey("k")
-	eng := engine.New(store, engine.Options{Lease: 2 * time.Second})
-	var kinds []idem.EventKind
-	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
-	d := eng.Claim(context.Background(), req)
-	if d.Outcome != engine.Run {
-		t.Fatalf("outcome %v, want run", d.Outcome)
-	}
-	eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte("once")}}
-	}, nil)
-	want := []idem.EventKind{idem.EventClaimed, idem.EventStoreError, idem.EventCompleted}
-	if !slices.Equal(kinds, want) {
-		t.Fatalf("events %v, want %v", kinds, want)
-	}
-	again := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
-	if again.Outcome != engine.Replay || string(again.Claim.Result.Body) != "once" {
-		t.Fatalf("retry: %v %q, want a replay of %q", again.Outcome, again.Claim.Result.Body, "once")
+	for i := range 50 {
+		shutdown, stop := context.WithCancel(context.Background())
+		store := memstore.New(memstore.Options{})
+		eng := engine.New(store, engine.Options{Shutdown: shutdown})
+		k, _ := idem.ParseKey(fmt.Sprintf("k%d", i))
+		var kinds []idem.EventKind
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
+		d := eng.Claim(context.Background(), req)
+		eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+			stop()
+			if i%2 == 0 {
+				<-ctx.Done() // the cancellation arrived before the work returned
+			}
+			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+		}, nil)
+		stop()
+		if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
+			t.Fatalf("iteration %d: events %v, want claimed, completed", i, kinds)
+		}
 	}
 }
