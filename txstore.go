@@ -20,8 +20,8 @@ import (
 //   - a rollback, for whatever reason (an error, a panic, a crash of the
 //     process, a lost connection), leaves nothing behind: no claim to wait
 //     out, nothing to sweep, and a retry runs at once;
-//   - there is no lease to renew: the transaction's time bound
-//     ([TxLimits].Execution) takes its place.
+//   - there is no lease to renew: the transaction's bounds ([TxLimits])
+//     take its place.
 //
 // Keys claimed or completed through [Store.Claim] are answered as Claim
 // answers them, and the two paths never hold one key at once.
@@ -49,11 +49,14 @@ type TxLimits struct {
 	// holds the key. Zero or negative means as short a wait as the store
 	// can make (a millisecond for pgstore).
 	Wait time.Duration
-	// Execution bounds how long the transaction may stay open: a store
-	// ends (rolls back) a transaction that outlives it, even if its caller
-	// stopped without a word, so that a frozen or partitioned process
-	// cannot hold a key forever. Zero means the request's lease
+	// Idle bounds how long the transaction may stay idle, no statement
+	// running: a store ends (rolls back) a transaction idle that long, so
+	// that a frozen or partitioned process, whose statements stopped,
+	// cannot hold a key for longer. Zero means the request's lease
 	// ([ClaimRequest].Lease, or the store's default).
+	Idle time.Duration
+	// Execution bounds how long one statement of the transaction may run,
+	// on the server. Zero or negative means no bound of the store's.
 	Execution time.Duration
 }
 

@@ -28,7 +28,7 @@ func (e *Engine) claimInTx(ctx context.Context, req *Request, wait time.Duration
 		left := max(time.Until(deadline), 0)
 		req.sent = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, left+e.storeTimeout)
-		c, tx, err := e.txs.BeginClaim(cctx, req.Claim, idem.TxLimits{Wait: left, Execution: e.txBound()})
+		c, tx, err := e.txs.BeginClaim(cctx, req.Claim, e.txLimits(left))
 		cancel()
 		if err != nil || c.Status != idem.InFlight || c.LeaseEnd.IsZero() || left <= 0 {
 			return c, tx, err
@@ -46,11 +46,14 @@ func (e *Engine) claimInTx(ctx context.Context, req *Request, wait time.Duration
 	}
 }
 
-// txBound is how long the claim's transaction may stay open: the lease,
-// which for a claim in a transaction bounds the work instead of being
-// renewed (the work's context ends shortly before it, as a lease's does,
-// and the store ends a transaction that outlives it).
-func (e *Engine) txBound() time.Duration { return e.lease }
+// txLimits are the bounds of a claim's transaction: the wait left, the
+// lease as the longest the transaction may stay idle (for a claim in a
+// transaction its statements are its signs of life, and the store ends a
+// transaction whose process stopped sending them), and Options.MaxExecution
+// as the longest a statement may run (the work's context ends then too).
+func (e *Engine) txLimits(wait time.Duration) idem.TxLimits {
+	return idem.TxLimits{Wait: wait, Idle: e.lease, Execution: e.maxExecution}
+}
 
 // InTransaction reports whether the work runs inside the claim's
 // transaction (the request was InTransaction): its writes there commit
@@ -122,8 +125,8 @@ func (x *Execution) txVerdict(v Verdict) Verdict {
 }
 
 // completeTx commits the claim's transaction with res (complete, in a
-// transaction).
-func (x *Execution) completeTx(res idem.Result, ran time.Duration) {
+// transaction). A commit is not tried again: a failed one rolled back.
+func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale bool) {
 	err := x.commitTx(res)
 	switch {
 	case err == nil:
@@ -132,7 +135,7 @@ func (x *Execution) completeTx(res idem.Result, ran time.Duration) {
 			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
 		}
 	case errors.Is(err, idem.ErrStaleClaim):
-		x.stale(err, ran)
+		x.stale(err, ran, reportStale)
 	default:
 		// Rolled back: nothing of the work committed, and a retry runs it
 		// again. The adapter must not answer the work's result.
@@ -171,9 +174,9 @@ func (x *Execution) endTx() {
 	x.txEnded = true
 }
 
-// idleTimer is the renewal timer of every claim in a transaction, which
-// has nothing to renew: never started, so Stop does nothing, and never
-// reset.
+// idleTimer is the lease and renewal timer of every claim in a
+// transaction, which has no lease: never started, so Stop does nothing,
+// and never reset.
 var idleTimer = func() *time.Timer {
 	t := time.AfterFunc(time.Hour, func() {})
 	t.Stop()

@@ -22,6 +22,9 @@
 //	client hangs up while the handler runs      the handler runs to completion;
 //	                                            its response is recorded and the
 //	                                            retry gets it (see Execution)
+//	handler still runs at MaxExecution, or the  its context ends; a 5xx it answers
+//	  request's own deadline                    releases the claim; one that never
+//	                                            returns loses it with the lease
 //	retry after completion, same request        the recorded response, plus
 //	                                            Idempotent-Replayed: true
 //	same key, different request                 422 problem+json (TypeMismatch);
@@ -72,8 +75,9 @@
 // and hop-by-hop headers are never recorded.
 //
 // Because the response is sent before it is recorded, a store failure at
-// that moment leaves the key claimed until its lease runs out, after which a
-// retry runs the handler again. A handler whose side effects live in the
+// that moment that lasts longer than Options.StoreTimeout (a shorter one
+// is retried) leaves the key claimed until its lease runs out, after which
+// a retry runs the handler again. A handler whose side effects live in the
 // store's database closes that window: in a transaction (below), or with
 // [Commit], which records the response inside the handler's own
 // transaction before sending it.
@@ -91,10 +95,12 @@
 // replaced by 503 problem+json ([TypeCommitFailed]) with none of the
 // handler's headers. Every other ending rolls the transaction back and
 // leaves nothing: an answer not recorded (5xx, 408, 429: sent as the
-// handler wrote it), a panic, the handler outliving the lease (which bounds
-// the transaction, since there is nothing to renew), Shutdown, a crash of
-// the process or a lost connection. A retry then runs at once: there is no
-// claim to wait out.
+// handler wrote it), a panic, a handler cut off (its deadline,
+// Options.MaxExecution, or Shutdown) that answered nothing to record, a
+// crash of the process or a lost connection (PostgreSQL also ends a
+// transaction left idle longer than the lease: with nothing to renew, its
+// statements are its signs of life). A retry then runs at once: there is
+// no claim to wait out.
 //
 // While the transaction is open the claim is invisible to everyone else; a
 // duplicate waits in the database for the transaction to end, up to
@@ -114,7 +120,8 @@
 // renewal and the deadline that cancels the handler's context (cause
 // [ErrLeaseLost]) before the lease could run out unrenewed; the handler's
 // context, which does not end when the client hangs up (but does on lease
-// loss and when Options.Shutdown is done) unless Options.CancelWithClient;
+// loss, at its deadline, Options.MaxExecution or the request's own, and
+// when Options.Shutdown is done) unless Options.CancelWithClient;
 // which endings are recorded and which release the key; the Retry-After
 // policy. The middleware's part is HTTP's: it drops writes to a client that
 // is gone without failing the handler, so the whole response is recorded; it

@@ -62,7 +62,7 @@ func (k *txKit) invoices(t *testing.T) int {
 // by the body in the claim's transaction and answers 201 with its id.
 // Bodies "fail", "panic", "bad", "broken" and "slow" make it answer 503,
 // panic, answer 400, answer 201 after a statement failed, and wait for
-// its context to end before answering 201.
+// its context to end, then fail on its next statement and answer 503.
 func (k *txKit) create(t *testing.T, client *atomic.Pointer[httptest.ResponseRecorder]) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		k.calls.Add(1)
@@ -93,6 +93,10 @@ func (k *txKit) create(t *testing.T, client *atomic.Pointer[httptest.ResponseRec
 			_, _ = tx.Exec(r.Context(), `SELECT 1/0`) // the transaction fails; the handler does not look
 		case "slow":
 			<-r.Context().Done()
+			if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
+				http.Error(w, "cut off: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Location", fmt.Sprintf("/invoices/%d", id))
@@ -257,16 +261,17 @@ func TestInTransactionCommit(t *testing.T) {
 	}
 }
 
-// TestInTransactionBound: the lease bounds the claim's transaction. A
-// handler that outlives it has its context ended, and what it answers then
-// does not commit: 503, no invoice, and the retry runs.
+// TestInTransactionBound: the work's deadline (MaxExecution) bounds the
+// claim's transaction too. A handler that outlives it has its context
+// ended, its next statement fails, and its 503 rolls everything back: no
+// invoice, no claim, and the retry runs at once.
 func TestInTransactionBound(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Lease: 300 * time.Millisecond})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxExecution: 300 * time.Millisecond})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
 	began := time.Now()
 	rec := postTo(h, "slow", "k")
-	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	wantStatus(t, rec, http.StatusServiceUnavailable)
 	if took := time.Since(began); took > 5*time.Second {
 		t.Errorf("answered after %v", took)
 	}
@@ -315,4 +320,38 @@ func TestInTransactionNeedsATxStore(t *testing.T) {
 		}
 	}()
 	middleware.New(memstore.New(memstore.Options{}), middleware.Options{InTransaction: true})
+}
+
+// TestInTransactionLease: a claim in a transaction has no lease to renew
+// or lose; its statements are its signs of life. A handler that runs past
+// the lease while it keeps working commits; one idle for longer than the
+// lease loses its transaction to PostgreSQL, and its answer becomes 503.
+func TestInTransactionLease(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	const lease = 300 * time.Millisecond
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, Lease: lease})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := pgstore.TxFrom(r.Context())
+		body, _ := io.ReadAll(r.Body)
+		if _, err := tx.Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ($1)`, string(body)); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if string(body) == "busy" {
+			for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 6) {
+				if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
+		} else {
+			time.Sleep(3 * lease)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	wantStatus(t, postTo(h, "busy", "k1"), http.StatusCreated)
+	wantProblem(t, postTo(h, "idle", "k2"), http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	if n := k.invoices(t); n != 1 {
+		t.Errorf("%d invoices, want 1 (the busy one)", n)
+	}
 }

@@ -28,6 +28,12 @@
 // instances with skewed clocks agree on when a lease ends. (Options.Now
 // replaces it, in tests only.)
 //
+// The database must be UTF8 (the default of most installations): keys,
+// recorded headers and bodies are stored as UTF-8 text and jsonb, which
+// PostgreSQL holds and checks only in a UTF8 database. migrations.Up
+// refuses any other encoding, and so does the first Claim of a Store
+// ([*EncodingError], matching [ErrEncoding]), before any work runs.
+//
 // # Where the SQL is
 //
 // Every statement is a file in pgstore/sql, named for its operation:
@@ -117,9 +123,9 @@
 // key. No NOTIFY and no polling is involved, and a duplicate holds a
 // connection while it waits. A crash, a lost connection or any rollback
 // leaves no row at all: no lease to wait out, nothing to sweep.
-// TxLimits.Execution bounds the transaction on the server too
-// (idle_in_transaction_session_timeout, and statement_timeout unless the
-// session has one), for a process frozen with the transaction open. Keys
+// TxLimits bound the transaction on the server too, for a process frozen
+// with it open: TxLimits.Idle is its idle_in_transaction_session_timeout,
+// TxLimits.Execution its statement_timeout (unless the session has one). Keys
 // claimed or completed by Claim are answered as Claim answers them (a live
 // two-phase claim is InFlight with its lease end, at once), an expired row
 // is taken over inside the transaction, and a two-phase Claim of a key
@@ -272,7 +278,8 @@
 // # Errors
 //
 // Invalid keys (and scopes over [MaxScopeLen] bytes) are rejected before
-// anything is sent. Every database failure, including a cancelled context,
+// anything is sent; a database that is not UTF8, by Claim with an
+// [*EncodingError]. Every database failure, including a cancelled context,
 // is an [*idem.UnavailableError] naming the operation and wrapping the cause;
 // no pgx error reaches callers unwrapped.
 package pgstore

@@ -35,7 +35,9 @@ const lockNotAvailable = "55P03"
 // round trip; a new key costs nothing more until the completion, which
 // goes in one round trip with its COMMIT ([idem.TxClaim].Commit).
 //
-// The transaction begins with Options.TxOptions. A key inserted by another
+// The transaction begins with Options.TxOptions. limits.Idle and
+// limits.Execution become its idle_in_transaction_session_timeout and
+// statement_timeout (sql/tx_limits.sql). A key inserted by another
 // transaction still open is waited for in PostgreSQL, on the primary key:
 // the INSERT waits for that transaction to end, up to limits.Wait
 // (lock_timeout). If it committed, the claim looks again on a newer
@@ -48,6 +50,9 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 	if err := validate(req.Scope, req.Key); err != nil {
 		return idem.Claim{}, nil, err
 	}
+	if err := s.checkEncoding(ctx); err != nil {
+		return idem.Claim{}, nil, err
+	}
 	rc, c, ok, err := s.startClaim(req)
 	if ok {
 		return c, nil, err
@@ -57,7 +62,11 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
 	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds()}
-	b.limits = []any{millis(limits.Wait), millis(cmp0(limits.Execution, s.leaseOf(req.Lease)))}
+	statement := "0"
+	if limits.Execution > 0 {
+		statement = millis(limits.Execution)
+	}
+	b.limits = []any{millis(limits.Wait), millis(cmp0(limits.Idle, s.leaseOf(req.Lease))), statement}
 	c, tx, err := b.claim(ctx, rc)
 	if tx == nil {
 		conn.Release()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -98,7 +99,7 @@ func (f *txFixture) present(t *testing.T, k string) bool {
 	return ok
 }
 
-var txLimits = idem.TxLimits{Wait: 10 * time.Second, Execution: time.Minute}
+var txLimits = idem.TxLimits{Wait: 10 * time.Second, Idle: time.Minute, Execution: time.Minute}
 
 // parallelUnlessPooled runs t in parallel, except through a
 // transaction-mode pooler: there every open transaction holds one of the
@@ -475,27 +476,44 @@ func TestBeginClaimStrictIsolation(t *testing.T) {
 	}
 }
 
-// TestBeginClaimExecutionBound: a transaction left idle longer than its
-// Execution bound (its process frozen, say) is ended by PostgreSQL; the
-// key is free again, and nothing of the transaction commits.
-func TestBeginClaimExecutionBound(t *testing.T) {
+// TestBeginClaimBounds: a transaction left idle longer than its Idle
+// bound (its process frozen, say) is ended by PostgreSQL, the key is free
+// again and nothing of the transaction commits; a statement of the
+// transaction that runs longer than its Execution bound is cancelled, and
+// the transaction cannot commit.
+func TestBeginClaimBounds(t *testing.T) {
 	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
-	_, tx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: time.Second, Execution: 200 * time.Millisecond}, idem.Acquired)
-	insertInvoice(t, f.ctx, tx, "inv-1")
-	// A duplicate that waits longer than the bound gets the key when
-	// PostgreSQL ends the idle transaction.
-	c, dtx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: 10 * time.Second}, idem.Acquired)
-	_ = dtx.Rollback(f.ctx)
-	if c.Status != idem.Acquired {
-		t.Fatalf("duplicate %v", c.Status)
-	}
-	if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
-		t.Errorf("Commit after the bound = %v, want unavailable", err)
-	}
-	if n := f.invoices(t); n != 0 {
-		t.Errorf("%d invoices", n)
-	}
+	t.Run("idle", func(t *testing.T) {
+		_, tx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: time.Second, Idle: 200 * time.Millisecond}, idem.Acquired)
+		insertInvoice(t, f.ctx, tx, "inv-1")
+		// A duplicate that waits longer than the bound gets the key when
+		// PostgreSQL ends the idle transaction.
+		_, dtx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: 10 * time.Second}, idem.Acquired)
+		if err := dtx.Rollback(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+			t.Errorf("Commit after the idle bound = %v, want unavailable", err)
+		}
+		if n := f.invoices(t); n != 0 {
+			t.Errorf("%d invoices", n)
+		}
+	})
+	t.Run("statement", func(t *testing.T) {
+		_, tx := beginClaim(t, f.ctx, f.s, "b", idem.TxLimits{Wait: time.Second, Execution: 200 * time.Millisecond}, idem.Acquired)
+		insertInvoice(t, f.ctx, tx, "inv-2")
+		var pgErr *pgconn.PgError
+		if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `SELECT pg_sleep(5)`); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+			t.Fatalf("a statement past the bound: %v, want it cancelled (57014)", err)
+		}
+		if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+			t.Errorf("Commit after a cancelled statement = %v, want unavailable", err)
+		}
+		if n := f.invoices(t); n != 0 || f.present(t, "b") {
+			t.Errorf("%d invoices, key present %v", n, f.present(t, "b"))
+		}
+	})
 }
 
 // TestBeginClaimPoolExhausted: more duplicates than the pool has

@@ -92,7 +92,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.directURL, "direct-url", "", "behind a pooler in transaction mode (PgBouncer pool_mode=transaction), a direct PostgreSQL `URL` to the same database for what needs a session: migrations and LISTEN (empty: -database-url's connections; give -database-url default_query_exec_mode=exec)")
 	fs.BoolVar(&cfg.noListen, "no-listen", false, "with a database, never LISTEN (for engines or endpoints without LISTEN/NOTIFY): a duplicate polls for its original's result, and the replay cache is off")
 	fs.StringVar(&cfg.table, "table", "", "idem claim `table`, \"table\" or \"schema.table\" (empty: idem_keys)")
-	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it (with a database and without -two-phase, POST /invoices claims inside its transaction, which may stay open this long)")
+	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it (with a database and without -two-phase, POST /invoices claims inside its transaction, which PostgreSQL ends when it stays idle this long)")
 	fs.DurationVar(&cfg.wait, "wait", middleware.DefaultWait, "how long a duplicate waits for an in-flight original before 409 (negative: no wait)")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long a completed result is replayed")
 	fs.IntVar(&cfg.replayCache, "replay-cache", 64<<20, "with a database, `bytes` of completed results cached in process, so a replay needs no round trip (0: no cache; forget keys with \"idem forget\", not DELETE)")

@@ -12,7 +12,7 @@ SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true),
        set_config('lock_timeout', '5000', true),
        set_config('idle_in_transaction_session_timeout', '30000', true),
        set_config('statement_timeout',
-                  CASE current_setting('statement_timeout') WHEN '0' THEN '30000'
+                  CASE current_setting('statement_timeout') WHEN '0' THEN '300000'
                        ELSE current_setting('statement_timeout') END, true);
 WITH ins AS (
     INSERT INTO idem_keys (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
