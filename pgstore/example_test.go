@@ -1,12 +1,9 @@
 package pgstore_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log"
-	"net/url"
 	"os"
 	"testing"
 
@@ -94,37 +91,7 @@ func Example() {
 	// invoices: 1
 }
 
-// TestExample runs Example on a fresh schema and checks its output. It is
-// not parallel: it sets DATABASE_URL and captures os.Stdout.
+// TestExample runs Example on a fresh schema and checks what it prints.
 func TestExample(t *testing.T) {
-	schema := testdb.Schema(t)
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema) // pgx passes unknown parameters to the server
-	u.RawQuery = q.Encode()
-	t.Setenv("DATABASE_URL", u.String())
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	out := make(chan []byte)
-	go func() {
-		b, _ := io.ReadAll(r)
-		out <- b
-	}()
-	func() {
-		defer func() { os.Stdout = stdout }()
-		Example()
-	}()
-	_ = w.Close()
-	got := <-out
-	want := "201 {\"id\":1,\"customer\":\"acme\"}\n201 {\"id\":1,\"customer\":\"acme\"}\ninvoices: 1\n"
-	if !bytes.Equal(got, []byte(want)) {
-		t.Errorf("Example printed\n%s\nwant\n%s", got, want)
-	}
+	testdb.RunExample(t, "example_test.go", "Example", Example)
 }
