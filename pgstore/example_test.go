@@ -37,16 +37,17 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (
+		id bigserial PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}
 
-	createInvoice := func(idempotencyKey, customer string) (idem.Result, error) {
+	createInvoice := func(idempotencyKey, customer string, amountCents int64) (idem.Result, error) {
 		key, err := idem.ParseKey(idempotencyKey)
 		if err != nil {
 			return idem.Result{}, err
 		}
-		claim, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key, Fingerprint: "POST /invoices " + customer})
+		claim, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key, Fingerprint: fmt.Sprintf("POST /invoices %s %d", customer, amountCents)})
 		if err != nil {
 			return idem.Result{}, err // a mismatch, or the store is unavailable
 		}
@@ -59,10 +60,11 @@ func Example() {
 		var res idem.Result
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var id int64
-			if err := tx.QueryRow(ctx, `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+				customer, amountCents).Scan(&id); err != nil {
 				return err
 			}
-			res = idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d,"customer":%q}`, id, customer)}
+			res = idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d,"customer":%q,"amount_cents":%d}`, id, customer, amountCents)}
 			return store.CompleteTx(ctx, tx, claim.Token, res)
 		})
 		if err != nil {
@@ -74,7 +76,7 @@ func Example() {
 	}
 
 	for range 2 { // the client retries
-		res, err := createInvoice("order-42", "acme")
+		res, err := createInvoice("order-42", "acme", 1200)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -86,8 +88,8 @@ func Example() {
 	}
 	fmt.Println("invoices:", invoices)
 	// Prints:
-	// 201 {"id":1,"customer":"acme"}
-	// 201 {"id":1,"customer":"acme"}
+	// 201 {"id":1,"customer":"acme","amount_cents":1200}
+	// 201 {"id":1,"customer":"acme","amount_cents":1200}
 	// invoices: 1
 }
 
