@@ -36,7 +36,7 @@
 //	idem_store_errors_total{adapter,op}      store calls that failed, by operation
 //	idem_swept_total{kind}                   removed by the sweeper: abandoned or expired
 //	idem_claim_duration_seconds{adapter,outcome}    histogram: claimed, replayed, in_flight
-//	idem_handler_duration_seconds{adapter,outcome}  histogram: completed, released
+//	idem_handler_duration_seconds{adapter,outcome}  histogram: completed, released, left (to its lease)
 //
 // The counters of both adapters (and the sweeper's) are exported at zero
 // from the start, so that dashboards and alerts see them before the first
@@ -116,7 +116,7 @@ func New(opts Options) (*Metrics, error) {
 		}, []string{"adapter", "outcome"}),
 		handlerTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "idem", Name: "handler_duration_seconds",
-			Help:    "Time the protected handler ran under its claim, by outcome (completed or released).",
+			Help:    "Time the protected handler ran under its claim, by outcome (completed, released, or left to its lease).",
 			Buckets: handlerBuckets,
 		}, []string{"adapter", "outcome"}),
 	}
@@ -163,6 +163,8 @@ func (m *Metrics) Observe(_ *http.Request, e idem.Event) {
 	case idem.EventReleased:
 		m.released.WithLabelValues(adapter).Inc()
 		m.handlerTime.WithLabelValues(adapter, "released").Observe(secs)
+	case idem.EventLeft:
+		m.handlerTime.WithLabelValues(adapter, "left").Observe(secs)
 	case idem.EventStale, idem.EventLeaseLost:
 		m.stale.WithLabelValues(adapter).Inc()
 	case idem.EventRejected:

@@ -47,6 +47,7 @@ func TestCounters(t *testing.T) {
 	post("/fail", "b", "{}")        // released
 	m.Swept(context.Background(), idem.SweepStats{Abandoned: 2, Expired: 5})
 	m.Observe(nil, idem.Event{Kind: idem.EventStoreError, Adapter: "mcp", Op: "claim"})
+	m.Observe(nil, idem.Event{Kind: idem.EventLeft, Adapter: "mcp"}) // a duration, no counter
 	m.Observe(nil, idem.Event{Kind: idem.EventStoreError, Adapter: "mcp", Op: "claim", Err: context.Canceled}) // the client left: not counted
 
 	const want = `
@@ -94,12 +95,13 @@ idem_swept_total{kind="expired"} 5
 		t.Errorf("counters:\n%s\nwant:\n%s", got, want)
 	}
 	// Durations by outcome: claimed and replayed claims (a mismatch has
-	// none), completed and released runs.
+	// none), completed, released and left runs.
 	for _, series := range []string{
 		`idem_claim_duration_seconds_count{adapter="http",outcome="claimed"} 2`,
 		`idem_claim_duration_seconds_count{adapter="http",outcome="replayed"} 1`,
 		`idem_handler_duration_seconds_count{adapter="http",outcome="completed"} 1`,
 		`idem_handler_duration_seconds_count{adapter="http",outcome="released"} 1`,
+		`idem_handler_duration_seconds_count{adapter="mcp",outcome="left"} 1`,
 	} {
 		if !strings.Contains(exposed, "\n"+series+"\n") {
 			t.Errorf("no %s in:\n%s", series, exposed)
