@@ -41,7 +41,8 @@ package main
 //     the test's demo listens on a free port;
 //   - an MCP session id: the page's (Mcp-Session-Id: in an output, and
 //     wherever the page repeats it) stands for the one the demo issued;
-//   - a log line's database= names the tests' database, not the page's;
+//   - a log line's host=, port= and database= name the tests' database
+//     server (a container's port, or TEST_DATABASE_URL's), not the page's;
 //   - go run ./cmd/idem runs the CLI built from this checkout;
 //   - line ends (curl -i prints CRLF) and trailing blank lines.
 //
@@ -417,7 +418,7 @@ var norms = []struct {
 	{regexp.MustCompile(`^Date: .*$`), "Date: <date>"},
 	{regexp.MustCompile(`\btime=\d{4}-\d\d-\d\dT\S+`), "time=<time>"},
 	{regexp.MustCompile(`^took \d+\.\d+s$`), "took <seconds>s"},
-	{regexp.MustCompile(`\bdatabase=\S+`), "database=<database>"},
+	{regexp.MustCompile(`\bhost=\S+ port=\d+ database=\S+`), "host=<host> port=<port> database=<database>"},
 }
 
 func norm(line string) string {
