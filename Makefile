@@ -39,7 +39,7 @@ test-ha: ## Run the Patroni suite (integration/ha: etcd, three Patroni members, 
 	cd integration && IDEM_TEST_HA=1 $(GO) test -race -count=1 -timeout 30m -v -run '$(HA_RUN)' ./ha/
 
 .PHONY: lint
-lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, and scripts/images.sh on a cold machine (stubbed).
+lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, scripts/images.sh on a cold machine and scripts/test.sh (both stubbed).
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
@@ -48,6 +48,7 @@ lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on ever
 	@scripts=$$(git ls-files -co --exclude-standard | while read -r f; do [ -f "$$f" ] && head -n1 "$$f" | grep -qE '^#!.*\b(ba)?sh\b' && echo "$$f"; done); \
 	echo "shellcheck $$(echo $$scripts | wc -w) scripts"; shellcheck $$scripts
 	@bash scripts/check/images.sh
+	@bash scripts/check/test-sh.sh
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2

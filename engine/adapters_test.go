@@ -26,13 +26,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Main(m)) // testdb: the queue consumer example
 }
 
 // work is the protected side effect: it runs under the adapter's context

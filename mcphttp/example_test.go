@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
 )
 
 // A go-sdk MCP server behind mcphttp: an agent that repeats a tools/call
@@ -60,14 +61,25 @@ func Example() {
 
 // A tool forwards the call's _meta to the upstream API it calls, as
 // X-Session-Id and X-Idempotency-Key, so the upstream's own idem
-// middleware dedupes as well.
+// middleware dedupes as well: a retried call (the same idempotencyKey)
+// creates one invoice upstream, even through a server that does not
+// deduplicate the call itself.
 func ExampleTransport() {
+	// The upstream invoice API, protected by the idem middleware.
+	invoices := 0
+	api := httptest.NewServer(middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			invoices++
+			fmt.Fprintf(w, "invoice %d (session %s)", invoices, r.Header.Get("X-Session-Id"))
+		})))
+	defer api.Close()
+
 	upstream := &http.Client{Transport: &mcphttp.Transport{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice"}, func(ctx context.Context, req *mcp.CallToolRequest, in map[string]any) (*mcp.CallToolResult, any, error) {
 		ctx = mcphttp.NewContext(ctx, mcphttp.FromCallToolRequest(req))
 		body, _ := json.Marshal(in)
-		post, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:8080/invoices", bytes.NewReader(body))
+		post, err := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/invoices", bytes.NewReader(body))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -77,6 +89,33 @@ func ExampleTransport() {
 		}
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}, nil, nil
+		text := fmt.Sprintf("%s, replayed upstream: %q", out, resp.Header.Get("Idempotent-Replayed"))
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
 	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	defer srv.Close()
+
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer cs.Close()
+	call := &mcp.CallToolParams{
+		Name:      "create_invoice",
+		Arguments: map[string]any{"customer": "ACME"},
+		Meta:      mcp.Meta{"sessionId": "conversation-1", "idempotencyKey": "turn-3-create_invoice"},
+	}
+	for range 2 { // the agent retries
+		res, err := cs.CallTool(context.Background(), call)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res.Content[0].(*mcp.TextContent).Text)
+	}
+	fmt.Println("invoices created upstream:", invoices)
+	// Output:
+	// invoice 1 (session conversation-1), replayed upstream: ""
+	// invoice 1 (session conversation-1), replayed upstream: "true"
+	// invoices created upstream: 1
 }

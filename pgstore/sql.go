@@ -31,6 +31,8 @@ type statements struct {
 	// a claim statement, and the completion that raises the stale-claim
 	// error itself (sql/complete.sql with .Tx).
 	txLimits, txRestore, txComplete string
+	// keys lists rows for operators (Store.Keys).
+	keys string
 	// completeLarge is complete for a large body, the JSON built in SQL
 	// around it (sql/complete.sql with .Large).
 	completeLarge string
@@ -84,6 +86,7 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		{file: "inspect", dst: &st.inspect},
 		{file: "forget", dst: &st.forget, variants: []variant{{&st.forgetQuiet, func(d *statementData) { d.Notify = false }}}},
 		{file: "stats", dst: &st.stats},
+		{file: "keys", dst: &st.keys},
 		{file: "channel", dst: &st.channel},
 		{file: "heartbeat", dst: &st.heartbeat},
 		{file: "tx_limits", dst: &st.txLimits},
