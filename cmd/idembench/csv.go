@@ -19,7 +19,7 @@ import (
 // series is the mode; the wait mode writes "wait-wake-W" (a waiter's wake
 // after the commit) and "complete-waiters-W" (Complete's own latency) for W
 // waiters per key, so that charts of wait* series show wake latencies only,
-// and "onetx-wake-W" and "onetx-complete-waiters-W" for the one-commit
+// and "wait-onetx-wake-W" and "onetx-complete-waiters-W" for the one-commit
 // path. clients is -concurrency, or, for the one-commit path's waits, the
 // keys in flight at once; instances is 1 except in the wait mode. A nil
 // *csvOut (no -csv) writes nothing.
@@ -78,7 +78,7 @@ func (o *csvOut) wait(cfg config, rs []waitResult) {
 	for _, r := range rs {
 		complete, wake := "complete-waiters-", "wait-wake-"
 		if r.onetx {
-			complete, wake = "onetx-complete-waiters-", "onetx-wake-"
+			complete, wake = "onetx-complete-waiters-", "wait-onetx-wake-"
 		}
 		series := complete + strconv.Itoa(r.waiters)
 		o.measure(series, r.clients, r.instances, "p50", ms(percentile(r.complete, 0.50)), "ms")
