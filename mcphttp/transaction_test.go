@@ -68,6 +68,17 @@ func TestInTransaction(t *testing.T) {
 		}
 		return nil, nil, &jsonrpc.Error{Code: -32000, Message: "failed after the insert"}
 	})
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	mcp.AddTool(server, &mcp.Tool{Name: "gated"}, func(ctx context.Context, req *mcp.CallToolRequest, in textArgs) (*mcp.CallToolResult, any, error) {
+		runs.Add(1)
+		id, err := insert(ctx, req, in.Text)
+		if err != nil {
+			return nil, nil, err
+		}
+		entered <- struct{}{}
+		<-gate
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("invoice %d", id)}}}, nil, nil
+	})
 	mcp.AddTool(server, &mcp.Tool{Name: "elsewhere"}, func(ctx context.Context, req *mcp.CallToolRequest, _ textArgs) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("transaction %v", pgstore.TxFrom(mcphttp.TxContext(ctx, req)) != nil)}}}, nil, nil
 	})
@@ -123,5 +134,23 @@ func TestInTransaction(t *testing.T) {
 
 	if got, err := call("elsewhere", "k3"); err != nil || got != "transaction false" {
 		t.Fatalf("a tool outside InTransaction: %q, %v", got, err)
+	}
+
+	// A duplicate of a call whose transaction is open waits for it (in
+	// PostgreSQL, on the key's row) and gets its response.
+	type answer struct {
+		text string
+		err  error
+	}
+	first2, dup := make(chan answer, 1), make(chan answer, 1)
+	go func() { text, err := call("gated", "k4"); first2 <- answer{text, err} }()
+	<-entered
+	go func() { text, err := call("gated", "k4"); dup <- answer{text, err} }()
+	time.Sleep(100 * time.Millisecond) // the duplicate is waiting
+	close(gate)
+	a, b := <-first2, <-dup
+	if a.err != nil || b.err != nil || a.text != b.text || runs.Load() != 2 || invoices() != 2 {
+		t.Fatalf("original %q, %v; duplicate %q, %v; %d runs, %d invoices; want one run and the duplicate answered its response",
+			a.text, a.err, b.text, b.err, runs.Load(), invoices())
 	}
 }
