@@ -33,7 +33,9 @@ type history struct {
 	// crashes is what instances printed that says they crashed by
 	// themselves.
 	crashes []string
-	end     int64
+	// pgSamples are the moments something waited in the database.
+	pgSamples []pgSample
+	end       int64
 }
 
 type dbEffect struct {
@@ -82,7 +84,7 @@ type execution struct {
 	ID, Key, Kind, Attempt, Instance, Variant string
 	PID                                       int
 	Gen                                       int64
-	Start, Effect, AnswerT                    int64
+	ClaimSent, Start, Effect, AnswerT         int64
 	AnswerCode                                int
 	EffectSeq                                 int64
 	Fate                                      string
@@ -171,7 +173,7 @@ func (h *history) instName(i int) string {
 func joinExecutions(h *history) map[string]*execution {
 	execs := map[string]*execution{}
 	var order []*execution
-	acquired := map[string]int64{} // attempt → generation
+	acquired := map[string]wire.Record{} // attempt → the claim that acquired
 	events := map[string][]wire.Record{}
 	stopped := map[int]bool{} // pids that stopped cleanly
 	for _, r := range h.records {
@@ -193,7 +195,7 @@ func joinExecutions(h *history) map[string]*execution {
 			}
 		case wire.EvStore:
 			if r.Op == "claim" && r.What == "acquired" && r.Attempt != "" {
-				acquired[r.Attempt] = r.Gen
+				acquired[r.Attempt] = r
 			}
 		case wire.EvIdem:
 			if r.Attempt != "" {
@@ -215,8 +217,11 @@ func joinExecutions(h *history) map[string]*execution {
 	}
 	for _, x := range order {
 		x.Kind = kinds[x.Key]
-		if g, ok := acquired[x.Attempt]; ok && x.Gen == 0 {
-			x.Gen = g
+		if c, ok := acquired[x.Attempt]; ok {
+			x.ClaimSent = c.Sent
+			if x.Gen == 0 {
+				x.Gen = c.Gen
+			}
 		}
 		x.events = events[x.Attempt]
 		x.Fate, x.Cause = fateOf(x.events, stopped[x.PID])
@@ -296,7 +301,7 @@ type opOutput struct {
 //   - 422 is only for the other body, which must never run.
 func step(state string, in opInput, out opOutput) []string {
 	switch out.Outcome {
-	case outError, outInFlight, outUnavailable, outUnexpected:
+	case outError, outNoResponse, outInFlight, outUnavailable, outUnexpected:
 		if in.Exec != "" && in.MayRecord && state == "" {
 			return []string{"", in.Exec}
 		}
@@ -391,7 +396,7 @@ func operations(h *history, attempts []*attempt, byAttempt map[string]*execution
 			default:
 				out.Fate = "rec"
 			}
-		case outError, outInFlight, outUnavailable, outUnexpected:
+		case outError, outNoResponse, outInFlight, outUnavailable, outUnexpected:
 			ret = h.end + 1
 		}
 		ops = append(ops, porcupine.Operation{ClientId: a.Worker, Input: in, Call: a.Start, Output: out, Return: ret})
@@ -504,11 +509,15 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 }
 
 // explaining returns a fault that touched x's instance (or PostgreSQL)
-// between x's start and until, or nil.
+// between the claim x ran under and until, or nil.
 func (h *history) explaining(x *execution, until int64) *appliedFault {
+	from := x.Start
+	if x.ClaimSent != 0 {
+		from = min(from, x.ClaimSent)
+	}
 	for i := range h.faults {
 		f := &h.faults[i]
-		if f.End < x.Start || f.Begin > until {
+		if f.End < from || f.Begin > until {
 			continue
 		}
 		if f.Target < 0 || h.instName(f.Target) == x.Instance {

@@ -33,6 +33,11 @@ const (
 	outInFlight    = "in-flight"   // 409 (or -32091)
 	outUnavailable = "unavailable" // 503 (or -32093), or the tool's retryable error
 	outError       = "error"       // no answer: connection error, time-out, the client hung up
+	// outNoResponse is an MCP call answered HTTP 200 with no JSON-RPC
+	// response at all (go-sdk ends a call's stream without one when its
+	// context is cancelled): the client cannot tell what happened, as
+	// after a time-out. Not a break of the promise, but counted apart.
+	outNoResponse = "no-response"
 	outUnexpected  = "unexpected"  // anything the promise does not allow
 )
 
@@ -368,6 +373,10 @@ func classifyHTTP(a *attempt, status int, body []byte, replayed bool) {
 func classifyMCP(a *attempt, status int, body []byte, replayed bool) {
 	if status != http.StatusOK {
 		a.Outcome, a.Detail = outUnexpected, fmt.Sprintf("HTTP %d %s", status, bytes.TrimSpace(body))
+		return
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		a.Outcome, a.Detail = outNoResponse, "HTTP 200 with an empty body"
 		return
 	}
 	var msg struct {

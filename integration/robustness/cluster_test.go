@@ -414,3 +414,51 @@ func (s *effectService) snapshot() []effect {
 	defer s.mu.Unlock()
 	return append([]effect(nil), s.log...)
 }
+
+// pgSample is what the database looked like at one moment when something
+// waited in it: lock waits and long transactions, for the event sequences.
+type pgSample struct {
+	T    int64
+	Text string
+}
+
+// samplePostgres looks at pg_stat_activity every 250ms until ctx ends and
+// keeps the moments when a backend waited on a lock or a transaction had
+// been open for more than 300ms, with what blocked it.
+func (c *cluster) samplePostgres(ctx context.Context) []pgSample {
+	var out []pgSample
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		rows, err := c.pool.Query(qctx, `
+			SELECT a.pid, a.application_name, coalesce(a.state, ''), coalesce(a.wait_event_type || ':' || a.wait_event, ''),
+			       extract(epoch FROM now() - a.xact_start)::float8, left(a.query, 80), pg_blocking_pids(a.pid)::text
+			FROM pg_stat_activity a
+			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
+			  AND (a.wait_event_type = 'Lock' OR now() - a.xact_start > interval '300 milliseconds')`)
+		if err != nil {
+			cancel()
+			continue
+		}
+		var lines []string
+		for rows.Next() {
+			var pid int
+			var app, state, wait, query, blockers string
+			var age float64
+			if rows.Scan(&pid, &app, &state, &wait, &age, &query, &blockers) == nil {
+				lines = append(lines, fmt.Sprintf("pid %d %s %s %s xact %.2fs blocked by %s: %s", pid, app, state, wait, age, blockers, strings.Join(strings.Fields(query), " ")))
+			}
+		}
+		rows.Close()
+		cancel()
+		if len(lines) > 0 {
+			out = append(out, pgSample{T: c.clock.now(), Text: strings.Join(lines, "; ")})
+		}
+	}
+}

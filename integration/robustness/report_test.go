@@ -86,6 +86,9 @@ func summarize(cfg runConfig, h *history, rep *report, st runStats) string {
 	}
 	fmt.Fprintf(&b, "  executions by fate: %s\n", countsOf(fates))
 	fmt.Fprintf(&b, "  effects run again in a documented window, each explained by a fault: %s\n", countsOf(rep.windows))
+	if n := outcomes[outNoResponse]; n > 0 {
+		fmt.Fprintf(&b, "  finding outside the promise: %d MCP calls answered HTTP 200 with no JSON-RPC response (their claim was lost or cut off while the tool ran; go-sdk ends such a call's stream without a response, and mcphttp passes the empty answer on)\n", n)
+	}
 	fmt.Fprintf(&b, "  anomalies: %d\n", len(rep.violations))
 	for i, v := range rep.violations {
 		if i == 20 {
@@ -135,6 +138,13 @@ func writeArtifacts(cfg runConfig, h *history, rep *report, summary string) (str
 		fmt.Fprintf(&faults, "%s..%s %s %s %v %s\n", h.at(f.Begin), h.at(f.End), f.Kind, h.instName(f.Target), f.For, f.Err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "faults.txt"), []byte(faults.String()), 0o644); err != nil {
+		return dir, err
+	}
+	var pg strings.Builder
+	for _, p := range h.pgSamples {
+		fmt.Fprintf(&pg, "%s %s\n", h.at(p.T), p.Text)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "postgres.txt"), []byte(pg.String()), 0o644); err != nil {
 		return dir, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary), 0o644); err != nil {
@@ -277,6 +287,11 @@ func eventSequence(h *history, rep *report, key string) string {
 				s += fmt.Sprintf(" abandoned=%d expired=%d", r.Abandoned, r.Expired)
 			}
 			lines = append(lines, line{r.T, s})
+		}
+	}
+	for _, p := range h.pgSamples {
+		if p.T >= first && p.T <= last {
+			lines = append(lines, line{p.T, "pg      " + p.Text})
 		}
 	}
 	sort.SliceStable(lines, func(i, j int) bool { return lines[i].t < lines[j].t })

@@ -167,6 +167,9 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 	defer stop()
 	in := &injector{c: c}
 	in.run(ctx, clk.start, sched)
+	sampleCtx, stopSampling := context.WithCancel(context.Background())
+	samples := make(chan []pgSample, 1)
+	go func() { samples <- c.samplePostgres(sampleCtx) }()
 	var clients sync.WaitGroup
 	for i := range cfg.clients {
 		cl := newClient(i, cfg.seed, c, keys, hist)
@@ -222,11 +225,13 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 	for _, n := range c.nodes {
 		n.stop()
 	}
+	stopSampling()
 	stats.settle = time.Since(settleStart)
 
 	h := &history{
 		lease: cfg.lease, attempts: hist.snapshot(), records: c.records.snapshot(), effects: c.effects.snapshot(),
 		dbRows: dbEffects(t, c), faults: in.applied(), recorded: recorded, left: left, unsettled: unsettled, end: clk.now(),
+		pgSamples: <-samples,
 	}
 	for _, n := range c.nodes {
 		h.instances = append(h.instances, n.name)

@@ -94,6 +94,7 @@ func run(ctx context.Context, cfg config) error {
 		return fmt.Errorf("-database-url: %w", err)
 	}
 	pcfg.MaxConns = 16
+	pcfg.ConnConfig.RuntimeParams["application_name"] = cfg.instance
 	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	// A pool must not keep handing out connections a fault cut: pgx
 	// closes a connection whose query failed on the network, and checks
