@@ -76,6 +76,7 @@ const (
 	fateCrashed        = "crashed"         // its process was killed before it reported
 	fateSuperseded     = "superseded"      // its claim was taken over: a completion or release found it stale
 	fateReleased       = "released"        // its key was released (or the release failed)
+	fateLeft           = "left"            // its claim was left to its lease: the work may still run (an MCP stream ended before the response)
 	fateUnended        = "unended"         // no end, and its process ended cleanly
 )
 
@@ -248,6 +249,8 @@ func fateOf(events []wire.Record, stoppedCleanly bool) (fate, cause string) {
 			return fateSuperseded, e.Err
 		case "released":
 			return fateReleased, e.Err
+		case "left":
+			return fateLeft, ""
 		case "store error":
 			switch e.Op {
 			case "complete":
@@ -488,6 +491,8 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 				window = "owner fenced after its lease ran out"
 			case prev.Fate == fateReleased && !prev.answered():
 				window = "released before it answered"
+			case prev.Fate == fateLeft:
+				window = "left to its lease (its stream ended before the response)"
 			}
 			if window == "" {
 				what := fmt.Sprintf("its claim was %s", prev.Fate)
