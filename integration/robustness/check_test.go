@@ -256,6 +256,9 @@ func fateOf(events []wire.Record, stoppedCleanly bool) (fate, cause string) {
 			case "complete":
 				return fateCompleteFailed, e.Err
 			case "release":
+				if lost != "" {
+					return fateReleased, "lease lost, then the release failed: " + e.Err
+				}
 				return fateReleased, "the release failed: " + e.Err
 			}
 		case "lease lost":
@@ -469,6 +472,12 @@ func describeAnswers(as []*attempt) string {
 // process killed before it recorded, its completion failed, its owner
 // fenced after its lease ran out), and a fault must explain that ending.
 func checkEffects(h *history, rep *report, execs map[string]*execution) {
+	answeredClient := map[string]bool{} // attempts whose client got an answer
+	for _, a := range h.attempts {
+		if a.Outcome == outAnswer || a.Outcome == outReplay {
+			answeredClient[a.ID] = true
+		}
+	}
 	byKey := map[string][]effect{}
 	for _, e := range h.effects {
 		byKey[e.Key] = append(byKey[e.Key], e)
@@ -491,6 +500,11 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 				window = "owner fenced after its lease ran out"
 			case prev.Fate == fateReleased && !prev.answered():
 				window = "released before it answered"
+			case prev.Fate == fateReleased && prev.Kind == kindMCP && !answeredClient[prev.Attempt] && cutOff(prev.Cause):
+				// mcphttp's documented gap: go-sdk ends a cancelled call's
+				// stream without its result, so the wrapper has no answer
+				// to record and releases, while the tool ran on.
+				window = "mcphttp: a call cut off (lease lost, shutdown) answered nothing, though its tool ran"
 			case prev.Fate == fateLeft:
 				window = "left to its lease (its stream ended before the response)"
 			}
@@ -511,6 +525,12 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 			rep.windows[window]++
 		}
 	}
+}
+
+// cutOff reports whether a release's cause is the work's context ended by
+// the engine: a lost lease or Shutdown.
+func cutOff(cause string) bool {
+	return strings.Contains(cause, "lease lost") || strings.Contains(cause, "shutdown")
 }
 
 // explaining returns a fault that touched x's instance (or PostgreSQL)
