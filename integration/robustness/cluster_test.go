@@ -51,9 +51,6 @@ type clock struct{ start time.Time }
 
 func (c *clock) now() int64 { return time.Now().UnixNano() }
 
-// since is a time of the run as an offset from its start, for printing.
-func (c *clock) since(t int64) time.Duration { return time.Duration(t - c.start.UnixNano()) }
-
 // buildService builds robustness/sut into dir, with the idem_mutant tag
 // when mutant is set.
 func buildService(dir string, mutant bool, race bool) (string, error) {
