@@ -66,7 +66,7 @@ func TestFateOf(t *testing.T) {
 		{"killed", []wire.Record{ev("claimed", "", "")}, false, fateCrashed},
 		{"never ended", []wire.Record{ev("claimed", "", "")}, true, fateUnended},
 	} {
-		if got, _ := fateOf(tc.events, tc.stopped); got != tc.want {
+		if got, _, _ := fateOf(tc.events, tc.stopped); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}

@@ -90,6 +90,7 @@ type execution struct {
 	EffectSeq                                 int64
 	Fate                                      string
 	Cause                                     string // why it was released, or its completion failed
+	EndT                                      int64  // when its fate was reported (zero if it never was)
 	events                                    []wire.Record
 }
 
@@ -225,7 +226,7 @@ func joinExecutions(h *history) map[string]*execution {
 			}
 		}
 		x.events = events[x.Attempt]
-		x.Fate, x.Cause = fateOf(x.events, stopped[x.PID])
+		x.Fate, x.Cause, x.EndT = fateOf(x.events, stopped[x.PID])
 		if x.Kind == kindDB {
 			// The row and the recorded answer commit together.
 			if committed[x.ID] {
@@ -238,42 +239,43 @@ func joinExecutions(h *history) map[string]*execution {
 	return execs
 }
 
-// fateOf reads how an execution's claim ended from its attempt's events.
-func fateOf(events []wire.Record, stoppedCleanly bool) (fate, cause string) {
-	lost := ""
+// fateOf reads how an execution's claim ended from its attempt's events,
+// and when that was reported.
+func fateOf(events []wire.Record, stoppedCleanly bool) (fate, cause string, at int64) {
+	lost, lostAt := "", int64(0)
 	for _, e := range events {
 		switch e.What {
 		case "completed":
-			return fateRecorded, ""
+			return fateRecorded, "", e.T
 		case "stale":
-			return fateSuperseded, e.Err
+			return fateSuperseded, e.Err, e.T
 		case "released":
-			return fateReleased, e.Err
+			return fateReleased, e.Err, e.T
 		case "left":
-			return fateLeft, ""
+			return fateLeft, "", e.T
 		case "store error":
 			switch e.Op {
 			case "complete":
-				return fateCompleteFailed, e.Err
+				return fateCompleteFailed, e.Err, e.T
 			case "release":
 				if lost != "" {
-					return fateReleased, "lease lost, then the release failed: " + e.Err
+					return fateReleased, "lease lost, then the release failed: " + e.Err, e.T
 				}
-				return fateReleased, "the release failed: " + e.Err
+				return fateReleased, "the release failed: " + e.Err, e.T
 			}
 		case "lease lost":
-			lost = e.Err
+			lost, lostAt = e.Err, e.T
 		}
 	}
 	switch {
 	case lost != "":
 		// Lost, then nothing: the release (or, fenced, the completion)
 		// found the key taken over, which is not reported again.
-		return fateSuperseded, lost
+		return fateSuperseded, lost, lostAt
 	case !stoppedCleanly:
-		return fateCrashed, ""
+		return fateCrashed, "", 0
 	}
-	return fateUnended, ""
+	return fateUnended, "", 0
 }
 
 // The model of the promise, for porcupine. A key's state is the execution
@@ -513,12 +515,12 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 				if prev.Fate == fateReleased {
 					what = "it answered 201 and its key was released (" + prev.Cause + ")"
 				}
-				rep.add(violation{Kind: vDoubleEffect, Key: k, At: cur.T,
+				rep.add(violation{Kind: vDoubleEffect, Key: k, At: max(cur.T, prev.EndT),
 					Detail: fmt.Sprintf("effect %d by %s (attempt %s) after %s (attempt %s) ran the effect: %s", cur.Seq, cur.Exec, cur.Attempt, prev.ID, prev.Attempt, what)})
 				continue
 			}
 			if f := h.explaining(prev, cur.T); f == nil {
-				rep.add(violation{Kind: vUnexplained, Key: k, At: cur.T,
+				rep.add(violation{Kind: vUnexplained, Key: k, At: max(cur.T, prev.EndT),
 					Detail: fmt.Sprintf("effect %d by %s after %s (%s, %s): no fault on %s or PostgreSQL between", cur.Seq, cur.Exec, prev.ID, window, prev.Cause, prev.Instance)})
 				continue
 			}
