@@ -38,7 +38,7 @@ const (
 	// context is cancelled): the client cannot tell what happened, as
 	// after a time-out. Not a break of the promise, but counted apart.
 	outNoResponse = "no-response"
-	outUnexpected  = "unexpected"  // anything the promise does not allow
+	outUnexpected = "unexpected" // anything the promise does not allow
 )
 
 // attempt is one HTTP request of a client: one operation of the history.
