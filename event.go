@@ -58,6 +58,13 @@ const (
 	// the adapter would otherwise have answered from the store; the client
 	// got that refusal. Status is its HTTP status.
 	EventRejected
+	// EventLeft: the work ended with an answer that is neither a result
+	// nor a failure (an MCP stream that ended before the call's response:
+	// the tool may still run), so its claim was left, unrenewed, to its
+	// lease: until the lease runs out a retry waits or is told to retry,
+	// then it runs. This process no longer holds the claim. Duration is
+	// the run time.
+	EventLeft
 )
 
 func (k EventKind) String() string {
@@ -82,6 +89,8 @@ func (k EventKind) String() string {
 		return "lease lost"
 	case EventRejected:
 		return "rejected"
+	case EventLeft:
+		return "left"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

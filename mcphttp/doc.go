@@ -188,14 +188,16 @@
 // response (the wrapper stops sending it to the gone client) and the
 // wrapper records it for the retry. The claim, its renewal, the deadline
 // that cancels the inner handler's context (cause [idem.ErrLeaseLost])
-// before the lease could run out unrenewed, [Options.Shutdown], which
+// before the lease could run out unrenewed, the call's deadline
+// ([Options.MaxExecution], or the request's own), [Options.Shutdown], which
 // endings are recorded and the retry delays are the shared behaviour of
 // idem's adapters, built once in package [engine] and documented there.
 // go-sdk runs a stateful session's tool handlers on the session's context,
 // so for them a cancelled request context ends the call's stream, not the
-// tool: when the engine cancels a call (lease lost, shutdown), the wrapper
-// also sends the inner handler a notifications/cancelled for the call's id
-// on the same session, as a client would, which cancels the tool. A
+// tool: when the engine cancels a call (lease lost, deadline, shutdown),
+// the wrapper also sends the inner handler a notifications/cancelled for
+// the call's id on the same session, as a client would, which cancels the
+// tool. A
 // stateless go-sdk server handles that notice in a fresh session, so there
 // the tool runs on (a known gap). A tool that never ends keeps
 // its request's goroutine, as it keeps go-sdk's own; a session that closes

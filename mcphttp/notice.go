@@ -35,13 +35,14 @@ func sibling(ctx context.Context, r *http.Request, body []byte, method string) *
 }
 
 // cancelOnEngineStop arranges that when the engine ends the call's context
-// (its lease was lost, or the server is shutting down), the inner handler is
-// told as a client tells it: a notifications/cancelled for the call's id on
-// the same session. go-sdk runs a stateful session's tools on the session's
-// context, which the call's HTTP request context does not end; the
-// notification is what cancels the tool. It returns the function that stops
-// the arrangement once the inner handler returned, and waits for a notice
-// under way: none outlives the request.
+// (its lease was lost, its deadline passed, or the server is shutting
+// down), the inner handler is told as a client tells it: a
+// notifications/cancelled for the call's id on the same session. go-sdk
+// runs a stateful session's tools on the session's context, which the
+// call's HTTP request context does not end; the notification is what
+// cancels the tool. It returns the function that stops the arrangement once
+// the inner handler returned, and waits for a notice under way: none
+// outlives the request.
 func (m *wrapper) cancelOnEngineStop(ctx context.Context, r *http.Request, c call) (stop func()) {
 	done := make(chan struct{})
 	notice := func() {

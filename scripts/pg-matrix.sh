@@ -60,7 +60,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # as_postgres CMD...: PostgreSQL refuses to run as root.
 as_postgres() {
-	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+	if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 # run_version MAJOR: one line on stdout, status 0 if every test passed.
@@ -70,7 +70,17 @@ run_version() {
 	root=$(mktemp -d /tmp/idem-pg-matrix.XXXXXX)
 	chmod 755 "$root"
 	mkdir "$root/data"
-	[ "$(id -u)" = 0 ] && chown postgres: "$root/data"
+	if [ "$(id -u)" = 0 ]; then
+		chown postgres: "$root/data"
+		# The postgres user may not reach into the checkout (a clone in a
+		# private temporary directory, a home directory): run a copy of
+		# the installation (bin, lib, share; found relative to each
+		# other) from the server's own directory.
+		if ! runuser -u postgres -- test -x "$bin/initdb"; then
+			cp -a "$(dirname "$bin")" "$root/pg"
+			bin=$root/pg/bin
+		fi
+	fi
 	port=$(free_port)
 	as_postgres "$bin/initdb" -D "$root/data" -U idem --auth=trust --no-sync -E UTF8 >"$root/initdb.log" 2>&1 ||
 		{ cat "$root/initdb.log" >&2; echo "PostgreSQL $major: FAIL (initdb)"; rm -rf "$root"; return 1; }
