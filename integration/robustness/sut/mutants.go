@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -23,11 +24,18 @@ const (
 	// write that does not look again: two requests that both saw the key
 	// absent both run.
 	mutantClaimThenCheck = "claim-then-check"
+	// mutantReleaseAfterAnswer releases the key of work whose lease was
+	// lost, or that Shutdown cut off, although its adapter saw a whole
+	// answer (engine.MutantReleaseAfterAnswer).
+	mutantReleaseAfterAnswer = "release-after-answer"
 )
 
 func enableMutant(name string) error {
 	switch name {
 	case "", mutantUnfencedComplete, mutantClaimThenCheck:
+		return nil
+	case mutantReleaseAfterAnswer:
+		engine.MutantReleaseAfterAnswer = true
 		return nil
 	}
 	return fmt.Errorf("unknown -mutant %q", name)
