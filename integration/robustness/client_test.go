@@ -108,7 +108,7 @@ func (ks *keySpace) fresh() *keyState {
 	ks.next++
 	kind := []string{kindExt, kindExt, kindDB, kindDB, kindMCP, kindMCP, kindExt}[ks.r.IntN(7)]
 	k := &keyState{name: fmt.Sprintf("%s-%d", kind, ks.next), kind: kind, budget: 2 + ks.r.IntN(5)}
-	k.req = wire.Request{Key: k.name, Variant: "main", WorkMS: []int{0, 0, 20, 100, 300, 600, 900}[ks.r.IntN(7)], HonorCtx: ks.r.IntN(2) == 0}
+	k.req = wire.Request{Key: k.name, Variant: "main", WorkMS: []int{0, 20, 100, 300, 600, 900, 1500}[ks.r.IntN(7)], HonorCtx: ks.r.IntN(2) == 0}
 	ks.all = append(ks.all, k)
 	return k
 }

@@ -110,7 +110,7 @@ func schedule(seed int64, load time.Duration, kinds []string, instances int, lea
 	var out []fault
 	for t := 2 * time.Second; ; {
 		t += between(time.Second, 3*time.Second)
-		kind := kinds[r.IntN(len(kinds))]
+		kind := weighted(r, kinds)
 		f := fault{Kind: kind, At: t, Target: r.IntN(instances)}
 		switch kind {
 		case faultLatency:
@@ -150,6 +150,20 @@ func schedule(seed int64, load time.Duration, kinds []string, instances int, lea
 		out = append(out, f)
 	}
 	return out
+}
+
+// weighted picks a kind, a pause twice as often as any other: a pause
+// longer than the lease during a handler's work is what leads to a
+// takeover and then a stale completion, the path the fence exists for.
+func weighted(r *rand.Rand, kinds []string) string {
+	var pool []string
+	for _, k := range kinds {
+		pool = append(pool, k)
+		if k == faultPause {
+			pool = append(pool, k)
+		}
+	}
+	return pool[r.IntN(len(pool))]
 }
 
 // appliedFault is a fault as it happened: when it began and ended, on the

@@ -85,6 +85,18 @@ func summarize(cfg runConfig, h *history, rep *report, st runStats) string {
 		fates[x.Fate]++
 	}
 	fmt.Fprintf(&b, "  executions by fate: %s\n", countsOf(fates))
+	fence := map[string]int{}
+	for _, r := range h.records {
+		switch {
+		case r.Ev == wire.EvStore && r.Op == "claim" && r.Takeover:
+			fence["takeovers"]++
+		case r.Ev == wire.EvStore && strings.HasPrefix(r.Err, "stale"):
+			fence["stale "+r.Op+"s refused"]++
+		case r.Ev == wire.EvSweep:
+			fence["abandoned claims swept"] += r.Abandoned
+		}
+	}
+	fmt.Fprintf(&b, "  claims: %s\n", countsOf(fence))
 	fmt.Fprintf(&b, "  effects run again in a documented window, each explained by a fault: %s\n", countsOf(rep.windows))
 	if n := outcomes[outNoResponse]; n > 0 {
 		fmt.Fprintf(&b, "  finding outside the promise: %d MCP calls answered HTTP 200 with no JSON-RPC response (their claim was lost or cut off while the tool ran; go-sdk ends such a call's stream without a response, and mcphttp passes the empty answer on)\n", n)
