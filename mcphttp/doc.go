@@ -60,9 +60,8 @@
 // arguments is answered with [CodeKeyReused] and not run. Because the
 // transport's Mcp-Session-Id plays no part, a client that re-initializes
 // after a server restart (its MCP session is gone) and retries with the same
-// key still gets the replay. The tool receives the key in _meta as the
-// client sent it; a key from the other sources reaches it through
-// [DerivedKeyHeader].
+// key still gets the replay. The tool receives the key to forward upstream,
+// bound to the caller, through [DerivedKeyHeader] (see "_meta upstream").
 //
 // A call without a key, before protocol 2026-07-28, is keyed by the
 // method-call key, [idem.KeyForMethodCall], from the Mcp-Session-Id, the
@@ -240,18 +239,24 @@
 // # _meta upstream
 //
 // A tool that calls an upstream HTTP API forwards _meta.sessionId as
-// X-Session-Id and _meta.idempotencyKey as X-Idempotency-Key, so the
-// upstream can dedupe too. In a go-sdk tool handler, [FromCallToolRequest]
-// returns both (go-sdk runs tool handlers on the session's context, not
-// the request's, so the wrapper cannot pass them in a context). When _meta
-// carries no key, the key the wrapper derived is forwarded instead (a hash
-// of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
+// X-Session-Id and the call's key as X-Idempotency-Key, so the upstream can
+// dedupe too. In a go-sdk tool handler, [FromCallToolRequest] returns both
+// (go-sdk runs tool handlers on the session's context, not the request's,
+// so the wrapper cannot pass them in a context). The key forwarded is never
+// the client's key as sent: it is the call's key (_meta.idempotencyKey,
+// params.idempotencyKey, the header, or the key the wrapper derived) bound
+// to the call's scope, the hex HMAC-SHA-256 of the key keyed by the scope,
+// handed to the inner handler in [DerivedKeyHeader]. The upstream cannot be
+// trusted to tell callers apart: a server on MCP's OAuth profile calls its
+// APIs with its own token (no [Transport.Upstreams]), so every caller looks
+// the same there, and a raw "pay-1" from Alice and from Bob would be one key
+// upstream, Bob reading Alice's payment. Bound, two callers never share a
+// result upstream, and one caller's retry forwards the same value, so the
+// upstream dedupes it. A call the wrapper did not deduplicate forwards no key.
 // The caller's Authorization and X-Api-Key travel with them, as MCP
 // servers generated from a REST API's description forward them, but only to the upstream origins
-// [Transport.Upstreams] names and never on a redirect to another origin:
-// the upstream authenticates the same caller, and its own idem middleware
-// scopes the key to that caller, so two callers who send one
-// _meta.idempotencyKey never share a result upstream. [Transport] sets the
+// [Transport.Upstreams] names and never on a redirect to another origin.
+// [Transport] sets the
 // headers on every upstream request whose context carries a [Meta]
 // ([NewContext]); its documentation relates this to the MCP authorization
 // specification's rule against token passthrough.

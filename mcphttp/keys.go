@@ -1,6 +1,7 @@
 package mcphttp
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -94,10 +95,10 @@ func invalidKeyResponse(c call, source string, err error) []byte {
 	})
 }
 
-// identify returns the claim for a call, the key forwarded upstream and
-// where the call's key came from (empty for a derived one), and whether the
-// call can be deduplicated at all; keyErr is an invalid key or a caller the
-// scope cannot name (see [scoper]).
+// identify returns the claim for a call, the key forwarded upstream (see
+// [forwardedKey]) and where the call's key came from (empty for a derived
+// one), and whether the call can be deduplicated at all; keyErr is an
+// invalid key or a caller the scope cannot name (see [scoper]).
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
 	scope, scopeErr := m.scope.scope(r, c.sessionID)
 	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
@@ -115,7 +116,10 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 				req.Key, err = idem.ParseRoundKey(key, c.round)
 			}
 		}
-		return req, key, source, true, err
+		if err != nil {
+			return req, "", source, true, err
+		}
+		return req, forwardedKey(scope, clientKeyDomain, key), source, true, nil
 	}
 	session := r.Header.Get("Mcp-Session-Id")
 	if session == "" || m.stateless || modern(r, c) {
@@ -138,6 +142,30 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 		target += "/" + c.round
 	}
 	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, target)
-	f := sha256.Sum256([]byte(scope + "\x00" + req.Key.String()))
-	return req, hex.EncodeToString(f[:]), "", true, nil
+	return req, forwardedKey(scope, derivedKeyDomain, req.Key.String()), "", true, nil
+}
+
+// Domains of [forwardedKey], so that a client's key and a derived key can
+// never forward the same value.
+const (
+	clientKeyDomain  = "client-key"
+	derivedKeyDomain = "derived-key"
+)
+
+// forwardedKey is the key a call's tool forwards upstream
+// ([Meta.IdempotencyKey], X-Idempotency-Key): the hex HMAC-SHA-256, keyed by
+// the call's scope, of the domain and the call's key. Bound to the scope,
+// because the upstream may not know who is calling: a server on MCP's OAuth
+// profile calls its APIs with its own token, so there every caller has one
+// scope upstream, and two callers who both send the key "pay-1" would share
+// one upstream result (the second caller reading the first's payment). The
+// same caller's retry has the same scope and key, so it forwards the same
+// value and the upstream dedupes it. 64 hex characters: a bare token, and a
+// valid key for any upstream that takes up to 255.
+func forwardedKey(scope, domain, key string) string {
+	mac := hmac.New(sha256.New, []byte(scope))
+	mac.Write([]byte(domain))
+	mac.Write([]byte{0})
+	mac.Write([]byte(key))
+	return hex.EncodeToString(mac.Sum(nil))
 }

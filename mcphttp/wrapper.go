@@ -146,7 +146,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	d := m.eng.TryClaim(ctx, ereq)
 	switch d.Outcome {
 	case engine.Run:
-		m.execute(w, r, c, ereq, d, forward, source)
+		m.execute(w, r, c, ereq, d, forward)
 		return
 	case engine.Gone:
 		return
@@ -161,7 +161,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	if d.Outcome == engine.InFlight && m.wait > 0 {
 		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
 		case engine.Run:
-			m.execute(w, r, c, ereq, d, forward, source)
+			m.execute(w, r, c, ereq, d, forward)
 			return
 		case engine.Gone:
 			return // the client went away while it waited

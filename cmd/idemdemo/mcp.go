@@ -24,10 +24,12 @@ type toolOutput struct {
 
 // invoiceTool is the create_invoice tool. Like a generated MCP server, it
 // does nothing itself: it calls the invoice REST API over HTTP, forwarding
-// the call's _meta.sessionId and _meta.idempotencyKey (or the key mcphttp
-// derived for the call) as X-Session-Id and X-Idempotency-Key, as MCP
-// servers generated from a REST API's description do, so that the API's own
-// Idempotency-Key middleware dedupes the call too.
+// the call's _meta.sessionId as X-Session-Id and its key as
+// X-Idempotency-Key, as MCP servers generated from a REST API's description
+// do, so that the API's own Idempotency-Key middleware dedupes the call too.
+// The key is the one mcphttp hands the tool: the call's key
+// (_meta.idempotencyKey, or the key mcphttp derived) bound to the caller, so
+// that two callers who pick one key never share an invoice.
 type invoiceTool struct {
 	url    string // the invoice API's POST endpoint
 	client *http.Client
