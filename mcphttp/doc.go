@@ -24,6 +24,13 @@
 // name their method in the Mcp-Method header, a request whose header names
 // another method passes through without its body being read at all.
 //
+// The wrapper reads a body as go-sdk's server reads it: member names
+// exactly, after unescaping ("PARAMS" is not "params"), so what it keys and
+// fingerprints is what the server runs. A call whose envelope, params or
+// _meta repeat a member name, which one reader resolves one way and another
+// another, is refused ([CodeInvalidRequest], [ReasonDuplicateMember], HTTP
+// 400) and not run.
+//
 // # Keys
 //
 // Every key lives in a scope: who is calling, plus the call's

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strconv"
 
 	"github.com/idemkit/idem"
@@ -19,6 +20,8 @@ type call struct {
 	// name is params.name (the tool name for tools/call); empty when the
 	// method has none.
 	name string
+	// arguments is params.arguments as sent; nil when absent.
+	arguments json.RawMessage
 	// meta is params._meta as sent; nil when absent.
 	meta json.RawMessage
 	// sessionID is _meta.sessionId; empty when absent or not a string.
@@ -42,13 +45,12 @@ type call struct {
 	// without _meta, the key and the round: for tools/call, the tool name
 	// and its arguments.
 	digest string
-}
-
-type wireRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  *string         `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	// refusal, when set, is the data.reason of the [CodeInvalidRequest]
+	// the wrapper answers instead of running the call: an id no server
+	// answers under ([ReasonUnsupportedID]), or a repeated member
+	// ([ReasonDuplicateMember]). Such a call would run unprotected or be
+	// recorded under what it did not ask for.
+	refusal string
 }
 
 // parseCall reports whether body is a single JSON-RPC request, with an id,
@@ -56,36 +58,56 @@ type wireRequest struct {
 // notification, a response to a server request, a request for another
 // method, malformed JSON, params that are not an object, a tools/call
 // without a string name) is not a call: the wrapper passes it to the inner
-// handler, which owns the answer.
+// handler, which owns the answer. A call the wrapper must refuse rather
+// than run unprotected has refusal set: see [call.refusal].
+//
+// Member names are read as go-sdk's decoder reads them: exactly, after
+// unescaping ("params" is not "PARAMS"; "par\u0061ms" is "params"). A
+// reader that matched names otherwise (encoding/json into a struct matches
+// them case-insensitively, the last one winning) could key and fingerprint
+// one member while the server runs another.
 func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
 		return call{}, false
 	}
-	var w wireRequest
-	if err := json.Unmarshal(body, &w); err != nil {
-		return call{}, false
-	}
-	if w.JSONRPC != "2.0" || w.Method == nil || !methods[*w.Method] {
-		return call{}, false
-	}
-	id, err := idem.ParseRequestID(w.ID)
+	env, repeated, err := members(body)
 	if err != nil {
-		if raw := bytes.TrimSpace(w.ID); len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+		return call{}, false
+	}
+	var version, method string
+	if json.Unmarshal(env["jsonrpc"], &version) != nil || version != "2.0" {
+		return call{}, false
+	}
+	if json.Unmarshal(env["method"], &method) != nil || !methods[method] {
+		return call{}, false
+	}
+	rawID := env["id"]
+	id, err := idem.ParseRequestID(rawID)
+	if err != nil {
+		if raw := bytes.TrimSpace(rawID); len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
 			// A number too long or too large to key: refused with the
 			// ids no server could answer (see supportedID), rather than
 			// run unprotected.
-			return call{rawID: compact(w.ID), method: *w.Method}, true
+			return call{rawID: compact(rawID), method: method, refusal: ReasonUnsupportedID}, true
 		}
 		return call{}, false // a notification, or an id nothing can key
 	}
-	c := call{id: id, rawID: compact(w.ID), method: *w.Method}
+	c := call{id: id, rawID: compact(rawID), method: method}
+	if !supportedID(id) {
+		c.refusal = ReasonUnsupportedID
+	}
 
 	params := map[string]json.RawMessage{}
-	if p := bytes.TrimSpace(w.Params); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		if p[0] != '{' || json.Unmarshal(p, &params) != nil {
+	if p := bytes.TrimSpace(env["params"]); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		var dup bool
+		if p[0] != '{' {
 			return call{}, false
 		}
+		if params, dup, err = members(p); err != nil {
+			return call{}, false
+		}
+		repeated = repeated || dup
 	}
 	if raw, ok := params["name"]; ok {
 		if json.Unmarshal(raw, &c.name) != nil {
@@ -94,11 +116,13 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	} else if c.method == "tools/call" {
 		return call{}, false
 	}
+	c.arguments = params["arguments"]
 	if raw, ok := params["_meta"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		var meta map[string]json.RawMessage
-		if json.Unmarshal(raw, &meta) != nil {
+		meta, dup, err := members(raw)
+		if err != nil {
 			return call{}, false
 		}
+		repeated = repeated || dup
 		c.meta = compact(raw)
 		if s, ok := meta["sessionId"]; ok {
 			_ = json.Unmarshal(s, &c.sessionID) // not a string: no session
@@ -112,6 +136,12 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 				c.idemKey = "" // not a string: ParseKey rejects it as empty
 			}
 		}
+	}
+	if repeated && c.refusal == "" {
+		// The server resolves a repeated member one way (go-sdk: the last
+		// wins), another reader may resolve it another: a call that is
+		// ambiguous is not one to record an answer for.
+		c.refusal = ReasonDuplicateMember
 	}
 	delete(params, "_meta")
 	c.paramKey, c.hasParamKey = takeParamKey(params)
@@ -131,6 +161,49 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	c.digest = hex.EncodeToString(h.Sum(nil))
 	return c, true
 }
+
+// members reads the JSON object raw as go-sdk's decoder reads it: each
+// member's name exactly as it reads after unescaping, its value raw, the
+// last of a repeated name winning. repeated reports that a name occurred
+// more than once. Anything but a JSON object is an error.
+func members(raw []byte) (m map[string]json.RawMessage, repeated bool, err error) {
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, false, err
+	}
+	if m == nil { // null
+		return nil, false, errNotObject
+	}
+	// A map keys names exactly, so fewer entries than members means a
+	// name repeated (also when spelled with other escapes).
+	return m, countMembers(raw) != len(m), nil
+}
+
+// countMembers counts the members of the valid JSON object raw: its commas
+// outside strings at depth one, plus one unless it is empty.
+func countMembers(raw []byte) int {
+	n, depth, empty := 0, 0, true
+	structure(raw, func(_ int, c byte) bool {
+		switch c {
+		case '"':
+			empty = empty && depth != 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 {
+				n++
+			}
+		}
+		return true
+	})
+	if empty {
+		return 0
+	}
+	return n + 1
+}
+
+var errNotObject = errors.New("not one JSON object")
 
 func compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
@@ -236,6 +309,9 @@ const (
 	ReasonUnavailable   = "store_unavailable"
 	ReasonInvalidKey    = "invalid_idempotency_key"
 	ReasonUnsupportedID = "unsupported_id"
+	// ReasonDuplicateMember: the call's envelope, params or _meta repeat
+	// a member name (see [CodeInvalidRequest]).
+	ReasonDuplicateMember = "duplicate_member"
 )
 
 // supportedID reports whether id can be keyed and survives servers that

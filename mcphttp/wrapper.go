@@ -96,19 +96,25 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	if !supportedID(c.id) {
-		b := errorResponse(c.rawID, rpcError{
-			Code:    CodeInvalidRequest,
-			Message: "a deduplicated call's id must be a string or an integer within int64",
-			Data:    errorData{Reason: ReasonUnsupportedID},
-		})
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write(b)
+	if c.refusal != "" {
+		m.refuseInvalid(w, c)
 		return
 	}
 	m.serveCall(w, r, c)
+}
+
+// refuseInvalid answers a call the wrapper will not run (see call.refusal)
+// with HTTP 400 and [CodeInvalidRequest], before the inner handler sees it.
+func (m *wrapper) refuseInvalid(w http.ResponseWriter, c call) {
+	msg := "a deduplicated call's id must be a string or an integer within int64"
+	if c.refusal == ReasonDuplicateMember {
+		msg = "a deduplicated call must not repeat a member name in its envelope, params or _meta"
+	}
+	b := errorResponse(c.rawID, rpcError{Code: CodeInvalidRequest, Message: msg, Data: errorData{Reason: c.refusal}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(b)
 }
 
 // headersAgree reports whether the optional Mcp-Method and Mcp-Name headers

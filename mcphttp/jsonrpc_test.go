@@ -1,0 +1,163 @@
+package mcphttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sjson "github.com/segmentio/encoding/json"
+)
+
+// goSDKParams is what go-sdk's server reads of a tools/call's params, with
+// the decoder go-sdk uses (segmentio's, matching names case-sensitively).
+type goSDKParams struct {
+	Meta           map[string]any  `json:"_meta"`
+	Name           string          `json:"name"`
+	Arguments      json.RawMessage `json:"arguments"`
+	RequestState   json.RawMessage `json:"requestState"`
+	InputResponses json.RawMessage `json:"inputResponses"`
+}
+
+func decodeGoSDKParams(raw json.RawMessage) (goSDKParams, error) {
+	var p goSDKParams
+	dec := sjson.NewDecoder(bytes.NewReader(raw))
+	dec.DontMatchCaseInsensitiveStructFields()
+	err := dec.Decode(&p)
+	return p, err
+}
+
+// FuzzParseCallAgreesWithGoSDK: whatever body the wrapper reads as a call
+// it would run and record, go-sdk reads as the same call: the same method,
+// the same id (or one it answers under exactly), the same tool, key,
+// session, arguments and round. A disagreement is a result recorded under
+// what the call did not ask for (the case-insensitive envelope that
+// keyed "PARAMS" while go-sdk ran "params"), or a response the wrapper
+// cannot recognise (an id go-sdk rounds).
+func FuzzParseCallAgreesWithGoSDK(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a"},"_meta":{"idempotencyKey":"k","sessionId":"s"}}}`,
+		`{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"e"},"PARAMS":{"name":"f"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e"},"params":{"name":"f"}}`,
+		`{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"tools/call","params":{"Name":"x","name":"e"}}`,
+		`{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"e","_meta":{"idempotencyKey":"a","IdempotencyKey":"b"}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"e","idempotencyKey":"k","requestState":"s","inputResponses":{"a":{}}}}`,
+		`{"jsonrpc":"2.0","id":"\u0000","method":"tools/c\u0061ll","par\u0061ms":{"name":"\u2028"}}`,
+		`{"jsonrpc":"2.0","id":-0,"method":"tools/call","params":{"name":"e","_meta":{"idempotencyKey":"k","idempotencyKey":"j"}}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	methods := map[string]bool{"tools/call": true}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, ok := parseCall(body, methods)
+		if !ok || c.refusal != "" {
+			return // passed through to the server, or refused: never recorded
+		}
+		msg, err := jsonrpc.DecodeMessage(body)
+		if err != nil {
+			return // the server refuses it: no result to record
+		}
+		req, isReq := msg.(*jsonrpc.Request)
+		if !isReq {
+			t.Fatalf("the wrapper read a call, go-sdk a %T", msg)
+		}
+		if req.Method != c.method {
+			t.Fatalf("method: wrapper %q, go-sdk %q", c.method, req.Method)
+		}
+		switch v := req.ID.Raw().(type) {
+		case string:
+			if !c.id.IsString() || c.id.String() != v {
+				t.Fatalf("id: wrapper %v, go-sdk string %q", c.id, v)
+			}
+		case int64:
+			if c.id.IsString() || c.id.String() != fmt.Sprint(v) {
+				t.Fatalf("id: wrapper %v, go-sdk answers under %d", c.id, v)
+			}
+		default:
+			t.Fatalf("id: wrapper %v, go-sdk %T", c.id, v)
+		}
+		p, err := decodeGoSDKParams(req.Params)
+		if err != nil {
+			return // go-sdk refuses the params: the tool does not run
+		}
+		if p.Name != c.name {
+			t.Fatalf("tool: wrapper %q, go-sdk %q", c.name, p.Name)
+		}
+		key, hasKey := p.Meta["idempotencyKey"]
+		if hasKey != c.hasKey {
+			t.Fatalf("_meta.idempotencyKey present: wrapper %v, go-sdk %v", c.hasKey, hasKey)
+		}
+		if s, isString := key.(string); isString && s != c.idemKey {
+			t.Fatalf("_meta.idempotencyKey: wrapper %q, go-sdk %q", c.idemKey, s)
+		}
+		if s, _ := p.Meta["sessionId"].(string); s != c.sessionID {
+			t.Fatalf("_meta.sessionId: wrapper %q, go-sdk %q", c.sessionID, s)
+		}
+		if !sameJSON(p.Arguments, c.arguments) {
+			t.Fatalf("arguments: wrapper %s, go-sdk %s", c.arguments, p.Arguments)
+		}
+		if (c.round == "") != (isAbsent(p.RequestState) && isAbsent(p.InputResponses)) {
+			t.Fatalf("round: wrapper %q, go-sdk requestState %s inputResponses %s", c.round, p.RequestState, p.InputResponses)
+		}
+	})
+}
+
+// sameJSON reports whether a and b are the same JSON value (both absent
+// counts as the same).
+func sameJSON(a, b json.RawMessage) bool {
+	if isAbsent(a) || isAbsent(b) {
+		return isAbsent(a) == isAbsent(b)
+	}
+	ca, errA := idem.CanonicalJSON(a)
+	cb, errB := idem.CanonicalJSON(b)
+	if errA != nil || errB != nil {
+		return bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b))
+	}
+	return bytes.Equal(ca, cb)
+}
+
+// BenchmarkParseCall reads a typical tools/call body.
+func BenchmarkParseCall(b *testing.B) {
+	body := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_invoice","arguments":{"customer":"acme","amount_cents":4200},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"sessionId":"conv-7","idempotencyKey":"9d5ed678fe57bcca610140957afab571b1ab5aa2f1e3fd4e8a3ba1e1d5dd8ff3"}}}`)
+	methods := map[string]bool{"tools/call": true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := parseCall(body, methods); !ok {
+			b.Fatal("not a call")
+		}
+	}
+}
+
+// FuzzMembersRepeated: members reports a repeated name exactly when a
+// token-by-token reading of the object meets a name twice.
+func FuzzMembersRepeated(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `{"a":{"a":1,"b":[1,"a",{}]},"b":"}\"{,"}`, `{"A":1,"a":2}`, `null`, `[]`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, repeated, err := members(raw)
+		if err != nil {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			t.Fatalf("members read %s as an object", raw)
+		}
+		seen, want := map[string]bool{}, false
+		for dec.More() {
+			tok, _ := dec.Token()
+			name := tok.(string)
+			want = want || seen[name]
+			seen[name] = true
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if repeated != want || len(m) != len(seen) {
+			t.Fatalf("members(%s): repeated %v, %d names; a token reading: %v, %d", raw, repeated, len(m), want, len(seen))
+		}
+	})
+}
