@@ -295,8 +295,8 @@
 // The wrapper's own JSON-RPC errors use the codes [CodeKeyReused],
 // [CodeInFlight], [CodeUnreplayable], [CodeUnavailable],
 // [CodeInvalidParams] and [CodeInvalidRequest], each with data.reason. The
-// last refuses a call whose numeric id is not an integer within int64:
-// servers that hold ids as int64 (go-sdk among them) would answer it under
+// last refuses a call whose numeric id is not an integer within ±(2^53-1):
+// servers that hold ids as floats (go-sdk among them) would answer it under
 // another id, which neither the client nor the wrapper could match. A store that cannot be
 // reached means the call is not run: it never runs without a claim.
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/idemkit/idem/mcphttp"
@@ -43,6 +44,44 @@ func TestUnsupportedIDsRefused(t *testing.T) {
 		msgs := readMessages(t, h.post(t, session, callBody(json.RawMessage(`2.0`), "echo", map[string]any{"text": "two"}, nil), nil))
 		if len(msgs) != 1 || msgs[0].text() != "echo two #1" {
 			t.Fatalf("id 2.0: %+v", msgs)
+		}
+	}
+}
+
+// TestUnsafeIntegerIDsRefused: go-sdk holds a numeric id as a float64 before
+// making it an int64, so an integer beyond 2^53 comes back rounded
+// (9007199254740993 is answered as 9007199254740992). Such ids passed the
+// int64 check: the tool ran, the wrapper never saw the response to the
+// call's id, and the client got an answer under an id it never sent. They are
+// refused now, like the other ids no server answers under; the largest safe
+// integers work.
+func TestUnsafeIntegerIDsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	session := h.initialize(t)
+	for _, id := range []string{`9007199254740993`, `-9007199254740993`, `9223372036854775807`, `9007199254740992`} {
+		meta := map[string]any{"idempotencyKey": "unsafe-" + id}
+		resp := h.post(t, session, callBody(json.RawMessage(id), "echo", map[string]any{"text": "id " + id}, meta), nil)
+		if resp.StatusCode == http.StatusOK {
+			msgs := readMessages(t, resp)
+			t.Errorf("id %s: run and answered %+v, want it refused before the tool runs", id, msgs)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(mcphttp.ReasonUnsupportedID)) {
+			t.Errorf("id %s: %d %s, want 400 %s", id, resp.StatusCode, body, mcphttp.ReasonUnsupportedID)
+		}
+		if n := h.runs.get("echo:id " + id); n != 0 {
+			t.Errorf("id %s: the tool ran %d times", id, n)
+		}
+	}
+	for _, id := range []string{`9007199254740991`, `-9007199254740991`} {
+		for range 2 {
+			got := h.call(t, session, json.RawMessage(id), "echo", map[string]any{"text": "safe " + id}, nil)
+			if got.text() != "echo safe "+id+" #"+strconv.Itoa(h.runs.seq) || h.runs.get("echo:safe "+id) != 1 {
+				t.Fatalf("id %s: %s, runs %d", id, got.raw, h.runs.get("echo:safe "+id))
+			}
 		}
 	}
 }

@@ -294,10 +294,12 @@ const (
 	CodeInvalidParams = -32602
 	// CodeInvalidRequest is JSON-RPC's invalid request, answered (with
 	// HTTP 400) with data.reason "unsupported_id" for a deduplicated call
-	// whose numeric id is not an integer within int64. Servers that hold
-	// ids as int64, go-sdk among them, answer 1.5 as 1 and overflow larger
-	// ids, so neither the client nor the wrapper could recognise the
-	// response, and the call would run unrecorded. The call is not run.
+	// whose numeric id is not an integer within ±(2^53-1), and
+	// "duplicate_member" for one that repeats a member name. go-sdk holds
+	// ids as float64 before int64, so it answers 1.5 as 1 and rounds larger
+	// integers (9007199254740993 as 9007199254740992): neither the client
+	// nor the wrapper could recognise the response, and the call would run
+	// unrecorded. The call is not run.
 	CodeInvalidRequest = -32600
 )
 
@@ -314,8 +316,13 @@ const (
 	ReasonDuplicateMember = "duplicate_member"
 )
 
-// supportedID reports whether id can be keyed and survives servers that
-// hold numeric ids as int64: a string, or an integer within int64.
+// supportedID reports whether id can be keyed and comes back from the
+// server as sent: a string, or an integer of magnitude at most 2^53-1.
+// go-sdk holds a numeric id as a float64 before making it an int64, so a
+// fraction comes back truncated (1.5 as 1) and an integer beyond 2^53
+// rounded (9007199254740993 as 9007199254740992), and JavaScript clients
+// hold ids as float64 too: integers within ±(2^53-1) are the ones every
+// JSON implementation keeps exactly.
 func supportedID(id idem.RequestID) bool {
 	if id.IsZero() {
 		return false
@@ -323,9 +330,13 @@ func supportedID(id idem.RequestID) bool {
 	if id.IsString() {
 		return true
 	}
-	_, err := strconv.ParseInt(id.String(), 10, 64)
-	return err == nil
+	n, err := strconv.ParseInt(id.String(), 10, 64)
+	return err == nil && n >= -maxSafeInteger && n <= maxSafeInteger
 }
+
+// maxSafeInteger is 2^53-1, the largest integer a float64 holds with every
+// smaller one.
+const maxSafeInteger = 1<<53 - 1
 
 type rpcError struct {
 	Code    int       `json:"code"`

@@ -42,6 +42,7 @@ func FuzzParseCallAgreesWithGoSDK(f *testing.F) {
 		`{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"e"},"PARAMS":{"name":"f"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e"},"params":{"name":"f"}}`,
 		`{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"tools/call","params":{"Name":"x","name":"e"}}`,
+		`{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"e"}}`,
 		`{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"e","_meta":{"idempotencyKey":"a","IdempotencyKey":"b"}}}`,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"e","idempotencyKey":"k","requestState":"s","inputResponses":{"a":{}}}}`,
 		`{"jsonrpc":"2.0","id":"\u0000","method":"tools/c\u0061ll","par\u0061ms":{"name":"\u2028"}}`,

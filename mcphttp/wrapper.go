@@ -106,7 +106,7 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuseInvalid answers a call the wrapper will not run (see call.refusal)
 // with HTTP 400 and [CodeInvalidRequest], before the inner handler sees it.
 func (m *wrapper) refuseInvalid(w http.ResponseWriter, c call) {
-	msg := "a deduplicated call's id must be a string or an integer within int64"
+	msg := "a deduplicated call's id must be a string or an integer from -(2^53-1) to 2^53-1"
 	if c.refusal == ReasonDuplicateMember {
 		msg = "a deduplicated call must not repeat a member name in its envelope, params or _meta"
 	}
