@@ -73,7 +73,8 @@
 // A call without a key, before protocol 2026-07-28, is keyed by the
 // method-call key, [idem.KeyForMethodCall], from the Mcp-Session-Id, the
 // request id, the method and a target made of the tool name and a digest
-// of the arguments. The digest is in the key, not only in the fingerprint:
+// of the arguments (an id longer than 64 bytes, or a tool name longer than
+// 128, by its SHA-256, so that the key stays within [idem.MaxKeyLen]). The digest is in the key, not only in the fingerprint:
 // JSON-RPC lets a client reuse an id once it was answered, and a different
 // tool or other arguments under a reused id must run as a fresh call, never
 // be answered with another call's result. With the digest only in the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem/mcphttp"
@@ -83,5 +84,35 @@ func TestUnsafeIntegerIDsRefused(t *testing.T) {
 				t.Fatalf("id %s: %s, runs %d", id, got.raw, h.runs.get("echo:safe "+id))
 			}
 		}
+	}
+}
+
+// TestLongStringIDRuns: a valid call whose string id is long (1 KiB, within
+// what JSON-RPC allows and go-sdk answers under) is keyed by a digest of the
+// id, so its key stays within idem.MaxKeyLen: it runs once and its retry
+// replays. Before, the id went into the key as is, the key was longer than
+// MaxKeyLen, and the call was refused with -32602 without running.
+func TestLongStringIDRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	session := h.initialize(t)
+	for _, n := range []int{65, 1024, 64 << 10} {
+		id := strings.Repeat("i", n)
+		text := "long id " + strconv.Itoa(n)
+		first := h.call(t, session, id, "echo", map[string]any{"text": text}, nil)
+		retry := h.call(t, session, id, "echo", map[string]any{"text": text}, nil)
+		if first.Error != nil || first.text() == "" || retry.text() != first.text() {
+			t.Errorf("id of %d bytes: first %.300s, retry %.300s; want a result, replayed", n, first.raw[len(first.raw)-min(len(first.raw), 300):], retry.raw[len(retry.raw)-min(len(retry.raw), 300):])
+		}
+		if runs := h.runs.get("echo:" + text); runs != 1 {
+			t.Errorf("id of %d bytes: the tool ran %d times, want 1", n, runs)
+		}
+	}
+	// Two long ids that differ only at the end are two calls.
+	a, b := strings.Repeat("j", 2000)+"a", strings.Repeat("j", 2000)+"b"
+	h.call(t, session, a, "echo", map[string]any{"text": "twins"}, nil)
+	h.call(t, session, b, "echo", map[string]any{"text": "twins"}, nil)
+	if runs := h.runs.get("echo:twins"); runs != 2 {
+		t.Errorf("two long ids differing in their last byte ran the tool %d times, want 2", runs)
 	}
 }

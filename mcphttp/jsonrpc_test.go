@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/memstore"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sjson "github.com/segmentio/encoding/json"
 )
@@ -161,4 +165,35 @@ func FuzzMembersRepeated(f *testing.F) {
 			t.Fatalf("members(%s): repeated %v, %d names; a token reading: %v, %d", raw, repeated, len(m), want, len(seen))
 		}
 	})
+}
+
+// TestDerivedKeyBounded: the key of a call without a key of its own stays
+// within idem.MaxKeyLen however long its id and tool name, and ids or names
+// that differ anywhere give different keys.
+func TestDerivedKeyBounded(t *testing.T) {
+	t.Parallel()
+	m := New(memstore.New(memstore.Options{}), Options{})(http.NotFoundHandler()).(*wrapper)
+	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+	r.Header.Set("Mcp-Session-Id", "s")
+	keys := map[string]string{}
+	for _, id := range []string{`"short"`, `"` + strings.Repeat("i", 64) + `"`, `"` + strings.Repeat("i", 65) + `"`, `"` + strings.Repeat("i", 4096) + `"`, `"` + strings.Repeat("i", 4095) + `j"`} {
+		for _, name := range []string{"echo", strings.Repeat("n", 128), strings.Repeat("n", 129), strings.Repeat("n", 8192), strings.Repeat("n", 8191) + "m"} {
+			c, ok := parseCall([]byte(`{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"`+name+`"}}`), m.methods)
+			if !ok {
+				t.Fatalf("id %.20s, name %.20s: not a call", id, name)
+			}
+			req, _, _, ok, err := m.identify(r, c)
+			if !ok || err != nil {
+				t.Fatalf("id %.20s…, name %.20s…: ok %v, %v", id, name, ok, err)
+			}
+			if err := req.Validate(); err != nil {
+				t.Errorf("id of %d bytes, name of %d bytes: %v", len(id), len(name), err)
+			}
+			k := req.Key.String()
+			if prev, dup := keys[k]; dup {
+				t.Errorf("id of %d bytes, name of %d bytes: same key as %s", len(id), len(name), prev)
+			}
+			keys[k] = fmt.Sprintf("id of %d bytes, name of %d bytes", len(id), len(name))
+		}
+	}
 }

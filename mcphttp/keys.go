@@ -141,8 +141,33 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 	if c.round != "" {
 		target += "/" + c.round
 	}
-	req.Key = idem.KeyForMethodCall(idem.SessionID(session), c.id, c.method, target)
+	id := c.id
+	// A string id may be as long as the body; the key of a call must stay
+	// within idem.MaxKeyLen. A long id or tool name is keyed by its digest,
+	// in a form no short one can take: "sha256:" and 64 hex digits is
+	// longer than any id kept as is, and has no "/", which every target
+	// kept as is has.
+	if len(id.String()) > maxKeyedIDLen {
+		id = idem.StringRequestID(digest(id.String()))
+	}
+	if len(c.name) > maxKeyedNameLen {
+		target = digest(target)
+	}
+	req.Key = idem.KeyForMethodCall(idem.SessionID(session), id, c.method, target)
 	return req, forwardedKey(scope, derivedKeyDomain, req.Key.String()), "", true, nil
+}
+
+// The longest request id and tool name a method-call key holds as they
+// are; longer ones are keyed by their digest.
+const (
+	maxKeyedIDLen   = 64
+	maxKeyedNameLen = 128
+)
+
+// digest is "sha256:" and the hex SHA-256 of s.
+func digest(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(d[:])
 }
 
 // Domains of [forwardedKey], so that a client's key and a derived key can
