@@ -182,11 +182,27 @@
 // completes the key as unreplayable; a notification that large (a message
 // naming a top-level "method" within its first MaxRecordBytes) is only
 // dropped. An SSE stream that ends without the
-// call's response (the session closed, or the server closed the stream for
-// the client to resume it with a GET, [SEP-1699]) leaves the claim to its
-// lease: the tool may still be running, and the response, delivered on a
-// resumed stream, is one the wrapper never sees. Until the lease runs out a
-// retry waits or gets [CodeInFlight]; after it, the retry runs again.
+// call's response (the server closed the stream for the client to resume it
+// with a GET, [SEP-1699]), or an answer without a single byte, leaves the
+// claim to its lease: the tool may still be running, and the response,
+// delivered on a resumed stream, is one the wrapper never sees. Until the
+// lease runs out a retry waits or gets [CodeInFlight]; after it, the retry
+// runs again.
+//
+// # Closed sessions
+//
+// A client whose connection dropped mid-call often closes its session (an
+// HTTP DELETE with the Mcp-Session-Id, which SDKs send when a client
+// closes) and retries the call from a new session. go-sdk lets the tool of
+// a call on a closed session finish but drops its result with the session,
+// ending the call's POST without a byte. So the wrapper holds a session's
+// DELETE until the deduplicated calls it runs on that session have
+// answered, for at most [Options.Wait] (not at all with a negative Wait),
+// and then passes it on: their answers are recorded, and the retry from the
+// new session gets the replay. A call still running when the wait ends, or
+// on a session closed another way (the server's idle timeout, a restart),
+// loses its answer; the wrapper sees nothing and leaves the claim to its
+// lease, since the tool may have run.
 //
 // The inner handler runs on a context that survives the client: go-sdk
 // ends a call's stream when the HTTP request's context ends, and the
@@ -277,7 +293,7 @@
 // handler: options.go ([Options], defaults, validation), wrapper.go ([New],
 // ServeHTTP: which calls it deduplicates), keys.go and scope.go (the key and its
 // scope), execute.go (a claimed call run through the inner handler and the
-// engine), recorder.go (what is recorded from its answer), probe.go,
+// engine), sessions.go (a session's DELETE waits for its calls), recorder.go (what is recorded from its answer), probe.go,
 // responsebuffer.go and reply.go (the answers the wrapper makes itself),
 // jsonrpc.go, protocol.go, rounds.go and notice.go (the protocol details).
 // It does not import go-sdk: it reads JSON-RPC from HTTP requests and wraps

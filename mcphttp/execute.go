@@ -29,6 +29,8 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 	x.Do(func(context.Context) engine.Verdict {
 		stop := m.cancelOnEngineStop(x.Context(), r, c)
 		defer stop()
+		end := m.sessions.start(r.Header.Get("Mcp-Session-Id"))
+		defer end()
 		m.next.ServeHTTP(rec, ir)
 		return rec.verdict()
 	}, rec.verdict)

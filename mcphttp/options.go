@@ -31,7 +31,9 @@ type Options struct {
 	// resources/read, ...) gain nothing from it.
 	Methods []string
 	// Wait is how long a duplicate of a call still in flight waits for the
-	// original's result before it is answered with [CodeInFlight]. Zero
+	// original's result before it is answered with [CodeInFlight], and how
+	// long a session's DELETE waits for the calls running on the session
+	// to answer (see "Closed sessions" in the package documentation). Zero
 	// means [DefaultWait]; negative means no wait.
 	Wait time.Duration
 	// Lease is the lease of a call's claim, renewed every third of it while

@@ -311,7 +311,15 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 // engine.
 func (r *recorder) verdict() engine.Verdict {
 	if r.scan == nil {
-		return engine.Verdict{Action: engine.Release, Why: "the inner handler answered nothing"}
+		// Not even a status line: the inner handler may have accepted the
+		// call and lost its answer. go-sdk does so when the session closes
+		// while the call runs: the tool finishes, its result is dropped
+		// with the session, and the POST ends without a byte. The tool may
+		// have run, so the claim is left to its lease, as for a stream
+		// that ended early; releasing it would let the retry run the tool
+		// again at once. A handler that refuses a call says so with a
+		// status.
+		return engine.Verdict{Action: engine.Leave, Why: "the inner handler answered nothing: the call may have run"}
 	}
 	r.scan.finish()
 	switch s := r.scan; {
@@ -337,10 +345,10 @@ func (r *recorder) verdict() engine.Verdict {
 		// the tool alongside. Releasing would invite exactly that.
 		return engine.Verdict{Action: engine.Leave, Why: "the call's stream ended without its response"}
 	}
-	// A JSON-RPC error, or no answer to the call at all (the inner handler
-	// rejected the request): the call produced no result, and a retry
-	// runs it again.
-	return engine.Verdict{Action: engine.Release, Why: "the call answered an error, or not at all"}
+	// A JSON-RPC error, or a status and no answer to the call (the inner
+	// handler rejected the request): the call produced no result, and a
+	// retry runs it again.
+	return engine.Verdict{Action: engine.Release, Why: "the call answered an error, or was refused"}
 }
 
 // isToolError reports whether a JSON-RPC response is a tool result with

@@ -27,6 +27,9 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
 	stateless bool
+	// sessions holds the calls running on each session, for a DELETE of
+	// the session to wait for (see sessionCalls).
+	sessions sessionCalls
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -79,6 +82,9 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(DerivedKeyHeader) != "" {
 		r = r.Clone(r.Context())
 		r.Header.Del(DerivedKeyHeader)
+	}
+	if r.Method == http.MethodDelete {
+		m.holdDelete(r)
 	}
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || m.routedAround(r) {
 		m.next.ServeHTTP(w, r)
