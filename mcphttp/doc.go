@@ -224,9 +224,14 @@
 // its request's goroutine, as it keeps go-sdk's own; a session that closes
 // ends both.
 //
-// A replay is the recorded response with its id rewritten to the retry's id,
-// framed as the inner handler frames its answers: an SSE "message" event or
-// a JSON body, with the Idempotent-Replayed: true header.
+// A replay is the recorded response with its id rewritten to the retry's id
+// and its result marked: "io.github.idemkit/replayed": true in the result's
+// _meta ([ReplayedMetaKey]), every other member as recorded. It is framed as
+// the inner handler frames its answers: an SSE "message" event or a JSON
+// body, with the Idempotent-Replayed: true header. The marker is what an
+// application sees: MCP SDK clients return the result's members (content,
+// structuredContent, _meta), not the HTTP headers. A first run's result has
+// no marker.
 //
 // A duplicate of a call still in flight waits up to [Options.Wait]
 // ([idem.ClaimWait]) and gets the replay; past the wait it gets

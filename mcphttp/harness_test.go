@@ -289,7 +289,8 @@ type rpcMessage struct {
 				URI string `json:"uri"`
 			} `json:"resource"`
 		} `json:"content"`
-		IsError bool `json:"isError"`
+		IsError bool           `json:"isError"`
+		Meta    map[string]any `json:"_meta"`
 	} `json:"result"`
 	Error *struct {
 		Code    int    `json:"code"`
@@ -299,6 +300,11 @@ type rpcMessage struct {
 		} `json:"data"`
 	} `json:"error"`
 	raw string
+}
+
+// replayed reports whether m is a result the wrapper marked as a replay.
+func (m rpcMessage) replayed() bool {
+	return m.Result != nil && m.Result.Meta[mcphttp.ReplayedMetaKey] == true
 }
 
 func (m rpcMessage) text() string {

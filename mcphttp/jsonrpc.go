@@ -241,7 +241,8 @@ func responseTo(msg []byte, id idem.RequestID) (isResponse, isError bool) {
 }
 
 // withID returns the recorded JSON-RPC response resp with its id replaced by
-// rawID, compact, so it fits on one SSE data line.
+// rawID and its result marked as a replay ([ReplayedMetaKey]), compact, so
+// it fits on one SSE data line.
 func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 	var r wireResponse
 	if err := json.Unmarshal(resp, &r); err != nil {
@@ -254,8 +255,12 @@ func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 		b.WriteString(`,"error":`)
 		b.Write(r.Error)
 	} else {
+		result, err := markReplayed(r.Result)
+		if err != nil {
+			return nil, err
+		}
 		b.WriteString(`,"result":`)
-		b.Write(r.Result)
+		b.Write(result)
 	}
 	b.WriteByte('}')
 	var out bytes.Buffer
@@ -263,6 +268,98 @@ func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
+}
+
+// markReplayed returns the JSON-RPC result object result with
+// [ReplayedMetaKey]: true first in its _meta (added if absent), every other
+// member as it was and in its order. A result that is not an object is
+// returned as is.
+func markReplayed(result json.RawMessage) (json.RawMessage, error) {
+	ms, err := orderedMembers(result)
+	if err != nil {
+		return result, nil
+	}
+	marker, _ := json.Marshal(ReplayedMetaKey)
+	var meta bytes.Buffer
+	meta.WriteByte('{')
+	meta.Write(marker)
+	meta.WriteString(":true")
+	at := -1
+	for i, m := range ms {
+		if m.name != "_meta" {
+			continue
+		}
+		at = i
+		inner, err := orderedMembers(m.value)
+		if err != nil {
+			break // not an object (null): replaced
+		}
+		for _, im := range inner {
+			if im.name != ReplayedMetaKey {
+				meta.WriteByte(',')
+				writeMember(&meta, im)
+			}
+		}
+	}
+	meta.WriteByte('}')
+	if at < 0 {
+		ms = append([]member{{name: "_meta"}}, ms...)
+		at = 0
+	}
+	ms[at].value = meta.Bytes()
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		writeMember(&out, m)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
+}
+
+// member is one member of a JSON object, in the order read.
+type member struct {
+	name  string
+	value json.RawMessage
+}
+
+// orderedMembers reads the members of the JSON object raw in order. A
+// repeated name is kept once, where it first occurred, with its last value,
+// as a decoder that lets the last one win reads it.
+func orderedMembers(raw json.RawMessage) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errNotObject
+	}
+	var ms []member
+	at := map[string]int{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if i, ok := at[name]; ok {
+			ms[i].value = v
+			continue
+		}
+		at[name] = len(ms)
+		ms = append(ms, member{name: name, value: v})
+	}
+	return ms, nil
+}
+
+func writeMember(b *bytes.Buffer, m member) {
+	name, _ := json.Marshal(m.name)
+	b.Write(name)
+	b.WriteByte(':')
+	b.Write(m.value)
 }
 
 // JSON-RPC error codes the wrapper answers with itself. All but

@@ -197,3 +197,42 @@ func TestDerivedKeyBounded(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMarkReplayed: a replayed result is the recorded one with
+// ReplayedMetaKey true in its _meta and nothing else changed; a result that
+// is not an object is left as it was.
+func FuzzMarkReplayed(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"content":[]}`, `{"_meta":{"a":1},"content":[{"type":"text","text":"x"}]}`, `{"_meta":null}`, `{"_meta":{"io.github.idemkit/replayed":false}}`, `[]`, `"s"`, `{"a":1,"a":2}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, result []byte) {
+		var before map[string]any
+		if json.Unmarshal(result, &before) != nil || before == nil {
+			return
+		}
+		marked, err := markReplayed(result)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var after map[string]any
+		if err := json.Unmarshal(marked, &after); err != nil {
+			t.Fatalf("marked %s is not JSON: %v", marked, err)
+		}
+		meta, _ := after["_meta"].(map[string]any)
+		if meta[ReplayedMetaKey] != true {
+			t.Fatalf("marked %s: no marker", marked)
+		}
+		if m, ok := before["_meta"].(map[string]any); ok {
+			for k, v := range m {
+				if k != ReplayedMetaKey && fmt.Sprint(meta[k]) != fmt.Sprint(v) {
+					t.Fatalf("_meta.%s: %v, was %v", k, meta[k], v)
+				}
+			}
+		}
+		delete(before, "_meta")
+		delete(after, "_meta")
+		if fmt.Sprint(before) != fmt.Sprint(after) {
+			t.Fatalf("marked %s changed the result %s beyond _meta", marked, result)
+		}
+	})
+}

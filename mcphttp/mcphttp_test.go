@@ -343,7 +343,7 @@ func TestJSONRPCErrorReleases(t *testing.T) {
 
 	failed := h.call(t, session, 3, "fail", nil, nil)
 	again := h.call(t, session, 3, "fail", nil, nil)
-	if !failed.Result.IsError || again.raw != failed.raw {
+	if !failed.Result.IsError || !again.Result.IsError || again.text() != failed.text() || !again.replayed() {
 		t.Errorf("isError result %s, retry %s: want the replay", failed.raw, again.raw)
 	}
 	if n := h.runs.get("fail"); n != 1 {

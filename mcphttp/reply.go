@@ -11,6 +11,16 @@ import (
 	"github.com/idemkit/idem/engine"
 )
 
+// ReplayedMetaKey is the _meta member, true, of a result the wrapper
+// replays rather than runs: the recorded response's result with this member
+// added to its _meta. MCP clients hand an application the result's members,
+// not the HTTP response's headers (where Idempotent-Replayed says the
+// same), so this is how an agent framework tells a replay from a fresh run.
+// The name carries the vendor prefix the MCP _meta rules ask for
+// (io.github.idemkit, reverse DNS of the project's GitHub namespace); a
+// first run's result never has it.
+const ReplayedMetaKey = "io.github.idemkit/replayed"
+
 // replayBody is the JSON-RPC response the wrapper answers a call with when
 // it does not run it. replayed reports that it is the recorded response
 // (a readable [engine.Replay]); the wrapper's own errors are not replays
