@@ -298,7 +298,8 @@
 // handler: options.go ([Options], defaults, validation), wrapper.go ([New],
 // ServeHTTP: which calls it deduplicates), keys.go and scope.go (the key and its
 // scope), execute.go (a claimed call run through the inner handler and the
-// engine), sessions.go (a session's DELETE waits for its calls), recorder.go (what is recorded from its answer), probe.go,
+// engine), sessions.go (a session's DELETE waits for its calls), advertise.go
+// (the extension in initialize and server/discover), recorder.go (what is recorded from its answer), probe.go,
 // responsebuffer.go and reply.go (the answers the wrapper makes itself),
 // jsonrpc.go, protocol.go, rounds.go and notice.go (the protocol details).
 // It does not import go-sdk: it reads JSON-RPC from HTTP requests and wraps
@@ -312,11 +313,31 @@
 // mcp.CallToolRequest in a tool handler. The wrapper uses the client half
 // only to hand the tool its [Meta] ([NewContext], [DerivedKeyHeader]).
 //
+// # Discovery
+//
+// A client can learn that the server dedupes calls, and decide to send
+// keys, from the answer the server gives when it is discovered: the wrapper
+// adds the extension [ExtensionID] ("io.github.idemkit/idempotency") to
+// capabilities.extensions of a server/discover result (2026-07-28) and to
+// capabilities.experimental of an initialize result (earlier revisions).
+// Its settings name the deduplicated methods, the key sources, the
+// retention the store reports (retentionSeconds), and the replay marker
+// (replayedMeta, [ReplayedMetaKey]). The answer is otherwise the inner
+// handler's, held until it is complete (it is one message) and at most
+// [Options.MaxRecordBytes]: a longer one passes unchanged.
+//
 // # Errors
 //
-// The wrapper's own JSON-RPC errors use the codes [CodeKeyReused],
-// [CodeInFlight], [CodeUnreplayable], [CodeUnavailable],
-// [CodeInvalidParams] and [CodeInvalidRequest], each with data.reason. The
+// The wrapper's own JSON-RPC errors use the codes [CodeKeyReused] (-31090),
+// [CodeInFlight] (-31091), [CodeUnreplayable] (-31092), [CodeUnavailable]
+// (-31093), [CodeInvalidParams] and [CodeInvalidRequest], each with
+// data.reason. Its own codes are outside the range JSON-RPC reserves
+// (-32768 to -32000), in which MCP 2026-07-28 allows only codes its
+// specification defines. The errors of a call still in flight and of a key
+// reused for another call carry data.type, [TypeInProgress]
+// ("idempotency_key_in_progress") and [TypeConflict]
+// ("idempotency_key_conflict"), the names the closed SEP-3182 proposal gave
+// them. The
 // last refuses a call whose numeric id is not an integer within ±(2^53-1):
 // servers that hold ids as floats (go-sdk among them) would answer it under
 // another id, which neither the client nor the wrapper could match. A store that cannot be

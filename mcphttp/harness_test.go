@@ -297,6 +297,7 @@ type rpcMessage struct {
 		Message string `json:"message"`
 		Data    struct {
 			Reason string `json:"reason"`
+			Type   string `json:"type"`
 		} `json:"data"`
 	} `json:"error"`
 	raw string

@@ -271,49 +271,66 @@ func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 }
 
 // markReplayed returns the JSON-RPC result object result with
-// [ReplayedMetaKey]: true first in its _meta (added if absent), every other
-// member as it was and in its order. A result that is not an object is
-// returned as is.
+// [ReplayedMetaKey]: true in its _meta (added if absent, or if not an
+// object), every other member as it was and in its order. A result that is
+// not an object is returned as is.
 func markReplayed(result json.RawMessage) (json.RawMessage, error) {
-	ms, err := orderedMembers(result)
-	if err != nil {
+	meta, ok := memberOf(result, "_meta")
+	if !ok {
 		return result, nil
 	}
-	marker, _ := json.Marshal(ReplayedMetaKey)
-	var meta bytes.Buffer
-	meta.WriteByte('{')
-	meta.Write(marker)
-	meta.WriteString(":true")
-	at := -1
-	for i, m := range ms {
-		if m.name != "_meta" {
-			continue
-		}
-		at = i
-		inner, err := orderedMembers(m.value)
-		if err != nil {
-			break // not an object (null): replaced
-		}
-		for _, im := range inner {
-			if im.name != ReplayedMetaKey {
-				meta.WriteByte(',')
-				writeMember(&meta, im)
-			}
+	meta, err := setMember(meta, ReplayedMetaKey, json.RawMessage("true"))
+	if err != nil {
+		return nil, err
+	}
+	return setMember(result, "_meta", meta)
+}
+
+// memberOf returns the value of member name of the JSON object obj, or
+// null when obj has none. ok is false when obj is not an object.
+func memberOf(obj json.RawMessage, name string) (value json.RawMessage, ok bool) {
+	ms, err := orderedMembers(obj)
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range ms {
+		if m.name == name {
+			return m.value, true
 		}
 	}
-	meta.WriteByte('}')
-	if at < 0 {
-		ms = append([]member{{name: "_meta"}}, ms...)
-		at = 0
+	return json.RawMessage("null"), true
+}
+
+// setMember returns the JSON object obj with member name set to value: in
+// its place if obj has it, else last. An obj that is not an object (null,
+// absent) counts as the empty object.
+func setMember(obj json.RawMessage, name string, value json.RawMessage) (json.RawMessage, error) {
+	ms, err := orderedMembers(obj)
+	if err != nil {
+		ms = nil
 	}
-	ms[at].value = meta.Bytes()
+	set := false
+	for i := range ms {
+		if ms[i].name == name {
+			ms[i].value, set = value, true
+		}
+	}
+	if !set {
+		ms = append(ms, member{name: name, value: value})
+	}
 	var out bytes.Buffer
 	out.WriteByte('{')
 	for i, m := range ms {
 		if i > 0 {
 			out.WriteByte(',')
 		}
-		writeMember(&out, m)
+		name, err := json.Marshal(m.name)
+		if err != nil {
+			return nil, err
+		}
+		out.Write(name)
+		out.WriteByte(':')
+		out.Write(m.value)
 	}
 	out.WriteByte('}')
 	return out.Bytes(), nil
@@ -355,36 +372,35 @@ func orderedMembers(raw json.RawMessage) ([]member, error) {
 	return ms, nil
 }
 
-func writeMember(b *bytes.Buffer, m member) {
-	name, _ := json.Marshal(m.name)
-	b.Write(name)
-	b.WriteByte(':')
-	b.Write(m.value)
-}
-
-// JSON-RPC error codes the wrapper answers with itself. All but
-// CodeInvalidParams are in the range JSON-RPC reserves for
-// implementation-defined server errors (-32000 to -32099), and each error
-// carries data.reason, a stable string to branch on.
+// JSON-RPC error codes the wrapper answers with itself. Its own codes
+// (-31090 to -31093) are outside the range JSON-RPC reserves (-32768 to
+// -32000), as MCP 2026-07-28 asks of codes a specification does not define:
+// that revision keeps -32000 to -32019 for legacy use and -32020 to -32099
+// for codes of its own. The others are JSON-RPC's. Each error carries
+// data.reason, a stable string to branch on; the errors of a call in flight
+// and of a reused key carry data.type too ([TypeInProgress],
+// [TypeConflict]).
 const (
 	// CodeKeyReused: a _meta.idempotencyKey was reused for a different call
 	// (another tool, or other arguments) than the one it first named.
-	// data.reason is "idempotency_key_reused". The tool was not run.
-	CodeKeyReused = -32090
+	// data.reason is "idempotency_key_reused", data.type
+	// "idempotency_key_conflict". The tool was not run.
+	CodeKeyReused = -31090
 	// CodeInFlight: the call is a duplicate of one still running, which
-	// did not finish within [Options.Wait]. data.reason is "in_flight" and
-	// data.retryAfterMs suggests when to retry with the same key; the retry
-	// then gets the original's result.
-	CodeInFlight = -32091
+	// did not finish within [Options.Wait]. data.reason is "in_flight",
+	// data.type "idempotency_key_in_progress", and data.retryAfterMs
+	// suggests when to retry with the same key; the retry then gets the
+	// original's result.
+	CodeInFlight = -31091
 	// CodeUnreplayable: the call was already executed, but its response
 	// could not be recorded (it was larger than [Options.MaxRecordBytes]),
 	// so it is neither run again nor replayed. data.reason is
 	// "unreplayable".
-	CodeUnreplayable = -32092
+	CodeUnreplayable = -31092
 	// CodeUnavailable: the store could not be reached or is full, so the call was not
 	// run (it never runs without a claim). data.reason is
 	// "store_unavailable"; data.retryAfterMs suggests when to retry.
-	CodeUnavailable = -32093
+	CodeUnavailable = -31093
 	// CodeInvalidParams is JSON-RPC's invalid params, answered with
 	// data.reason "invalid_idempotency_key" for a _meta.idempotencyKey that
 	// is not 1 to 255 printable ASCII characters.
@@ -398,6 +414,14 @@ const (
 	// nor the wrapper could recognise the response, and the call would run
 	// unrecorded. The call is not run.
 	CodeInvalidRequest = -32600
+)
+
+// Types in data.type of the wrapper's errors for a call in flight and a
+// reused key: stable strings to branch on, the names the closed SEP-3182
+// proposal gave these errors.
+const (
+	TypeInProgress = "idempotency_key_in_progress"
+	TypeConflict   = "idempotency_key_conflict"
 )
 
 // Reasons in data.reason of the wrapper's errors.
@@ -443,6 +467,7 @@ type rpcError struct {
 
 type errorData struct {
 	Reason       string `json:"reason"`
+	Type         string `json:"type,omitempty"`
 	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
 }
 

@@ -236,3 +236,14 @@ func FuzzMarkReplayed(f *testing.F) {
 		}
 	})
 }
+
+// TestRewriteSSEData: only data lines are rewritten; other lines, blank
+// lines and CRLF endings stay as they were.
+func TestRewriteSSEData(t *testing.T) {
+	t.Parallel()
+	in := "id: 1\r\nevent: message\r\ndata: a\r\n\r\n: comment\ndata:b\n\ndata: c"
+	got := rewriteSSEData([]byte(in), func(v []byte) []byte { return bytes.ToUpper(v) })
+	if want := "id: 1\r\nevent: message\r\ndata: A\r\n\r\n: comment\ndata: B\n\ndata: C"; string(got) != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

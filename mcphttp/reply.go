@@ -31,7 +31,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 		return wrapperError(c.rawID, rpcError{
 			Code:    CodeKeyReused,
 			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
-			Data:    errorData{Reason: ReasonKeyReused},
+			Data:    errorData{Reason: ReasonKeyReused, Type: TypeConflict},
 		})
 	case engine.InvalidKey:
 		return wrapperError(c.rawID, rpcError{
@@ -69,7 +69,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 		return wrapperError(c.rawID, rpcError{
 			Code:    CodeInFlight,
 			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
-			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: d.RetryAfter.Milliseconds()},
+			Data:    errorData{Reason: ReasonInFlight, Type: TypeInProgress, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
 	}
 }

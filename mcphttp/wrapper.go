@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -30,6 +31,9 @@ type wrapper struct {
 	// sessions holds the calls running on each session, for a DELETE of
 	// the session to wait for (see sessionCalls).
 	sessions sessionCalls
+	// extension is the settings object of ExtensionID, advertised in the
+	// answers to initialize and server/discover (see advertise).
+	extension json.RawMessage
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -73,7 +77,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
-			stateless: opts.Stateless,
+			stateless: opts.Stateless, extension: extensionSettings(methods, store),
 		}
 	}
 }
@@ -98,6 +102,12 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, ok := parseCall(body, m.methods)
+	if !ok {
+		if method, id, ok := advertised(body); ok {
+			m.advertise(w, r, method, id)
+			return
+		}
+	}
 	if !ok || !m.headersAgree(r, c) {
 		m.next.ServeHTTP(w, r)
 		return
