@@ -32,7 +32,7 @@ func extensionSettings(methods map[string]bool, store idem.Store) json.RawMessag
 		RetentionSeconds int64    `json:"retentionSeconds,omitempty"`
 		ReplayedMeta     string   `json:"replayedMeta"`
 	}{
-		KeySources:   []string{SourceMeta, SourceParams, SourceHeader},
+		KeySources:   []string{SourceMeta, SourceParams, SourceHeader, SourceParamHeader},
 		ReplayedMeta: ReplayedMetaKey,
 	}
 	for m := range methods {

@@ -54,7 +54,14 @@
 //   - params.idempotencyKey ([SourceParams]), the shape of the closed
 //     [SEP-3182] proposal;
 //   - the Idempotency-Key header of the HTTP POST ([SourceHeader]), an
-//     RFC 8941 string or a bare token, read as package middleware reads it.
+//     RFC 8941 string or a bare token, read as package middleware reads it;
+//   - the Mcp-Param-Idempotency-Key header ([SourceParamHeader]), the
+//     header carrier of MCP 2026-07-28: a tool whose input schema mirrors
+//     its idempotencyKey argument into a header ("x-mcp-header":
+//     "Idempotency-Key") gets the key there from every conforming client
+//     (go-sdk's sends it once it has listed the tools), plain or
+//     "=?base64?…?=" as the spec encodes such headers. It must agree with
+//     the argument it mirrors as well as with the other sources.
 //
 // No source outranks another: a call may carry its key in several, but
 // two that name different keys are answered with [CodeInvalidParams]

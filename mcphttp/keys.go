@@ -3,10 +3,13 @@ package mcphttp
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/middleware"
@@ -27,6 +30,14 @@ const (
 	// RFC 8941 string (or a bare token) as the [middleware] package reads
 	// it.
 	SourceHeader = middleware.KeyHeader
+	// SourceParamHeader is the Mcp-Param-Idempotency-Key header: from MCP
+	// 2026-07-28 a tool may have a parameter mirrored into an
+	// Mcp-Param-{Name} header ("x-mcp-header" in its input schema, the
+	// header's name after Mcp-Param-), and a tool whose idempotencyKey
+	// argument is mirrored as "Idempotency-Key" gets it here. Its value
+	// is plain or "=?base64?…?=" (base64 of the key), as the spec encodes
+	// parameter headers.
+	SourceParamHeader = "Mcp-Param-Idempotency-Key"
 )
 
 // ReasonConflictingKeys is data.reason of the [CodeInvalidParams] error for
@@ -65,6 +76,20 @@ func callKey(r *http.Request, c call) (key, source string, present bool, err err
 		}
 		found = append(found, s)
 	}
+	if lines, ok := r.Header[SourceParamHeader]; ok {
+		s := keySource{name: SourceParamHeader}
+		if len(lines) != 1 {
+			s.err = fmt.Errorf("%s appears %d times; it takes one key", SourceParamHeader, len(lines))
+		} else if s.value, s.err = decodeParamHeader(lines[0]); s.err != nil {
+			s.err = fmt.Errorf("%s: %w", SourceParamHeader, s.err)
+		} else if arg, ok := argumentKey(c); ok && arg != s.value {
+			// The header mirrors the tool's idempotencyKey argument, and
+			// the server refuses a call whose header and body disagree:
+			// so must a replay.
+			s.err = fmt.Errorf("%w: %s and arguments.idempotencyKey name different keys", errConflictingKeys, SourceParamHeader)
+		}
+		found = append(found, s)
+	}
 	if len(found) == 0 {
 		return "", "", false, nil
 	}
@@ -78,6 +103,36 @@ func callKey(r *http.Request, c call) (key, source string, present bool, err err
 		}
 	}
 	return first.value, first.name, true, nil
+}
+
+// decodeParamHeader returns the value of an Mcp-Param-* header as MCP
+// 2026-07-28 encodes it: "=?base64?" and "?=" around the base64 of the
+// value, or the value itself.
+func decodeParamHeader(v string) (string, error) {
+	if enc, ok := strings.CutPrefix(v, "=?base64?"); ok {
+		if enc, ok = strings.CutSuffix(enc, "?="); ok {
+			b, err := base64.StdEncoding.DecodeString(enc)
+			if err != nil {
+				return "", fmt.Errorf("invalid base64 encoding: %w", err)
+			}
+			return string(b), nil
+		}
+	}
+	return v, nil
+}
+
+// argumentKey returns the call's arguments.idempotencyKey, which an
+// Mcp-Param-Idempotency-Key header mirrors, when it is a string.
+func argumentKey(c call) (string, bool) {
+	args, _, err := members(c.arguments)
+	if err != nil {
+		return "", false
+	}
+	var k string
+	if json.Unmarshal(args[paramIdempotencyKey], &k) != nil {
+		return "", false
+	}
+	return k, true
 }
 
 // invalidKeyResponse is the [CodeInvalidParams] error of a call whose key

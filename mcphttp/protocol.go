@@ -25,7 +25,8 @@ const ModernProtocol = "2026-07-28"
 //	  "methods": ["tools/call"],             // the deduplicated methods
 //	  "keySources": ["_meta.idempotencyKey", // where the key may come from,
 //	    "params.idempotencyKey",             // one key in any of them
-//	    "Idempotency-Key"],                  // (an HTTP header)
+//	    "Idempotency-Key",                   // (HTTP headers)
+//	    "Mcp-Param-Idempotency-Key"],
 //	  "retentionSeconds": 86400,             // how long a result replays
 //	  "replayedMeta": "io.github.idemkit/replayed"
 //	}
