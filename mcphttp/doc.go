@@ -111,7 +111,8 @@
 // missing or disagree with the body; the inner handler judges them for
 // every call that runs. go-sdk serves
 // this version on a server built with StreamableHTTPOptions{Stateless:
-// true}, and its client picks it by itself.
+// true} (add PropagateRequestCancellation: true, see "Cancellation"), and
+// its client picks it by itself.
 //
 // # Multi round-trip calls
 //
@@ -175,6 +176,15 @@
 // [engine]. Calls without a key are not the wrapper's: they run, and are
 // cancelled, exactly as the inner server runs them.
 //
+// So, per case, at 2026-07-28: a call with a client-chosen key (the client
+// said it will retry) runs on when its stream closes and is recorded; a
+// call without one is not deduplicated, and a closed stream cancels it
+// (with go-sdk's PropagateRequestCancellation, which the wrapper
+// recommends for its stateless handler). Before 2026-07-28 a dropped stream
+// is not cancellation (those revisions say so, and cancel with
+// notifications/cancelled, which passes through to the server): every
+// deduplicated call, a derived key's too, runs on and is recorded.
+//
 // # Stream, never buffer
 //
 // The first call for a key claims it and runs through the inner handler.
@@ -225,9 +235,16 @@
 // so for them a cancelled request context ends the call's stream, not the
 // tool: when the engine cancels a call (lease lost, shutdown), the wrapper
 // also sends the inner handler a notifications/cancelled for the call's id
-// on the same session, as a client would, which cancels the tool. A
-// stateless go-sdk server handles that notice in a fresh session, so there
-// the tool runs on (a known gap). A tool that never ends keeps
+// on the same session, as a client would, which cancels the tool. At
+// 2026-07-28, and on a stateless server ([Options.Stateless]), a call's
+// request is its own session and a notice would land in a fresh one: there
+// the inner request's context ending is the cancellation, as a closed
+// stream is a client's, and no notice is sent. go-sdk's stateless handler
+// ties a tool to its request's context only with
+// StreamableHTTPOptions.PropagateRequestCancellation, so set it behind the
+// wrapper: the detached context still keeps a keyed call running when its
+// client goes away, and lease loss or shutdown then cancels the tool.
+// Without it, such a tool runs on. A tool that never ends keeps
 // its request's goroutine, as it keeps go-sdk's own; a session that closes
 // ends both.
 //

@@ -63,3 +63,60 @@ func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 		t.Fatalf("the tool's context ended after %v; want within the lease (%v)", after, lease)
 	}
 }
+
+// TestLeaseLostCancelsStatelessGoSDKTool: on a stateless go-sdk server
+// (protocol 2026-07-28) each POST is its own session, so a
+// notifications/cancelled lands in a fresh one and cancels nothing; and at
+// 2026-07-28 a closed response stream, not the notification, is how a
+// request is cancelled. There the wrapper ends the inner request's context
+// instead (go-sdk ties the tool to it with PropagateRequestCancellation),
+// and sends no notification: the tool's context ends within the lease when
+// renewals hang. Before, the wrapper sent the notice, which went nowhere.
+func TestLeaseLostCancelsStatelessGoSDKTool(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	ended := make(chan time.Duration, 1)
+	server := mcp.NewServer(&mcp.Implementation{Name: "cancel-test", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "wait"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			ended <- time.Since(start)
+		case <-time.After(4 * lease):
+			ended <- -1
+		}
+		return &mcp.CallToolResult{}, nil, nil
+	})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	notices := make(chan string, 4)
+	srv := httptest.NewServer(mcphttp.New(hangingRenew{memstore.New(memstore.Options{})}, mcphttp.Options{Lease: lease, Stateless: true})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if m := r.Header.Get("Mcp-Method"); m == "notifications/cancelled" {
+				notices <- m
+			}
+			inner.ServeHTTP(w, r)
+		})))
+	defer srv.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan struct{})
+	go func() {
+		defer close(called)
+		cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "wait", Meta: mcp.Meta{"idempotencyKey": "lease-lost-stateless"}})
+	}()
+	after := <-ended
+	<-called
+	cs.Close()
+	if after < 0 || after > lease {
+		t.Errorf("the tool's context ended after %v; want within the lease (%v)", after, lease)
+	}
+	select {
+	case <-notices:
+		t.Errorf("the wrapper sent a stateless server notifications/cancelled, which lands in a fresh session")
+	default:
+	}
+}

@@ -73,7 +73,7 @@ func (m *wrapper) routedAround(r *http.Request) bool {
 // and mcphttp in front dedupes both:
 //
 //	stateful := mcp.NewStreamableHTTPHandler(getServer, nil)
-//	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true})
+//	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 //	handler := mcphttp.New(store, opts)(mcphttp.ByVersion(stateful, stateless))
 //
 // A client's first request (initialize, or server/discover, which a

@@ -126,7 +126,11 @@ func newMCPHandler(a *app, self string) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return server }
 	inner := mcphttp.ByVersion(
 		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger}),
-		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true}),
+		// PropagateRequestCancellation: a 2026-07-28 call's tool runs on its
+		// request's context, so that mcphttp's cancellation (lease lost,
+		// shutdown) ends it; a keyed call still runs on when its client
+		// goes away (mcphttp detaches it), an unkeyed one is cancelled.
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true, PropagateRequestCancellation: true}),
 	)
 	return mcphttp.New(a.be.store, mcphttp.Options{
 		Wait:           a.cfg.wait,
