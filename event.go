@@ -58,6 +58,12 @@ const (
 	// the adapter would otherwise have answered from the store; the client
 	// got that refusal. Status is its HTTP status.
 	EventRejected
+	// EventKeyRotated: the same caller sent the same call (the same tool
+	// and canonical arguments) again under a new idempotency key, within
+	// the window of mcphttp's NewKeyGuard: an agent that mints a key per
+	// retry, or a caller who means a second, identical call. Reported
+	// only when the guard is on, whatever it then does.
+	EventKeyRotated
 )
 
 func (k EventKind) String() string {
@@ -82,6 +88,8 @@ func (k EventKind) String() string {
 		return "lease lost"
 	case EventRejected:
 		return "rejected"
+	case EventKeyRotated:
+		return "key rotated"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

@@ -77,6 +77,14 @@
 // key still gets the replay. The tool receives the key to forward upstream,
 // bound to the caller, through [DerivedKeyHeader] (see "_meta upstream").
 //
+// A key only protects a retry that repeats it. A client built on a model
+// may make a key up afresh on every attempt, which defeats it: each retry
+// is a new call and runs. [Options.NewKeyGuard] notices that (the same
+// caller, tool and canonical arguments under another client-chosen key
+// within a window), reports it ([idem.EventKeyRotated]) and, as configured,
+// runs it anyway, refuses it, or answers it as a retry of the first key. It
+// is off by default: a caller who means two identical calls looks the same.
+//
 // A call without a key, before protocol 2026-07-28, is keyed by the
 // method-call key, [idem.KeyForMethodCall], from the Mcp-Session-Id, the
 // request id, the method and a target made of the tool name and a digest
@@ -321,7 +329,7 @@
 // The server half is the wrapper, which an MCP server mounts in front of its
 // handler: options.go ([Options], defaults, validation), wrapper.go ([New],
 // ServeHTTP: which calls it deduplicates), keys.go and scope.go (the key and its
-// scope), execute.go (a claimed call run through the inner handler and the
+// scope), newkey.go ([NewKeyGuard]), execute.go (a claimed call run through the inner handler and the
 // engine), sessions.go (a session's DELETE waits for its calls), advertise.go
 // (the extension in initialize and server/discover), recorder.go (what is recorded from its answer), probe.go,
 // responsebuffer.go and reply.go (the answers the wrapper makes itself),

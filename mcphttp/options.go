@@ -119,6 +119,11 @@ type Options struct {
 	// would let two clients who send the same session id and request id
 	// share a result.
 	Stateless bool
+	// NewKeyGuard, when set, notices the same caller making the same call
+	// again under a new idempotency key (an agent that mints one per
+	// retry), reports it and handles it as its Action says: see
+	// [NewKeyGuard] for the trade-off. Nil means no guard.
+	NewKeyGuard *NewKeyGuard
 }
 
 // validate names the first field of o that is wrong. SessionCookies is
@@ -134,6 +139,11 @@ func (o Options) validate() error {
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("mcphttp: Options.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	if o.NewKeyGuard != nil {
+		if err := o.NewKeyGuard.validate(); err != nil {
+			return err
 		}
 	}
 	for _, m := range o.Methods {

@@ -159,6 +159,12 @@ func TestNewPanics(t *testing.T) {
 		"initialize deduped": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Methods: []string{"initialize"}})
 		},
+		"negative new-key window": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{NewKeyGuard: &mcphttp.NewKeyGuard{Window: -1}})
+		},
+		"unknown new-key action": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{NewKeyGuard: &mcphttp.NewKeyGuard{Action: 7}})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

@@ -34,6 +34,8 @@ type wrapper struct {
 	// extension is the settings object of ExtensionID, advertised in the
 	// answers to initialize and server/discover (see advertise).
 	extension json.RawMessage
+	// newKeys is Options.NewKeyGuard at work; nil without one.
+	newKeys *keyMemory
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -78,6 +80,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
 			stateless: opts.Stateless, extension: extensionSettings(methods, store),
+			newKeys: newKeyMemory(opts.NewKeyGuard),
 		}
 	}
 }
@@ -159,6 +162,13 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	if keyErr != nil {
 		m.answer(w, r, c, m.refusal(r, c, source, keyErr), false)
 		return
+	}
+	if source != "" {
+		var refusal []byte
+		if req, forward, refusal = m.guardKey(r, c, req, forward); refusal != nil {
+			m.answer(w, r, c, refusal, false)
+			return
+		}
 	}
 	ctx := r.Context()
 	ereq := &engine.Request{Claim: req}
