@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -337,6 +339,45 @@ func TestMCPTool(t *testing.T) {
 		t.Fatalf("%d invoices after the second layer's replay, want still 4: %+v", len(invs), invs)
 	}
 	waitForMetric(t, d, `idem_replayed_total{adapter="http"}`, "1")
+}
+
+// TestMCPToolProgress: a call that asks for progress (a progressToken) gets
+// a notification before the invoice is created and one after, on the call's
+// stream, at both protocol versions; a retry is the replay of the result.
+func TestMCPToolProgress(t *testing.T) {
+	t.Parallel()
+	d := startDemo(t, "")
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		var mu sync.Mutex
+		var got []string
+		client := mcp.NewClient(&mcp.Implementation{Name: "progress", Version: "1"}, &mcp.ClientOptions{
+			ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, fmt.Sprintf("%v %.0f/%.0f %s", req.Params.ProgressToken, req.Params.Progress, req.Params.Total, req.Params.Message))
+			},
+		})
+		hc := &http.Client{Transport: &http.Transport{}}
+		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1},
+			&mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_invoice",
+			Arguments: map[string]any{"customer": "progress " + version, "amount_cents": 5},
+			Meta:      mcp.Meta{"progressToken": "p-" + version, "idempotencyKey": "progress-" + version}})
+		cs.Close()
+		hc.CloseIdleConnections()
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", version, err, res)
+		}
+		mu.Lock()
+		want := []string{"p-" + version + " 0/1 creating the invoice", "p-" + version + " 1/1 invoice created"}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("%s: progress %q, want %q", version, got, want)
+		}
+		mu.Unlock()
+	}
 }
 
 // TestMCPBothVersions: a 2025-11-25 client (a session) and a 2026-07-28

@@ -46,6 +46,7 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 	if err != nil {
 		return nil, toolOutput{}, err
 	}
+	progress(ctx, req, 0, "creating the invoice")
 	// mcphttp.Transport sets X-Session-Id and X-Idempotency-Key from the
 	// Meta in the context, and the caller's credentials for the demo's own
 	// API.
@@ -83,7 +84,20 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 		return nil, toolOutput{}, fmt.Errorf("decoding the invoice API's answer: %w", err)
 	}
 	out.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	progress(ctx, req, 1, "invoice created")
 	return nil, out, nil
+}
+
+// progress sends the caller a progress notification for the call, when it
+// asked for them (a progressToken in _meta): the tool's answer then streams,
+// one event before the invoice API is called and one after.
+func progress(ctx context.Context, req *mcp.CallToolRequest, done float64, msg string) {
+	if req.Session == nil || req.Params == nil {
+		return
+	}
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: done, Total: 1, Message: msg})
+	}
 }
 
 // codeRetry is the JSON-RPC error code of a call that did not take effect
@@ -110,7 +124,8 @@ func newMCPServer(self string) *mcp.Server {
 		Name:  "create_invoice",
 		Title: "Create an invoice",
 		Description: "Creates an invoice through the invoice API. A repeated call with the same " +
-			"_meta.idempotencyKey creates nothing new and returns the first call's result.",
+			"_meta.idempotencyKey creates nothing new and returns the first call's result. " +
+			"With a progressToken it reports progress before and after creating it.",
 	}, tool.create)
 	return server
 }
