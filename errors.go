@@ -116,6 +116,7 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // the context of protected work whose claim can no longer be trusted: the
 // lease was about to run out without a confirmed renewal (a renewal failed
 // or hung), or a renewal found the claim taken over or forgotten. The work
-// should stop and start no further side effects; whatever it answers is not
-// recorded, because another request may own the key now.
+// should stop and start no further side effects, and answer a failure. A
+// whole answer it still returns is recorded only if no other request took
+// the key over (the completion is fenced by the claim's generation).
 var ErrLeaseLost = errors.New("idem: claim lost while the work ran")

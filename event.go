@@ -58,6 +58,13 @@ const (
 	// the adapter would otherwise have answered from the store; the client
 	// got that refusal. Status is its HTTP status.
 	EventRejected
+	// EventLeft: the work ended with an answer that is neither a result
+	// nor a failure (an MCP stream that ended before the call's response:
+	// the tool may still run), so its claim was left, unrenewed, to its
+	// lease: until the lease runs out a retry waits or is told to retry,
+	// then it runs. This process no longer holds the claim. Duration is
+	// the run time.
+	EventLeft
 	// EventKeyRotated: the same caller sent the same call (the same tool
 	// and canonical arguments) again under a new idempotency key, within
 	// the window of mcphttp's NewKeyGuard: an agent that mints a key per
@@ -88,6 +95,8 @@ func (k EventKind) String() string {
 		return "lease lost"
 	case EventRejected:
 		return "rejected"
+	case EventLeft:
+		return "left"
 	case EventKeyRotated:
 		return "key rotated"
 	}

@@ -195,6 +195,19 @@ func (l *eventLog) count(k idem.EventKind) int {
 	return n
 }
 
+// released returns the release events.
+func (l *eventLog) released() []idem.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []idem.Event
+	for _, e := range l.events {
+		if e.Kind == idem.EventReleased {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func (l *eventLog) kinds() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -267,7 +280,10 @@ func TestSituations(t *testing.T) {
 		{"work panics: the key is released and the retry runs again", situationPanic},
 		{"renewal finds the claim taken over: the work's context ends at once", situationTakenOver},
 		{"server shuts down: the work's context ends, the key is released", situationShutdown},
+		{"server shuts down as the work finishes: its whole answer is recorded, the retry replays it", situationShutdownFinished},
+		{"lease lost as the work finishes: its whole answer is recorded, the retry replays it", situationLeaseLostFinished},
 		{"events: every event names the adapter; a wait and a takeover are reported", situationEvents},
+		{"completion fails for a moment (a failover): it is retried, and the retry replays the first run", situationCompleteFailsForAMoment},
 	}
 	for _, a := range adapters {
 		for _, s := range situations {
@@ -428,8 +444,8 @@ func situationTakenOver(t *testing.T, a adapter) {
 	if took := time.Since(start); took > lease/2 {
 		t.Fatalf("the work ended after %v; the first renewal (at %v) found the claim stale", took, lease/3)
 	}
-	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 0 {
-		t.Fatalf("events %v, want one lease lost and no completion", e.events.kinds())
+	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 0 || e.events.count(idem.EventReleased) != 0 {
+		t.Fatalf("events %v, want one lease lost, no completion and no release (the key is the new owner's)", e.events.kinds())
 	}
 }
 
@@ -452,7 +468,7 @@ func situationShutdown(t *testing.T, a adapter) {
 		close(started)
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
-		return "cut off", nil // answered as if whole: must still not be recorded
+		return "", context.Cause(ctx) // it honours its context: a failure
 	})
 	done := make(chan struct{})
 	go func() {
@@ -475,6 +491,61 @@ func situationShutdown(t *testing.T, a adapter) {
 	text, replayed, ok, err := other.send(context.Background(), "shutdown")
 	if err != nil || !ok || replayed || text != "run #1" {
 		t.Fatalf("retry on another instance got %q replayed=%v ok=%v err=%v; want a fresh run", text, replayed, ok, err)
+	}
+}
+
+// situationShutdownFinished: Shutdown fires while the work makes its charge,
+// which it finishes anyway (it does not look at its context) and answers
+// whole: the charge happened, so its answer is recorded, and the retry on
+// another instance replays it instead of charging again.
+func situationShutdownFinished(t *testing.T, a adapter) {
+	shutdown, stop := context.WithCancel(context.Background())
+	defer stop()
+	store := memstore.New(memstore.Options{})
+	var charges atomic.Int64
+	charge := func(context.Context) (string, error) {
+		return fmt.Sprintf(`{"charge":%d}`, charges.Add(1)), nil
+	}
+	e := newEnv(t, a, store, mountOptions{shutdown: shutdown}, func(ctx context.Context) (string, error) {
+		stop()
+		<-ctx.Done() // the shutdown reached the work before it answered
+		return charge(ctx)
+	})
+	if text, _, ok, err := e.send(context.Background(), "shutdown-finished"); err != nil || !ok || text != `{"charge":1}` {
+		t.Fatalf("first request got %q ok=%v err=%v, want the first charge", text, ok, err)
+	}
+	other := newEnv(t, a, store, mountOptions{}, charge)
+	text, replayed, ok := retryUntilAnswered(t, other, "shutdown-finished")
+	if !ok || !replayed || text != `{"charge":1}` || charges.Load() != 1 {
+		t.Fatalf("retry on another instance got %q (replayed %v, ok %v) after %d charges; events %v; want the first charge replayed",
+			text, replayed, ok, charges.Load(), e.events.kinds())
+	}
+	if e.events.count(idem.EventCompleted) != 1 || e.events.count(idem.EventReleased) != 0 {
+		t.Fatalf("events %v, want one completion and no release", e.events.kinds())
+	}
+}
+
+// situationLeaseLostFinished: the renewals hang until the lease is lost,
+// but the work was making its charge and finishes it, answering whole.
+// Nobody took the key over, so the completion, fenced by the generation,
+// records it, and the retry replays it instead of charging again.
+func situationLeaseLostFinished(t *testing.T, a adapter) {
+	var charges atomic.Int64
+	e := newEnv(t, a, hangingRenew{memstore.New(memstore.Options{})}, mountOptions{lease: time.Second},
+		func(ctx context.Context) (string, error) {
+			<-ctx.Done() // lost: the renewal hung until the lease deadline
+			return fmt.Sprintf(`{"charge":%d}`, charges.Add(1)), nil
+		})
+	if text, _, ok, err := e.send(context.Background(), "lost-finished"); err != nil || !ok || text != `{"charge":1}` {
+		t.Fatalf("first request got %q ok=%v err=%v, want the first charge", text, ok, err)
+	}
+	text, replayed, ok := retryUntilAnswered(t, e, "lost-finished")
+	if !ok || !replayed || text != `{"charge":1}` || charges.Load() != 1 {
+		t.Fatalf("retry got %q (replayed %v, ok %v) after %d charges; events %v; want the first charge replayed",
+			text, replayed, ok, charges.Load(), e.events.kinds())
+	}
+	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 1 {
+		t.Fatalf("events %v, want one lease lost and one completion", e.events.kinds())
 	}
 }
 
@@ -546,5 +617,63 @@ func situationEvents(t *testing.T, a adapter) {
 	}
 	if !takeover || !waited {
 		t.Errorf("events %+v: want a claim with Takeover and a replay with Waited", e.events.events)
+	}
+}
+
+// completeFailsFor is a store whose Complete fails as unavailable until
+// the moment up, as during a database failover: the connection is gone, the
+// next one reaches the new primary.
+type completeFailsFor struct {
+	idem.Store
+	up       time.Time
+	attempts atomic.Int64
+}
+
+func (s *completeFailsFor) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	s.attempts.Add(1)
+	if time.Now().Before(s.up) {
+		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection refused")}
+	}
+	return s.Store.Complete(ctx, tok, res)
+}
+
+// situationCompleteFailsForAMoment: the work ran and answered, and its
+// completion fails for 300 ms (the store fails over), well within the 2 s
+// lease. The claim is still the work's, so the completion is retried and
+// the key completes: the client's retry replays the answer it got, and the
+// work ran once. Without the retry the claim stays until its lease runs
+// out, and the retry runs the work a second time (an effect outside the
+// database happens twice: it answered "run #2" before the engine retried).
+func situationCompleteFailsForAMoment(t *testing.T, a adapter) {
+	const lease = 2 * time.Second
+	store := &completeFailsFor{Store: memstore.New(memstore.Options{})}
+	e := newEnv(t, a, store, mountOptions{lease: lease}, func(context.Context) (string, error) {
+		store.up = time.Now().Add(300 * time.Millisecond)
+		return "", nil
+	})
+	first, _, ok, err := e.send(context.Background(), "complete-fails")
+	if err != nil || !ok {
+		t.Fatalf("first request: %q ok=%v err=%v", first, ok, err)
+	}
+	deadline := time.Now().Add(3 * lease)
+	for {
+		text, replayed, ok, err := e.send(context.Background(), "complete-fails")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if !replayed || text != first || e.runs.Load() != 1 {
+				t.Fatalf("retry got %q (replayed %v) after %d runs; the client was answered %q: want it replayed, one run (%d completion attempts, events %v)",
+					text, replayed, e.runs.Load(), first, store.attempts.Load(), e.events.kinds())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer to the retry within %v: %q; events %v", 3*lease, text, e.events.kinds())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if e.events.count(idem.EventCompleted) != 1 {
+		t.Fatalf("events %v, want one completion", e.events.kinds())
 	}
 }

@@ -51,12 +51,17 @@
 // what keeps the cancelled work from overlapping a new owner, which can only
 // take the key over once the store's clock says the lease ended.
 //
-// A work whose lease was lost is never recorded: it was cancelled, so what
-// it answers is no answer to the request. Once it returned, its key is
-// released (unless a renewal found it taken over already), so a retry runs
-// it again at once instead of waiting for the lease to run out. The release
-// is fenced by the generation, like every store call with a token: it does
-// nothing if another request took the key over meanwhile.
+// A work whose lease was lost, and that still returned a whole answer its
+// adapter records, is recorded: it was cancelled too late, its side effect
+// happened, and a retry must replay that answer instead of running it
+// again. The completion is fenced by the generation, like every store call
+// with a token: it records nothing if another request took the key over
+// meanwhile. A work that answered nothing to record (it stopped when its
+// context ended, as it should) is released once it returned, so a retry
+// runs it again at once instead of waiting for the lease to run out; the
+// release is fenced the same way. When a renewal found the claim taken
+// over, the engine does neither: the key is the new owner's, and both
+// would find the claim stale.
 //
 // # Client hang-ups
 //
@@ -66,11 +71,13 @@
 // the work done and recorded, not a second execution. The work runs to
 // completion; the adapter drops what it writes to the gone client without
 // telling it, and records the whole answer. The work's context still ends
-// on lease loss, and on server shutdown: when Options.Shutdown is done
+// on lease loss, at its deadline (see below), and on server shutdown: when
+// Options.Shutdown is done
 // (cause [ErrShutdown]; from then on claims are answered Unavailable, so a
-// retry goes to another instance). Work cut off by shutdown is released:
-// work must honour its context for that to be safe, as for any
-// cancellation.
+// retry goes to another instance). Work cut off by shutdown that answers
+// nothing to record is released: work must honour its context for that to
+// be safe, as for any cancellation. Work that finished anyway, with a whole
+// answer its adapter records, is recorded, as for a lost lease.
 //
 // Options.CancelWithClient restores the context of the client: a hang-up
 // cancels the work, which is then released, so the retry runs it again,
@@ -80,18 +87,49 @@
 // survive its context ending (one transaction that commits only while the context
 // is live, nothing sent elsewhere first); otherwise the retry repeats them.
 //
+// # A deadline for the work
+//
+// A work blocked in a call with no timeout of its own would otherwise hold
+// its key for the life of the process: its renewals keep succeeding, and
+// every retry is told the key is in flight. The work's context therefore
+// has a deadline: Options.MaxExecution after [Engine.Start]
+// ([DefaultMaxExecution] by default), or the deadline of the client's
+// context if that is earlier (http.TimeoutHandler, a gateway's timeout: the
+// detached context keeps it). At the deadline the context ends with cause
+// [ErrExecutionTimeout] and the lease is no longer renewed. A work that
+// answers nothing to record is released when it returns, and a retry runs
+// it again; one that finished its side effect anyway and answers whole is
+// recorded, like any work whose context ended; one that never returns keeps
+// its claim only until the lease runs out, after which a retry takes the
+// key over (its goroutine is still blocked: the engine cannot end it). The
+// deadline never completes the key.
+//
 // # What is recorded
 //
 // When the work returns, the adapter reads its answer into a [Verdict]
 // (record this result, release, or leave the claim to its lease), and the
-// engine applies it, except where its own rules decide first:
+// engine applies it, except where its own rules decide first. The rule for
+// a work whose context ended (its lease was lost, its deadline passed,
+// Shutdown, its client with CancelWithClient) is one: a whole answer the
+// adapter's policy records is recorded, fenced by the generation; without
+// one, the key is released.
+// Whether the context ended only matters when there is no such answer, so a
+// Shutdown that fires just as the work returns does not change what its
+// answer becomes.
 //
 //	the work ...                                          engine does
 //	recorded its result itself (in its own transaction)  reports the completion
-//	lost its lease while it ran                          releases (fenced): never recorded
-//	was cut off by Shutdown                              releases: never recorded
-//	was cut off by its client (CancelWithClient)         the adapter's verdict if it records
-//	                                                      a whole answer; otherwise releases
+//	lost its claim to a takeover (a renewal found it      nothing: the key is the new
+//	  stale)                                              owner's
+//	returned a whole answer to record (Verdict Record),   records it (fenced: nothing if
+//	  even after its lease was lost, its deadline         the key was taken over)
+//	  passed, or Shutdown or its client cut it off
+//	lost its lease, ran past its deadline, or was cut     releases (fenced)
+//	  off by Shutdown or its client, and answered
+//	  nothing to record
+//	ran past its deadline and does not return             stops renewing: the claim runs out
+//	                                                      with its lease, then a retry takes
+//	                                                      the key over
 //	panicked (other than http.ErrAbortHandler), or        releases
 //	  called runtime.Goexit
 //	panicked with http.ErrAbortHandler                    the adapter's aborted verdict: what
@@ -100,9 +138,21 @@
 //	returned                                              the adapter's verdict
 //
 // Complete and release run on a context detached from the client and
-// bounded by Options.StoreTimeout. A complete or release that finds the
-// claim stale reports [idem.EventStale]; one that fails reports
-// [idem.EventStoreError] and leaves the claim to its lease.
+// bounded by Options.StoreTimeout. A complete that fails with an
+// unavailable store ([idem.ErrUnavailable]: a dropped connection, a
+// failover) is tried again, after a short jittered pause that doubles up
+// to a second, until StoreTimeout or, if that is later, until the lease's
+// end (less the margin, as of the last confirmed renewal): the work ran,
+// and without its result a retry after the lease would run it again, and
+// until the lease ends nobody can take the key over, so a database that
+// fails over faster than the lease is ridden out. Each attempt is bounded
+// by StoreTimeout. The generation makes that safe: an attempt that took
+// effect although its answer was lost leaves the key completed by this
+// generation, which the next attempt finds and reports as the completion.
+// A complete or release that finds the claim stale reports
+// [idem.EventStale]; one that fails (for a complete, still when both bounds
+// ran out) reports [idem.EventStoreError] and leaves the claim to its
+// lease.
 //
 // # Retry-After
 //
@@ -120,7 +170,8 @@
 // Every [idem.Event] carries Options.Adapter. The engine reports claimed
 // (with Waited and Takeover), replayed, in flight, mismatch and claim store
 // errors when the claim is decided; lease lost and renew store errors from
-// the renewal; completed, released, stale and complete or release store
-// errors when the work is finished. No goroutine or timer outlives
-// [Execution.Finish].
+// the renewal; completed, released, left (to its lease), stale and complete
+// or release store errors when the work is finished: every claim the
+// engine reports claimed ends in one of these, or in lease lost. No
+// goroutine or timer outlives [Execution.Finish].
 package engine

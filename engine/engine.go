@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,12 @@ const (
 	// MinRetryAfter is the shortest retry delay the engine suggests for
 	// a key in flight.
 	MinRetryAfter = 100 * time.Millisecond
+	// DefaultMaxExecution bounds how long the work runs under its claim
+	// when Options.MaxExecution is zero: longer than any request a
+	// gateway or an MCP client waits for (the MCP TypeScript SDK gives up
+	// after a minute), short enough that a hung work does not hold its key
+	// for the life of the process.
+	DefaultMaxExecution = 5 * time.Minute
 )
 
 // Header names shared by the adapters.
@@ -41,10 +48,23 @@ const (
 )
 
 // ErrShutdown is the cause ([context.Cause]) with which the work's context
-// is cancelled when Options.Shutdown is done. Work cut off this way is never
-// recorded; its key is released, so a retry (on this instance or another)
-// runs it again.
+// is cancelled when Options.Shutdown is done. Work cut off this way that
+// answers nothing to record has its key released, so a retry (on this
+// instance or another) runs it again; a whole answer the adapter records is
+// recorded.
 var ErrShutdown = errors.New("engine: the server is shutting down")
+
+// ErrExecutionTimeout is the cause ([context.Cause]) with which the work's
+// context ends at its deadline: Options.MaxExecution after it started, or
+// the deadline of the client's request context if that comes first (one
+// set by http.TimeoutHandler or a gateway); its Err is
+// [context.DeadlineExceeded]. From then on the lease is not renewed. A
+// work that answers nothing to record is released when it returns, so a
+// retry runs it again; a whole answer the adapter records is recorded, as
+// for any work whose context ended (its side effect happened); a work that
+// never returns keeps its claim only until the lease runs out, and a retry
+// then takes the key over. The deadline itself never completes the key.
+var ErrExecutionTimeout = errors.New("engine: the work ran past its deadline")
 
 // Options configures an [Engine]. The zero value is usable: every field says
 // what its zero value means. Invalid values make [New] panic.
@@ -65,8 +85,9 @@ type Options struct {
 	Wait time.Duration
 
 	// StoreTimeout bounds each store call made once the work runs (renew,
-	// complete, release), and, added to Wait, a claim. Zero means
-	// [DefaultStoreTimeout]. Negative panics.
+	// complete, release), and, added to Wait, a claim; a completion that
+	// fails with an unavailable store is tried again until it runs out.
+	// Zero means [DefaultStoreTimeout]. Negative panics.
 	StoreTimeout time.Duration
 
 	// RetryAfter is the retry delay suggested when the store is
@@ -82,10 +103,24 @@ type Options struct {
 	// when true is safe.
 	CancelWithClient bool
 
+	// MaxExecution bounds how long the work runs under its claim: when it
+	// has passed since [Engine.Start], or the deadline of the client's
+	// context passed if that is earlier, the work's context ends with
+	// cause [ErrExecutionTimeout] and its lease is no longer renewed (see
+	// ErrExecutionTimeout for what the key becomes). The work's context
+	// reports that deadline (context.Context.Deadline), so database calls
+	// and outgoing requests made with it are bounded too. Zero means
+	// [DefaultMaxExecution]; negative means no bound but the client's
+	// deadline. With CancelWithClient the client's deadline ends the work
+	// as the client's context does, with its cause.
+	MaxExecution time.Duration
+
 	// Shutdown, when done, ends the context of all running work with
-	// cause [ErrShutdown]; work so cut off is not recorded and its key is
-	// released, and claims made after it are answered Unavailable. Cancel it when a graceful shutdown gives up (after
-	// http.Server.Shutdown returned an error, before http.Server.Close):
+	// cause [ErrShutdown]; the key of work so cut off is released unless it
+	// still returned a whole answer to record, and claims made after it
+	// are answered Unavailable. Cancel it when a graceful shutdown gives
+	// up (after http.Server.Shutdown returned an error, before
+	// http.Server.Close):
 	// since the work's context no longer ends with the client's
 	// connection, closing the server does not end it. Nil means never.
 	Shutdown context.Context
@@ -114,6 +149,7 @@ type Engine struct {
 	storeTimeout time.Duration
 	retryAfter   time.Duration
 	cancelWithCl bool
+	maxExecution time.Duration // zero: no bound
 	shutdown     context.Context
 	owner        string
 	logger       *slog.Logger
@@ -139,6 +175,7 @@ func New(store idem.Store, opts Options) *Engine {
 	e.margin = min(e.lease/5, MaxLeaseMargin)
 	e.storeTimeout = orDefault("StoreTimeout", opts.StoreTimeout, DefaultStoreTimeout)
 	e.retryAfter = orDefault("RetryAfter", opts.RetryAfter, DefaultRetryAfter)
+	e.maxExecution = max(cmp.Or(opts.MaxExecution, DefaultMaxExecution), 0)
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
 	}

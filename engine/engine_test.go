@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -166,5 +167,33 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 	}, nil)
 	if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
 		t.Fatalf("events %v, want claimed, completed", kinds)
+	}
+}
+
+// TestShutdownAsTheWorkReturns: Shutdown fires just as the work returns a
+// whole answer to record. Whether the shutdown's cancellation reaches the
+// work's context before the execution ends or not, the outcome is the
+// same: the answer is recorded.
+func TestShutdownAsTheWorkReturns(t *testing.T) {
+	t.Parallel()
+	for i := range 50 {
+		shutdown, stop := context.WithCancel(context.Background())
+		store := memstore.New(memstore.Options{})
+		eng := engine.New(store, engine.Options{Shutdown: shutdown})
+		k, _ := idem.ParseKey(fmt.Sprintf("k%d", i))
+		var kinds []idem.EventKind
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
+		d := eng.Claim(context.Background(), req)
+		eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+			stop()
+			if i%2 == 0 {
+				<-ctx.Done() // the cancellation arrived before the work returned
+			}
+			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+		}, nil)
+		stop()
+		if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
+			t.Fatalf("iteration %d: events %v, want claimed, completed", i, kinds)
+		}
 	}
 }

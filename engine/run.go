@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pause"
 )
 
 // Action is what to do with a claim once the work returned.
@@ -75,12 +77,15 @@ type Execution struct {
 	began   time.Time
 	stopOff func() bool // stops the Shutdown watch
 
+	deadline     time.Time          // the work's: MaxExecution or the client's; zero if none
+	stopDeadline context.CancelFunc // releases the deadline's timer
+
 	mu         sync.Mutex
 	finished   bool
 	lost       bool
 	lostStale  bool        // lost because a renewal found the claim stale
-	deadline   time.Time   // lease end minus the margin, on the process clock
-	leaseTimer *time.Timer // fires at deadline: the lease is lost
+	leaseEnd   time.Time   // lease end minus the margin, on the process clock
+	leaseTimer *time.Timer // fires at leaseEnd: the lease is lost
 	renewTimer *time.Timer
 	renewing   sync.WaitGroup
 	stopRenew  context.CancelFunc // cancels a renewal in progress
@@ -99,6 +104,18 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 		base = clientCtx
 	}
 	x.ctx, x.cancel = context.WithCancelCause(base)
+	// The work's context is detached from the client's cancellation, not
+	// from a deadline the service set on the request.
+	x.deadline, _ = clientCtx.Deadline()
+	if e.maxExecution > 0 {
+		if limit := x.began.Add(e.maxExecution); x.deadline.IsZero() || limit.Before(x.deadline) {
+			x.deadline = limit
+		}
+	}
+	x.stopDeadline = func() {}
+	if !x.deadline.IsZero() {
+		x.ctx, x.stopDeadline = context.WithDeadlineCause(x.ctx, x.deadline, ErrExecutionTimeout)
+	}
 	if e.shutdown != nil {
 		x.stopOff = context.AfterFunc(e.shutdown, func() { x.cancel(ErrShutdown) })
 	}
@@ -107,10 +124,14 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 	// the lease end, but for the two clocks' drift, which the margin
 	// covers along with the timer's latency and the time the work takes
 	// to notice.
-	x.deadline = req.sent.Add(e.lease - e.margin)
+	x.leaseEnd = req.sent.Add(e.lease - e.margin)
 	x.mu.Lock()
-	x.leaseTimer = time.AfterFunc(time.Until(x.deadline), func() {
-		x.lose(errors.New("the lease was about to run out without a confirmed renewal"))
+	x.leaseTimer = time.AfterFunc(time.Until(x.leaseEnd), func() {
+		why := "the lease was about to run out without a confirmed renewal"
+		if x.pastDeadline() {
+			why = "the work ran past its deadline, and its lease, no longer renewed, was about to run out"
+		}
+		x.lose(errors.New(why))
 	})
 	x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
 	x.mu.Unlock()
@@ -164,18 +185,20 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 }
 
 // Finish ends the execution: it stops the lease renewal (waiting for one in
-// progress), then applies v, unless the engine's own rules say otherwise:
-// work whose lease was lost, or that was cut off by Options.Shutdown, is
-// never recorded, and its key is released; work cut off by its client (with
-// Options.CancelWithClient) is recorded only if v records it (the adapter
-// saw a whole answer its policy records), and released otherwise; the key
-// is released (a release is fenced by the generation: it does nothing
-// if another request took the key over). Call it exactly once, after the
-// work returned.
+// progress), then applies v, unless the engine's own rules say otherwise
+// (see "What is recorded" in the package documentation). A whole answer the
+// adapter's policy records (Action Record) is recorded even if the work's
+// context ended first (its lease was lost, Options.Shutdown, its client with
+// Options.CancelWithClient): the work did its side effect, and the
+// completion is fenced by the generation, so it records nothing if another
+// request took the key over. Work whose context ended without such an
+// answer is released (fenced too), whatever v says. Work whose renewal found
+// the claim taken over is neither recorded nor released: the key is the new
+// owner's. Call Finish exactly once, after the work returned.
 func (x *Execution) Finish(v Verdict) {
 	x.mu.Lock()
 	x.finished = true
-	lost, lostStale := x.lost, x.lostStale
+	lost, lostStale, leaseEnd := x.lost, x.lostStale, x.leaseEnd
 	x.leaseTimer.Stop()
 	x.renewTimer.Stop()
 	stop := x.stopRenew
@@ -188,27 +211,32 @@ func (x *Execution) Finish(v Verdict) {
 		x.stopOff()
 	}
 	ran := time.Since(x.began)
-	cutOff := x.ctx.Err() != nil
+	// Whether the work was cut off decides only what happens to a work
+	// without a whole answer to record, so a Shutdown that fires as the
+	// work returns (before or after stopOff) cannot change what a whole
+	// answer becomes.
+	cause := x.Err()
 	x.cancel(nil)
+	x.stopDeadline()
 
 	switch {
 	case v.Action == Recorded:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: v.Result.Status, Duration: ran})
 	case lostStale:
+		// A renewal found the key taken over (or forgotten): completing
+		// or releasing would find it stale too, and the new owner's
+		// outcome is the key's.
 		x.e.log(x.logCtx, slog.LevelInfo, "the work of a claim taken over ended; nothing recorded", x.req)
-	case lost:
-		// Reported as lost already: a release that finds the key taken
-		// over is not reported again.
-		x.release("the claim was lost while the work ran; nothing recorded", idem.ErrLeaseLost, false, ran)
-	case cutOff && errors.Is(context.Cause(x.ctx), ErrShutdown):
-		x.release(fmt.Sprintf("the work was cut off (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
-	case cutOff && v.Action != Record:
-		// Cut off by its client (Options.CancelWithClient), and the
-		// adapter saw no whole answer to record.
-		x.release(fmt.Sprintf("the work was cut off by its client (%v)", context.Cause(x.ctx)), context.Cause(x.ctx), true, ran)
 	case v.Action == Record:
-		x.complete(v.Result, ran)
+		// Reported as lost already, if it was: a completion that finds
+		// the key taken over is not reported again.
+		x.complete(v.Result, ran, !lost, leaseEnd)
+	case lost:
+		x.release("the claim was lost while the work ran, and it answered nothing to record", idem.ErrLeaseLost, false, ran)
+	case cause != nil:
+		x.release(fmt.Sprintf("the work was cut off (%v), and it answered nothing to record", cause), cause, true, ran)
 	case v.Action == Leave:
+		x.e.observe(x.req, idem.Event{Kind: idem.EventLeft, Duration: ran})
 		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	default:
 		x.release(v.Why, nil, true, ran)
@@ -221,25 +249,71 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(x.store, x.e.storeTimeout)
 }
 
-func (x *Execution) complete(res idem.Result, ran time.Duration) {
-	ctx, cancel := x.storeCtx()
-	err := x.e.store.Complete(ctx, x.tok, res)
-	cancel()
+// complete records res. A completion that finds the claim stale reports
+// EventStale only if reportStale.
+//
+// A transient failure (the store unreachable, a connection dropped, a
+// database failing over) is tried again until StoreTimeout, or until
+// leaseEnd (the lease's end less the margin, as of the last confirmed
+// renewal) if that is later: the work ran, and without its result a retry
+// after the lease would run it again; until the lease ends nobody can take
+// the key over, so a failover shorter than the lease is ridden out. Each
+// attempt is bounded by StoreTimeout. The generation makes a second attempt
+// safe, and an attempt that took effect although its answer was lost leaves
+// the key completed by this very generation, which the next attempt finds
+// stale.
+func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale bool, leaseEnd time.Time) {
+	until := time.Now().Add(x.e.storeTimeout)
+	if leaseEnd.After(until) {
+		until = leaseEnd
+	}
+	ctx, cancel := context.WithDeadline(x.store, until)
+	defer cancel()
+	attempt := func() error {
+		actx, cancel := context.WithTimeout(ctx, x.e.storeTimeout)
+		defer cancel()
+		return x.e.store.Complete(actx, x.tok, res)
+	}
+	err := attempt()
+	attempts := 1
+	for ; errors.Is(err, idem.ErrUnavailable) && pauseBeforeRetry(ctx, attempts-1); attempts++ {
+		if attempts == 1 {
+			x.e.log(x.logCtx, slog.LevelWarn, "could not record the result; retrying while the claim is held", x.req,
+				slog.Any("err", err), slog.Duration("until", time.Until(until).Round(time.Millisecond)))
+		}
+		err = attempt()
+		var se *idem.StaleClaimError
+		if errors.As(err, &se) && se.Current == x.tok.Generation {
+			err = nil
+		}
+	}
 	switch {
 	case err == nil:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
+		if attempts > 1 {
+			x.e.log(x.logCtx, slog.LevelInfo, "recorded the result once the store answered again", x.req, slog.Int("attempts", attempts))
+		}
 		if res.Unreplayable {
 			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
 		}
 	case errors.Is(err, idem.ErrStaleClaim):
-		x.stale(err, ran)
+		x.stale(err, ran, reportStale)
 	default:
 		// The client may have its answer, but a retry after the lease
 		// runs out runs the work again: an in-transaction completion
 		// (middleware.Commit) closes this window.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
-		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req, slog.Any("err", err))
+		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req,
+			slog.Any("err", err), slog.Int("attempts", attempts))
 	}
+}
+
+// pauseBeforeRetry waits before the attempt-th retry of a store call: 10 ms, doubling
+// up to a second, jittered so that instances that failed together do not
+// retry in step. It reports false if ctx ends first.
+func pauseBeforeRetry(ctx context.Context, attempt int) bool {
+	d := min(10*time.Millisecond<<min(attempt, 7), time.Second)
+	return pause.For(ctx, d/2+rand.N(d/2))
 }
 
 // release releases the key; cause is the reason the work was cut off, if it
@@ -257,7 +331,7 @@ func (x *Execution) release(why string, cause error, reportStale bool, ran time.
 		// Lost already, or completed (an in-transaction commit that
 		// reported failure but did commit): not ours to release.
 		if reportStale {
-			x.stale(err, ran)
+			x.stale(err, ran, true)
 		}
 	default:
 		// The claim stays until its lease runs out; then a retry runs.
@@ -266,8 +340,12 @@ func (x *Execution) release(why string, cause error, reportStale bool, ran time.
 	}
 }
 
-func (x *Execution) stale(err error, ran time.Duration) {
-	x.e.observe(x.req, idem.Event{Kind: idem.EventStale, Err: err, Duration: ran})
+// stale logs that the claim was found stale, and reports EventStale if
+// report (a claim lost while the work ran was reported already).
+func (x *Execution) stale(err error, ran time.Duration, report bool) {
+	if report {
+		x.e.observe(x.req, idem.Event{Kind: idem.EventStale, Err: err, Duration: ran})
+	}
 	x.e.log(x.logCtx, slog.LevelWarn, "idempotency claim lost; the result is not recorded", x.req, slog.Any("err", err))
 }
 
@@ -278,11 +356,20 @@ func (x *Execution) renew() {
 		x.mu.Unlock()
 		return
 	}
+	if x.pastDeadline() {
+		// The work ran past its deadline and was told to stop: it keeps
+		// its claim only until the lease runs out, so a work that never
+		// returns cannot hold its key for ever.
+		x.mu.Unlock()
+		x.e.log(x.logCtx, slog.LevelWarn, "the work ran past its deadline; its idempotency lease is no longer renewed", x.req,
+			slog.Duration("ran", time.Since(x.began)))
+		return
+	}
 	// Bounded by the time left on the lease as well as the store timeout:
 	// a renewal that hangs must not outlast the claim it renews.
 	deadline := time.Now().Add(x.e.storeTimeout)
-	if x.deadline.Before(deadline) {
-		deadline = x.deadline
+	if x.leaseEnd.Before(deadline) {
+		deadline = x.leaseEnd
 	}
 	ctx, cancel := context.WithDeadline(x.store, deadline)
 	x.stopRenew = cancel
@@ -305,14 +392,14 @@ func (x *Execution) renew() {
 		// The store extended the lease from a moment after sent, on its
 		// clock: sent plus the lease is again never later than its end.
 		if x.leaseTimer.Stop() {
-			x.deadline = sent.Add(x.e.lease - x.e.margin)
-			x.leaseTimer.Reset(time.Until(x.deadline))
+			x.leaseEnd = sent.Add(x.e.lease - x.e.margin)
+			x.leaseTimer.Reset(time.Until(x.leaseEnd))
 		}
 		x.renewTimer.Reset(next)
 		x.mu.Unlock()
 		return
 	}
-	left := time.Until(x.deadline)
+	left := time.Until(x.leaseEnd)
 	x.mu.Unlock()
 
 	if errors.Is(err, idem.ErrStaleClaim) {
@@ -329,6 +416,11 @@ func (x *Execution) renew() {
 		x.renewTimer.Reset(min(next, left/2))
 	}
 	x.mu.Unlock()
+}
+
+// pastDeadline reports whether the work's deadline has passed.
+func (x *Execution) pastDeadline() bool {
+	return !x.deadline.IsZero() && !time.Now().Before(x.deadline)
 }
 
 // lose cancels the work because its claim can no longer be trusted, and

@@ -37,6 +37,9 @@
 //	                 idem.execution.duration (s).
 //	idem.release     event: the claim was released so a retry runs again;
 //	                 idem.execution.duration (s).
+//	idem.left        event: the claim was left, unrenewed, to its lease
+//	                 (mcphttp: the call's stream ended without its
+//	                 response); idem.execution.duration (s).
 //	idem.lease_lost  event: the claim was lost (taken over, forgotten, or its
 //	                 lease about to run out unrenewed), found while the work
 //	                 ran (EventLeaseLost) or when finishing it (EventStale);
@@ -65,7 +68,7 @@
 //	                         waited).
 //	idem.execution.duration  Histogram s: how long the protected work ran under
 //	                         its claim, by idem.execution.outcome
-//	                         (completed, released).
+//	                         (completed, released, left).
 //	idem.active_claims       UpDownCounter {claim}: claims taken by this
 //	                         process whose end has not been reported yet.
 //	idem.takeovers           Counter {claim}: claims taken over from an owner

@@ -215,6 +215,12 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 			span.AddEvent("idem.release", trace.WithAttributes(append(common, digestAttr,
 				AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
 		}
+	case idem.EventLeft:
+		o.executionTime.Record(mctx, e.Duration.Seconds(), p.execution[executionLeft])
+		if tracing {
+			span.AddEvent("idem.left", trace.WithAttributes(append(common, digestAttr,
+				AttrExecutionDuration.Float64(e.Duration.Seconds()))...))
+		}
 	case idem.EventRejected:
 		o.rejections.Add(mctx, 1, p.common)
 		if tracing {
@@ -306,7 +312,7 @@ func claimOutcome(e idem.Event) string {
 // ends reports whether e reports the end of a claim this process held.
 func ends(e idem.Event) bool {
 	switch e.Kind {
-	case idem.EventCompleted, idem.EventReleased, idem.EventStale, idem.EventLeaseLost:
+	case idem.EventCompleted, idem.EventReleased, idem.EventLeft, idem.EventStale, idem.EventLeaseLost:
 		return true
 	case idem.EventStoreError:
 		return e.Op == "complete" || e.Op == "release"
@@ -372,6 +378,7 @@ func (a *activeSet) remove(adapter, digest string) bool {
 const (
 	executionCompleted = "completed"
 	executionReleased  = "released"
+	executionLeft      = "left" // to its lease: EventLeft
 )
 
 // points holds the metric attributes of one adapter's events, made once:
@@ -402,7 +409,7 @@ func newPoints(adapter, store string) *points {
 		return m
 	}
 	p.outcome = set(AttrOutcome, OutcomeAcquired, OutcomeTakeover, OutcomeReplayed, OutcomeInFlight, OutcomeMismatch, OutcomeUnavailable)
-	p.execution = set(AttrExecutionOutcome, executionCompleted, executionReleased)
+	p.execution = set(AttrExecutionOutcome, executionCompleted, executionReleased, executionLeft)
 	p.op = set(AttrStoreOperation, "claim", "renew", "complete", "release")
 	return p
 }

@@ -3,6 +3,7 @@ package idemotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -828,3 +829,33 @@ func TestRejected(t *testing.T) {
 // Observer.Swept is an idem.Sweeper's OnSweep as it is (a compile-time
 // assertion: the package doc says so).
 var _ = func(o *idemotel.Observer) idem.Sweeper { return idem.Sweeper{OnSweep: o.Swept} }
+
+// A call whose SSE stream ends without its response is left to its lease
+// (mcphttp): the claim's end is reported when the work ends, so
+// idem.active_claims comes down and the Observer forgets the claim.
+func TestLeftClaimEnds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n")
+	})
+	h := f.serverSpan(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Observer: f.observe})(inner))
+	for i := range 3 {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{},"_meta":{"idempotencyKey":"left-%d"}}}`, i, i)
+		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if n := f.sum("idem.active_claims"); n != 0 {
+		f.mu.Lock()
+		t.Errorf("idem.active_claims = %d after three calls left to their leases, want 0; events %v", n, f.events)
+		f.mu.Unlock()
+	}
+	if n, _ := f.histogramCount("idem.execution.duration", idemotel.AttrExecutionOutcome.String("left")); n != 3 {
+		t.Errorf("idem.execution.duration{left} count = %d, want 3", n)
+	}
+}

@@ -236,14 +236,16 @@
 // response (the wrapper stops sending it to the gone client) and the
 // wrapper records it for the retry. The claim, its renewal, the deadline
 // that cancels the inner handler's context (cause [idem.ErrLeaseLost])
-// before the lease could run out unrenewed, [Options.Shutdown], which
+// before the lease could run out unrenewed, the call's deadline
+// ([Options.MaxExecution], or the request's own), [Options.Shutdown], which
 // endings are recorded and the retry delays are the shared behaviour of
 // idem's adapters, built once in package [engine] and documented there.
 // go-sdk runs a stateful session's tool handlers on the session's context,
 // so for them a cancelled request context ends the call's stream, not the
-// tool: when the engine cancels a call (lease lost, shutdown), the wrapper
-// also sends the inner handler a notifications/cancelled for the call's id
-// on the same session, as a client would, which cancels the tool. At
+// tool: when the engine cancels a call (lease lost, deadline, shutdown),
+// the wrapper also sends the inner handler a notifications/cancelled for
+// the call's id on the same session, as a client would, which cancels the
+// tool. At
 // 2026-07-28, and on a stateless server ([Options.Stateless]), a call's
 // request is its own session and a notice would land in a fresh one: there
 // the inner request's context ending is the cancellation, as a closed
@@ -251,8 +253,8 @@
 // ties a tool to its request's context only with
 // StreamableHTTPOptions.PropagateRequestCancellation, so set it behind the
 // wrapper: the detached context still keeps a keyed call running when its
-// client goes away, and lease loss or shutdown then cancels the tool.
-// Without it, such a tool runs on. A tool that never ends keeps
+// client goes away, and lease loss, the deadline or shutdown then cancels
+// the tool. Without it, such a tool runs on. A tool that never ends keeps
 // its request's goroutine, as it keeps go-sdk's own; a session that closes
 // ends both.
 //

@@ -35,8 +35,9 @@ func sibling(ctx context.Context, r *http.Request, body []byte, method string) *
 }
 
 // cancelOnEngineStop arranges that when the engine ends the call's context
-// (its lease was lost, or the server is shutting down), the inner handler is
-// told as a client tells it. Before ModernProtocol, on a stateful server,
+// (its lease was lost, its deadline passed, or the server is shutting
+// down), the inner handler is told as a client tells it. Before
+// ModernProtocol, on a stateful server,
 // that is a notifications/cancelled for the call's id on the same session:
 // go-sdk runs a stateful session's tools on the session's context, which
 // the call's HTTP request context does not end, and the notification is

@@ -45,14 +45,31 @@ type Options struct {
 	Lease time.Duration
 	// StoreTimeout bounds each store call made once a call runs (renew,
 	// complete, release), which must not hang on a store outage; a
-	// renewal is bounded further by the time left on the lease. Zero
+	// renewal is bounded further by the time left on the lease, and a
+	// completion that fails with an unavailable store is tried again until
+	// it runs out. Zero
 	// means [engine.DefaultStoreTimeout]; negative panics.
 	StoreTimeout time.Duration
+	// MaxExecution bounds how long a deduplicated call runs under its
+	// claim. When it has passed, or the request's own deadline has (one
+	// set by http.TimeoutHandler or an outer middleware), the call's
+	// context ends with cause [engine.ErrExecutionTimeout], the tool is
+	// told as for a lost lease (notifications/cancelled), and the claim's
+	// lease is no longer renewed: a call that answers a JSON-RPC error or
+	// a tool error (isError, what go-sdk makes of a tool that returns its
+	// context's error) has its key released; a tool result is recorded
+	// (the tool finished); a call that never returns keeps the key only
+	// until the lease runs out, and a retry then runs. The deadline itself
+	// never completes the key. Zero means [engine.DefaultMaxExecution];
+	// negative means no bound but the request's own deadline.
+	MaxExecution time.Duration
 	// Shutdown, when done, ends the context of every call the wrapper
-	// runs with cause [engine.ErrShutdown]; a call so cut off is not
-	// recorded and its key is released. Calls run on a context detached
-	// from the client's, so closing the HTTP server does not end them:
-	// cancel Shutdown when a graceful shutdown gives up. Nil means never.
+	// runs with cause [engine.ErrShutdown]; a call so cut off has its key
+	// released, unless the wrapper still saw a whole response it records
+	// (a tool result without isError: the tool finished). Calls run on a
+	// context detached from the client's, so closing the HTTP server does
+	// not end them: cancel Shutdown when a graceful shutdown gives up. Nil
+	// means never.
 	Shutdown context.Context
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through

@@ -66,6 +66,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		Lease:        opts.Lease,
 		Wait:         opts.Wait,
 		StoreTimeout: opts.StoreTimeout,
+		MaxExecution: opts.MaxExecution,
 		Shutdown:     opts.Shutdown,
 		Owner:        opts.Owner,
 		// A call cut off by its client is recorded if the recorder saw

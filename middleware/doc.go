@@ -22,6 +22,9 @@
 //	client hangs up while the handler runs      the handler runs to completion;
 //	                                            its response is recorded and the
 //	                                            retry gets it (see Execution)
+//	handler still runs at MaxExecution, or the  its context ends; a 5xx it answers
+//	  request's own deadline                    releases the claim; one that never
+//	                                            returns loses it with the lease
 //	retry after completion, same request        the recorded response, plus
 //	                                            Idempotent-Replayed: true
 //	same key, different request                 422 problem+json (TypeMismatch);
@@ -72,8 +75,9 @@
 // and hop-by-hop headers are never recorded.
 //
 // Because the response is sent before it is recorded, a store failure at
-// that moment leaves the key claimed until its lease runs out, after which a
-// retry runs the handler again. A handler whose side effects live in the
+// that moment that lasts longer than Options.StoreTimeout (a shorter one
+// is retried) leaves the key claimed until its lease runs out, after which
+// a retry runs the handler again. A handler whose side effects live in the
 // store's database closes that window with [Commit]: it records the response
 // inside its own transaction before sending it (exactly-once).
 //
@@ -84,7 +88,8 @@
 // renewal and the deadline that cancels the handler's context (cause
 // [ErrLeaseLost]) before the lease could run out unrenewed; the handler's
 // context, which does not end when the client hangs up (but does on lease
-// loss and when Options.Shutdown is done) unless Options.CancelWithClient;
+// loss, at its deadline, Options.MaxExecution or the request's own, and
+// when Options.Shutdown is done) unless Options.CancelWithClient;
 // which endings are recorded and which release the key; the Retry-After
 // policy. The middleware's part is HTTP's: it drops writes to a client that
 // is gone without failing the handler, so the whole response is recorded; it

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/idemkit/idem"
@@ -34,6 +33,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		StoreTimeout:     cfg.storeTimeout,
 		RetryAfter:       cfg.retryAfter,
 		CancelWithClient: opts.CancelWithClient,
+		MaxExecution:     opts.MaxExecution,
 		Shutdown:         opts.Shutdown,
 		Owner:            opts.Owner,
 		Logger:           cfg.logger,
@@ -136,6 +136,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// firstBodyBuffer is the most readBody allocates before a body's bytes
+// arrive: a client that declares a large body and sends it slowly holds
+// no more than that, and what it sent.
+const firstBodyBuffer = 32 << 10
+
 // readBody reads the whole request body, up to limit bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
@@ -144,16 +149,31 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if r.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	if r.ContentLength >= 0 {
-		// The server holds the body to its declared length: one
-		// allocation of exactly the right size.
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
+	if r.ContentLength < 0 {
+		return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	}
+	// The server holds the body to its declared length, so a body up to
+	// firstBodyBuffer takes one allocation of exactly its size; a larger
+	// one a buffer that doubles, up to that size, as its bytes arrive.
+	size := int(r.ContentLength)
+	body := make([]byte, 0, min(size, firstBodyBuffer))
+	for len(body) < size {
+		if len(body) == cap(body) {
+			body = append(make([]byte, 0, min(2*cap(body), size)), body...)
+		}
+		n, err := r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err == io.EOF && len(body) == size {
+			break
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
 			return nil, err
 		}
-		return body, nil
 	}
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	return body, nil
 }
 
 // withBody gives the handler the body the middleware read.
@@ -178,12 +198,19 @@ func replay(w http.ResponseWriter, res idem.Result) {
 			Detail: "A request with this Idempotency-Key was already processed, but its response was too large to record. It will not be processed again."}, "")
 		return
 	}
+	// The recorded values are shared by every replay of the key (a
+	// memstore's entry, pgstore's replay cache): each replay gets copies,
+	// in one backing array, so that an outer middleware that edits a
+	// value in place, or appends, cannot change the record.
 	hd := w.Header()
+	n := 0
+	for _, vs := range res.Header {
+		n += len(vs)
+	}
+	all := make([]string, 0, n)
 	for name, vs := range res.Header {
-		// The recorded slices are shared by every replay of the key:
-		// clipped, an Add downstream reallocates instead of writing
-		// into them.
-		hd[name] = slices.Clip(vs)
+		all = append(all, vs...)
+		hd[name] = all[len(all)-len(vs) : len(all) : len(all)]
 	}
 	hd[ReplayedHeader] = []string{"true"}
 	if len(res.Body) > 0 {

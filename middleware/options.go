@@ -30,6 +30,9 @@ const (
 	// started (renew, complete, release) when Options.StoreTimeout is zero:
 	// [engine.DefaultStoreTimeout].
 	DefaultStoreTimeout = engine.DefaultStoreTimeout
+	// DefaultMaxExecution bounds how long a handler runs under its claim
+	// when Options.MaxExecution is zero: [engine.DefaultMaxExecution].
+	DefaultMaxExecution = engine.DefaultMaxExecution
 )
 
 // DefaultMethods are the methods protected when Options.Methods is nil: the
@@ -187,7 +190,8 @@ type Options struct {
 	// StoreTimeout bounds each store call made once the handler runs
 	// (renew, complete, release), which must not hang on a store outage;
 	// a renewal is bounded further by the time left on the lease, and a
-	// claim by Wait plus StoreTimeout. Zero means [DefaultStoreTimeout].
+	// claim by Wait plus StoreTimeout. A completion that fails with an
+	// unavailable store is tried again until StoreTimeout. Zero means [DefaultStoreTimeout].
 	// Negative panics.
 	StoreTimeout time.Duration
 
@@ -195,6 +199,21 @@ type Options struct {
 	// and of a 409 when the holder's lease end is unknown. Zero means
 	// [DefaultRetryAfter]. Negative panics.
 	RetryAfter time.Duration
+
+	// MaxExecution bounds how long the handler runs under its claim. When
+	// it has passed, or the request's own deadline has (one set by
+	// http.TimeoutHandler or an outer middleware), the handler's context
+	// ends with cause [engine.ErrExecutionTimeout] and the claim's lease
+	// is no longer renewed: a handler that answers a response the
+	// RecordPolicy does not record (it gave up: 5xx) has its key released
+	// when it returns; one that still answers a recorded response is
+	// recorded (its side effect happened); one that never returns keeps
+	// the key only until the lease runs out, and a retry then runs. The
+	// deadline itself never completes the key. The handler's context
+	// reports the deadline (context.Context.Deadline), so its database
+	// calls are bounded by it. Zero means [DefaultMaxExecution]; negative
+	// means no bound but the request's own deadline.
+	MaxExecution time.Duration
 
 	// CancelWithClient makes a client's hang-up end the handler's context
 	// and release its key. False means the handler runs to completion
@@ -204,8 +223,9 @@ type Options struct {
 	CancelWithClient bool
 
 	// Shutdown, when done, ends every running handler's context (cause
-	// [engine.ErrShutdown]) and releases its key; later requests are
-	// answered 503. Handlers do not end with their connections, so
+	// [engine.ErrShutdown]) and releases its key, unless the handler still
+	// answered a response the RecordPolicy records (it finished its side
+	// effect): that is recorded. Later requests are answered 503. Handlers do not end with their connections, so
 	// http.Server.Close does not end them: cancel Shutdown when a graceful
 	// shutdown gives up. Nil means never.
 	Shutdown context.Context

@@ -140,3 +140,56 @@ func TestPgstoreCommitTx(t *testing.T) {
 		t.Fatalf("%d invoices, want 2", n)
 	}
 }
+
+// TestPgstoreCompleteAfterConnectionKilled: while the handler runs, the
+// backend of the pool's only connection is terminated
+// (pg_terminate_backend), so the completion's first attempt fails on a dead
+// connection. The completion is tried again on a new one, within
+// StoreTimeout: the result is recorded and the client's retry replays it
+// (instead of a 409 until the lease runs out, then a second run).
+func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	cfg := testdb.Config(t, schema)
+	cfg.MaxConns = 1
+	pool := testdb.NewPool(t, cfg)
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatalf("migrations.Up: %v", err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := testdb.NewPool(t, testdb.DirectConfig(t, schema))
+	var events eventLog
+	var runs atomic.Int64
+	h := middleware.New(store, middleware.Options{Wait: -1, Scope: fixedScope, Observer: events.observe})(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			conn, err := pool.Acquire(r.Context())
+			if err != nil {
+				t.Errorf("acquire: %v", err)
+				return
+			}
+			pid := conn.Conn().PgConn().PID()
+			conn.Release()
+			var killed bool
+			if err := admin.QueryRow(r.Context(), `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&killed); err != nil || !killed {
+				t.Errorf("pg_terminate_backend(%d) = %v, %v", pid, killed, err)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"charge":1}`)
+		}))
+	first := serve(h, newReq("POST", "/charge", `{}`, key("killed")))
+	wantStatus(t, first, http.StatusCreated)
+	retry := serve(h, newReq("POST", "/charge", `{}`, key("killed")))
+	if retry.Code != http.StatusCreated || retry.Header().Get(middleware.ReplayedHeader) != "true" || runs.Load() != 1 {
+		t.Fatalf("retry: %d %s (replayed %q) after %d runs; events %v; want the first answer replayed",
+			retry.Code, retry.Body, retry.Header().Get(middleware.ReplayedHeader), runs.Load(), events.kinds())
+	}
+	if n := events.count(idem.EventStoreError); n != 0 {
+		t.Fatalf("events %v, want no store error", events.kinds())
+	}
+}

@@ -925,17 +925,20 @@ func (s *stallRenew) Renew(ctx context.Context, tok idem.Token, lease time.Durat
 
 // testLostLease makes a running handler lose its claim: its renewal stalls
 // until the lease ran out and another caller took the key over. The handler
-// then answers as usual, or through Commit (useCommit).
+// then answers as usual, or through Commit (useCommit): its completion,
+// fenced by the generation, records nothing over the new owner's claim.
 func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	kit := newStore(t)
 	stall := &stallRenew{Store: kit.store, stalled: make(chan struct{}, 1), proceed: make(chan struct{})}
 	var events eventLog
 	cause := make(chan error, 1)
+	takenOver := make(chan struct{})
 	const lease = 300 * time.Millisecond
 	h := middleware.New(stall, middleware.Options{Lease: lease, Scope: fixedScope, Observer: events.observe})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			cause <- context.Cause(r.Context())
+			<-takenOver
 			if !useCommit {
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "too late")
@@ -954,8 +957,8 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	<-stall.stalled
 
 	// The lease runs out while the renewal stalls: the handler is
-	// cancelled before it does, and its key released, and another caller
-	// claims it (or takes it over, if the release came after the lease).
+	// cancelled before it does, and another caller takes the key over
+	// while the handler has not answered yet.
 	k, _ := idem.ParseKey("k")
 	ctx := context.Background()
 	var taken idem.Claim
@@ -966,6 +969,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 			t.Fatal(err)
 		}
 	}
+	close(takenOver)
 	close(stall.proceed)
 
 	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {

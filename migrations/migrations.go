@@ -28,6 +28,13 @@
 // application's own goose migrations are not disturbed.
 //
 // The schema of a "schema.table" name must already exist.
+//
+// # A UTF8 database
+//
+// The database must be UTF8 (CREATE DATABASE ... ENCODING 'UTF8', the
+// default of most installations): Up refuses any other encoding with an
+// [*EncodingError], and pgstore refuses to claim in one. See EncodingError
+// for what goes wrong otherwise.
 package migrations
 
 import (
@@ -83,6 +90,15 @@ const MaxPartitions = 1024
 // ErrPartitions is returned for an invalid [Options.Partitions], or one that
 // does not match the existing table.
 var ErrPartitions = errors.New("migrations: partitions")
+
+// ErrEncoding is matched by the error [Up] returns for a database whose
+// encoding is not UTF8, an [*EncodingError]: idem needs UTF8 (see
+// EncodingError for why). Up then changes nothing.
+var ErrEncoding = pgschema.ErrEncoding
+
+// EncodingError names the encoding of a database that is not UTF8. It
+// matches [ErrEncoding].
+type EncodingError = pgschema.EncodingError
 
 // ErrInvalidTable is returned for a table name that is not one or two plain
 // lower-case identifiers.
@@ -194,18 +210,34 @@ func newProvider(pool *pgxpool.Pool, opts Options) (*goose.Provider, func(), err
 }
 
 // Up applies every migration not yet applied. It is safe to call from
-// several goroutines or processes at once.
+// several goroutines or processes at once. A database whose encoding is not
+// UTF8 is refused ([ErrEncoding]) before anything is changed.
 func Up(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if err := checkEncoding(ctx, pool); err != nil {
+		return err
+	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	if opts.Partitions > 0 {
 		return checkPartitions(ctx, pool, opts)
+	}
+	return nil
+}
+
+// checkEncoding fails with an [*EncodingError] unless the database is UTF8.
+func checkEncoding(ctx context.Context, pool *pgxpool.Pool) error {
+	var encoding string
+	if err := pool.QueryRow(ctx, pgschema.EncodingQuery).Scan(&encoding); err != nil {
+		return fmt.Errorf("migrations: reading the database's encoding: %w", err)
+	}
+	if err := pgschema.CheckEncoding(encoding); err != nil {
+		return fmt.Errorf("migrations: %w", err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pause"
 	"github.com/idemkit/idem/internal/pgschema"
 )
 
@@ -59,6 +60,16 @@ const maxSerializationAttempts = 20
 // lease has not run out, unless forced. It is [idem.ErrLiveClaim], which
 // memstore's Forget returns too.
 var ErrLiveClaim = idem.ErrLiveClaim
+
+// ErrEncoding is matched by the error Claim returns on a database whose
+// encoding is not UTF8, an [*EncodingError]: pgstore needs UTF8 (see
+// EncodingError for why), and refuses to claim rather than run work whose
+// result it could not record. migrations.Up refuses such a database too.
+var ErrEncoding = pgschema.ErrEncoding
+
+// EncodingError names the encoding of a database that is not UTF8. It
+// matches [ErrEncoding].
+type EncodingError = pgschema.EncodingError
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
@@ -148,6 +159,11 @@ type Store struct {
 	sql      statements
 	listener *listener
 	cache    *replayCache // nil: no replay cache
+
+	// utf8 is set once the database was seen to be UTF8; notUTF8 holds
+	// the refusal once it was seen not to be (see checkEncoding).
+	utf8    atomic.Bool
+	notUTF8 atomic.Pointer[EncodingError]
 
 	// cacheInvalidated and cacheDropped, when set (tests only), are called
 	// after the cache handled a notification or dropped everything.
@@ -308,15 +324,7 @@ func retryable(err error) bool {
 // of a statement that failed [retryable], so that the writers that collided
 // do not collide again in step. It reports false if ctx is done first.
 func pauseBeforeRetry(ctx context.Context, attempt int) bool {
-	d := time.Duration(rand.N(int64(time.Millisecond) << min(attempt, 5)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return pause.For(ctx, time.Duration(rand.N(int64(time.Millisecond)<<min(attempt, 5))))
 }
 
 // retrying runs op, a single statement outside any caller's transaction,
@@ -330,12 +338,37 @@ func retrying(ctx context.Context, op func() error) error {
 	}
 }
 
+// checkEncoding returns an [*EncodingError] unless the database is UTF8.
+// It asks the database once: the first claim pays one more round trip, and
+// a database's encoding never changes.
+func (s *Store) checkEncoding(ctx context.Context) error {
+	if s.utf8.Load() {
+		return nil
+	}
+	if err := s.notUTF8.Load(); err != nil {
+		return err
+	}
+	var encoding string
+	if err := s.pool.QueryRow(ctx, pgschema.EncodingQuery).Scan(&encoding); err != nil {
+		return unavailable("claim", err)
+	}
+	if err := pgschema.CheckEncoding(encoding); err != nil {
+		s.notUTF8.Store(err.(*EncodingError))
+		return err
+	}
+	s.utf8.Store(true)
+	return nil
+}
+
 // Claim implements [idem.Store]. It sends one statement (sql/claim.sql) for a
 // new key, a replay or a duplicate in flight, and a second
 // (sql/takeover.sql) to take over a row whose lease or retention ran out;
 // see the package documentation.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := s.checkEncoding(ctx); err != nil {
 		return idem.Claim{}, err
 	}
 	var (

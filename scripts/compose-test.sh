@@ -80,17 +80,17 @@ payload="{\"customer\": \"$customer\", \"amount_cents\": 4200}"
 post "$key" "$payload"
 [ "$status" = 201 ] || fail "first POST: $status $body"
 first=$body
+# The last answer was a replay of the first.
+replayed_first() { [ "$status" = 201 ] && [ "$replayed" = true ] && [ "$body" = "$first" ]; }
 post "$key" "$payload"
-[ "$status" = 201 ] && [ "$replayed" = true ] && [ "$body" = "$first" ] ||
-	fail "retry: $status, Idempotent-Replayed: '$replayed', body $body (first: $first)"
+replayed_first || fail "retry: $status, Idempotent-Replayed: '$replayed', body $body (first: $first)"
 log "retry replayed: $body"
 
 log "restarting the demo container"
 "${compose[@]}" restart demo >>"$out" 2>&1 || fail "compose restart demo"
 wait_healthy demo
 post "$key" "$payload"
-[ "$status" = 201 ] && [ "$replayed" = true ] && [ "$body" = "$first" ] ||
-	fail "retry after restart: $status, Idempotent-Replayed: '$replayed', body $body (first: $first)"
+replayed_first || fail "retry after restart: $status, Idempotent-Replayed: '$replayed', body $body (first: $first)"
 log "retry after the restart replayed from PostgreSQL"
 
 n=$(curl -sS "$base/invoices" | python3 -c 'import json, sys; print(sum(1 for i in json.load(sys.stdin) if i["customer"] == sys.argv[1]))' "$customer") ||

@@ -176,12 +176,13 @@ if [ "${CONFORMANCE_ONLY:-modern}" = modern ] || [ -z "${CONFORMANCE_ONLY:-}" ];
 	# and pending scenarios are compared with go-sdk's alone above.
 	scored=$(sed -n '/=== SUMMARY ===/,/^Not scored/p' "$WORK/modern-wrapped.log" | grep -E '^✗ ' || true)
 	unscored=$(sed -n '/^Not scored/,$p' "$WORK/modern-wrapped.log" | grep -oE '✗ [^ ]+' | sed 's/✗ //' || true)
-	for s in $(grep -oE '^✗ [^:]+' <<<"$scored" | sed 's/✗ //'); do
+	while read -r s; do
+		[ -n "$s" ] || continue
 		if ! grep -qx "$s" <<<"$unscored"; then
 			echo "conformance: modern: required scenario $s failed" >&2
 			status=1
 		fi
-	done
+	done < <(grep -oE '^✗ [^:]+' <<<"$scored" | sed 's/✗ //')
 fi
 
 if [ "$status" -ne 0 ]; then

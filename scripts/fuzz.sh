@@ -22,13 +22,13 @@ is_deadline_flake() {
 }
 
 run() { # pkg target
-	"$GO" test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" "$1" 2>&1 | tee "$log"
+	"$GO" test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" "$1" </dev/null 2>&1 | tee "$log"
 }
 
 flakes=0
 for pkg in $("$GO" list ./...); do
 	dir=$("$GO" list -f '{{.Dir}}' "$pkg")
-	for target in $(grep -hoE '^func (Fuzz[A-Za-z0-9_]+)' "$dir"/*_test.go 2>/dev/null | sed 's/func //'); do
+	while read -r target; do
 		echo "== $pkg $target"
 		run "$pkg" "$target" && continue
 		if ! is_deadline_flake; then
@@ -43,6 +43,6 @@ for pkg in $("$GO" list ./...); do
 		fi
 		echo "fuzz: $pkg $target: the deadline race twice, no input written: not a finding" >&2
 		flakes=$((flakes + 1))
-	done
+	done < <(grep -hoE '^func (Fuzz[A-Za-z0-9_]+)' "$dir"/*_test.go 2>/dev/null | sed 's/func //')
 done
 echo "fuzz: every target ran; deadline races without a finding: $flakes"

@@ -15,10 +15,11 @@
 #
 # GOTESTFLAGS adds flags to both go test runs (e.g. GOTESTFLAGS='-run X').
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 GO=${GO:-go}
 export IDEM_TEST_SESSION=${IDEM_TEST_SESSION:-test-$$-$(date +%s)}
-flags=(-race -count=1 -json ${GOTESTFLAGS:-})
+read -ra extra <<<"${GOTESTFLAGS:-}"
+flags=(-race -count=1 -json "${extra[@]}")
 
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
@@ -30,7 +31,7 @@ status=0
 	"$GO" test "${flags[@]}" ./... || failed=1
 	# pgstore again in the query exec modes poolers in transaction mode
 	# need (parameters sent with types guessed from Go, or interpolated).
-	TEST_QUERY_EXEC_MODE=exec "$GO" test "${flags[@]}" ./pgstore/ || failed=1
+	TEST_QUERY_EXEC_MODE="exec" "$GO" test "${flags[@]}" ./pgstore/ || failed=1
 	TEST_QUERY_EXEC_MODE=simple_protocol "$GO" test "${flags[@]}" ./pgstore/ || failed=1
 	if [ -f integration/go.mod ]; then
 		(cd integration && "$GO" test "${flags[@]}" ./...) || failed=1
@@ -39,10 +40,10 @@ status=0
 } | "$bin/testsummary" || status=1
 
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
-	left=$(docker ps -aq --filter "label=io.idemkit.testdb.session=$IDEM_TEST_SESSION")
-	if [ -n "$left" ]; then
-		echo "FAIL: $(echo "$left" | wc -l) PostgreSQL container(s) outlived the tests; removing them:" >&2
-		docker rm -fv $left >&2
+	mapfile -t left < <(docker ps -aq --filter "label=io.idemkit.testdb.session=$IDEM_TEST_SESSION")
+	if [ ${#left[@]} -gt 0 ]; then
+		echo "FAIL: ${#left[@]} PostgreSQL container(s) outlived the tests; removing them:" >&2
+		docker rm -fv "${left[@]}" >&2
 		status=1
 	fi
 fi

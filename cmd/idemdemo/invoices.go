@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -92,15 +93,20 @@ func (a *app) createInvoice(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			// Shutdown or a lost claim (its lease could not be renewed,
-			// as in a database outage) cancelled the request before it
-			// created anything; a client that hangs up does not (the
-			// handler runs on, and its retry gets the replay). Nothing
-			// is recorded: the middleware releases the claim of a
-			// handler cut off, so a retry runs again, and says when.
+			// Shutdown, a lost claim (its lease could not be renewed,
+			// as in a database outage) or the request's deadline
+			// (MaxExecution) cancelled the request before it created
+			// anything; a client that hangs up does not (the handler
+			// runs on, and its retry gets the replay). Nothing is
+			// recorded: the middleware releases the claim of a handler
+			// cut off that answers a 503, so a retry runs again, and
+			// says when.
 			why := "the server is shutting down"
-			if errors.Is(context.Cause(r.Context()), idem.ErrLeaseLost) {
+			switch cause := context.Cause(r.Context()); {
+			case errors.Is(cause, idem.ErrLeaseLost):
 				why = "its idempotency claim could not be kept"
+			case errors.Is(cause, engine.ErrExecutionTimeout):
+				why = "it ran past its deadline"
 			}
 			w.Header().Set("Retry-After", "1")
 			writeProblem(w, http.StatusServiceUnavailable, "Request cancelled",

@@ -38,15 +38,25 @@ type Server struct {
 	asUser  []string // command prefix that runs a program as the postgres user, when we are root
 }
 
+// BinEnv names the environment variable that points the private servers at
+// one PostgreSQL's server binaries: a directory holding initdb, pg_ctl and
+// postgres. Set, every private server ([StartServer] and
+// [StartLocalServer]) runs those binaries as local processes, never a
+// container, so that a test binary runs against the version of the
+// database TEST_DATABASE_URL names (scripts/pg-matrix.sh sets both, one
+// PostgreSQL version at a time). Unset, the binaries are found under
+// /usr/lib/postgresql (the newest) or through pg_ctl on PATH.
+const BinEnv = "IDEM_TEST_POSTGRES_BIN"
+
 // StartServer initialises and starts a private PostgreSQL server, stopped and
 // removed when t ends. It is a container (the image of [URL]'s, see the
-// package doc) when a Docker engine answers, else PostgreSQL's server
-// binaries run as local processes (found under /usr/lib/postgresql or
-// through pg_ctl on PATH); with neither the test is skipped locally and
-// fails in CI, like [URL].
+// package doc) when a Docker engine answers and [BinEnv] is unset, else
+// PostgreSQL's server binaries run as local processes ([BinEnv]'s, or those
+// found under /usr/lib/postgresql or through pg_ctl on PATH); with neither
+// the test is skipped locally and fails in CI, like [URL].
 func StartServer(t testing.TB) *Server {
 	t.Helper()
-	if dockerAvailable() == nil {
+	if os.Getenv(BinEnv) == "" && dockerAvailable() == nil {
 		return startContainerServer(t)
 	}
 	return StartLocalServer(t)
@@ -179,7 +189,7 @@ func newServer(t testing.TB) *Server {
 	bin, err := serverBinDir()
 	if err != nil {
 		msg := SkipReason + " server binaries: " + err.Error()
-		if os.Getenv("CI") != "" {
+		if os.Getenv("CI") != "" || os.Getenv(BinEnv) != "" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
@@ -301,6 +311,12 @@ func (s *Server) run(prog string, args ...string) {
 }
 
 func serverBinDir() (string, error) {
+	if d := os.Getenv(BinEnv); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", BinEnv, d, err)
+		}
+		return d, nil
+	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
 	for _, d := range dirs {

@@ -38,7 +38,11 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	fi
 	for f in /docker-entrypoint-initdb.d/*; do
 		case $f in
-		*.sh) echo "running $f"; . "$f" ;;
+		*.sh)
+			echo "running $f"
+			# shellcheck source=/dev/null
+			. "$f"
+			;;
 		*.sql) echo "running $f"; "${psql[@]}" --dbname "$POSTGRES_DB" -f "$f" ;;
 		*.sql.gz) echo "running $f"; gunzip -c "$f" | "${psql[@]}" --dbname "$POSTGRES_DB" ;;
 		*) [ -e "$f" ] && echo "ignoring $f" ;;
