@@ -36,7 +36,7 @@ URL_PATH=${CONFORMANCE_URL_PATH:-/mcp}
 log() { printf '== %s\n' "$*" >&2; }
 
 # --- Node 22 ----------------------------------------------------------------
-# shellcheck source=scripts/lib/node.sh
+# shellcheck disable=SC1091 # scripts/lib/node.sh, linted on its own
 . "$REPO/scripts/lib/node.sh"
 ensure_node "$TOOLS"
 

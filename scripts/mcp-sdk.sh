@@ -20,7 +20,7 @@ DIR="$TOOLS/mcp-sdk"
 
 log() { printf '== %s\n' "$*" >&2; }
 
-# shellcheck source=scripts/lib/node.sh
+# shellcheck disable=SC1091 # scripts/lib/node.sh, linted on its own
 . "$REPO/scripts/lib/node.sh"
 ensure_node "$TOOLS"
 

