@@ -94,6 +94,10 @@ images: ## Build PostgreSQL and Go images from Debian packages (no registry need
 demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).
 	$(GO) run ./cmd/idemdemo
 
+.PHONY: test-mcp-sdk
+test-mcp-sdk: ## Drive the demo's MCP endpoint with the official TypeScript SDK (pinned in integration/mcpsdk/client), both protocol versions, memory and PostgreSQL (installs Node 22 and the SDK into .tools if needed).
+	bash scripts/mcp-sdk.sh
+
 .PHONY: conformance
 conformance: ## Run the official MCP conformance suites (0.1.16 stateful, 0.2.0-alpha.12 --requirements 2026-07-28 stateless), wrapped vs bare (installs Node 22 into .tools if needed).
 	bash scripts/conformance.sh

@@ -18,7 +18,9 @@ import (
 
 // A go-sdk MCP server behind mcphttp: an agent that repeats a tools/call
 // with the same _meta.idempotencyKey gets the first result, and
-// the tool runs once.
+// the tool runs once. The key the tool would forward upstream is the
+// client's key bound to the caller (a keyed hash, 64 hex characters), not
+// the key as sent.
 func Example() {
 	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
 	created := 0
@@ -27,7 +29,7 @@ func Example() {
 	}) (*mcp.CallToolResult, any, error) {
 		created++
 		meta := mcphttp.FromCallToolRequest(req)
-		text := fmt.Sprintf("invoice %d for %s (X-Idempotency-Key: %s)", created, in.Customer, meta.IdempotencyKey)
+		text := fmt.Sprintf("invoice %d for %s (X-Idempotency-Key: %.8s…, %d characters)", created, in.Customer, meta.IdempotencyKey, len(meta.IdempotencyKey))
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
@@ -54,8 +56,8 @@ func Example() {
 	}
 	fmt.Println("invoices created:", created)
 	// Output:
-	// invoice 1 for ACME (X-Idempotency-Key: turn-3-create_invoice)
-	// invoice 1 for ACME (X-Idempotency-Key: turn-3-create_invoice)
+	// invoice 1 for ACME (X-Idempotency-Key: 60cf0562…, 64 characters)
+	// invoice 1 for ACME (X-Idempotency-Key: 60cf0562…, 64 characters)
 	// invoices created: 1
 }
 
