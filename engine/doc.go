@@ -141,14 +141,18 @@
 // bounded by Options.StoreTimeout. A complete that fails with an
 // unavailable store ([idem.ErrUnavailable]: a dropped connection, a
 // failover) is tried again, after a short jittered pause that doubles up
-// to a second, until StoreTimeout: the work ran, and without its result a
-// retry after the lease would run it again. The generation makes that
-// safe: an attempt that took effect although its answer was lost leaves
-// the key completed by this generation, which the next attempt finds and
-// reports as the completion. A complete or release that finds the claim
-// stale reports [idem.EventStale]; one that fails (for a complete, still
-// at StoreTimeout) reports [idem.EventStoreError] and leaves the claim to
-// its lease.
+// to a second, until StoreTimeout or, if that is later, until the lease's
+// end (less the margin, as of the last confirmed renewal): the work ran,
+// and without its result a retry after the lease would run it again, and
+// until the lease ends nobody can take the key over, so a database that
+// fails over faster than the lease is ridden out. Each attempt is bounded
+// by StoreTimeout. The generation makes that safe: an attempt that took
+// effect although its answer was lost leaves the key completed by this
+// generation, which the next attempt finds and reports as the completion.
+// A complete or release that finds the claim stale reports
+// [idem.EventStale]; one that fails (for a complete, still when both bounds
+// ran out) reports [idem.EventStoreError] and leaves the claim to its
+// lease.
 //
 // # Retry-After
 //

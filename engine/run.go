@@ -198,7 +198,7 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 func (x *Execution) Finish(v Verdict) {
 	x.mu.Lock()
 	x.finished = true
-	lost, lostStale := x.lost, x.lostStale
+	lost, lostStale, leaseEnd := x.lost, x.lostStale, x.leaseEnd
 	x.leaseTimer.Stop()
 	x.renewTimer.Stop()
 	stop := x.stopRenew
@@ -230,7 +230,7 @@ func (x *Execution) Finish(v Verdict) {
 	case v.Action == Record && !(mutantReleaseAfterAnswer() && (lost || cause != nil)):
 		// Reported as lost already, if it was: a completion that finds
 		// the key taken over is not reported again.
-		x.complete(v.Result, ran, !lost)
+		x.complete(v.Result, ran, !lost, leaseEnd)
 	case lost:
 		x.release("the claim was lost while the work ran, and it answered nothing to record", idem.ErrLeaseLost, false, ran)
 	case cause != nil:
@@ -251,26 +251,48 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 
 // complete records res. A completion that finds the claim stale reports
 // EventStale only if reportStale.
-func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale bool) {
-	ctx, cancel := x.storeCtx()
-	err := x.e.store.Complete(ctx, x.tok, res)
-	// A transient failure (the store unreachable, a connection dropped) is
-	// tried again until the store timeout: the work ran, and without its
-	// result a retry after the lease would run it again. The generation
-	// makes a second attempt safe, and an attempt that took effect although
-	// its answer was lost leaves the key completed by this very generation,
-	// which the next attempt finds stale.
-	for attempt := 0; errors.Is(err, idem.ErrUnavailable) && pauseBeforeRetry(ctx, attempt); attempt++ {
-		err = x.e.store.Complete(ctx, x.tok, res)
+//
+// A transient failure (the store unreachable, a connection dropped, a
+// database failing over) is tried again until StoreTimeout, or until
+// leaseEnd (the lease's end less the margin, as of the last confirmed
+// renewal) if that is later: the work ran, and without its result a retry
+// after the lease would run it again; until the lease ends nobody can take
+// the key over, so a failover shorter than the lease is ridden out. Each
+// attempt is bounded by StoreTimeout. The generation makes a second attempt
+// safe, and an attempt that took effect although its answer was lost leaves
+// the key completed by this very generation, which the next attempt finds
+// stale.
+func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale bool, leaseEnd time.Time) {
+	until := time.Now().Add(x.e.storeTimeout)
+	if leaseEnd.After(until) {
+		until = leaseEnd
+	}
+	ctx, cancel := context.WithDeadline(x.store, until)
+	defer cancel()
+	attempt := func() error {
+		actx, cancel := context.WithTimeout(ctx, x.e.storeTimeout)
+		defer cancel()
+		return x.e.store.Complete(actx, x.tok, res)
+	}
+	err := attempt()
+	attempts := 1
+	for ; errors.Is(err, idem.ErrUnavailable) && pauseBeforeRetry(ctx, attempts-1); attempts++ {
+		if attempts == 1 {
+			x.e.log(x.logCtx, slog.LevelWarn, "could not record the result; retrying while the claim is held", x.req,
+				slog.Any("err", err), slog.Duration("until", time.Until(until).Round(time.Millisecond)))
+		}
+		err = attempt()
 		var se *idem.StaleClaimError
 		if errors.As(err, &se) && se.Current == x.tok.Generation {
 			err = nil
 		}
 	}
-	cancel()
 	switch {
 	case err == nil:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
+		if attempts > 1 {
+			x.e.log(x.logCtx, slog.LevelInfo, "recorded the result once the store answered again", x.req, slog.Int("attempts", attempts))
+		}
 		if res.Unreplayable {
 			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
 		}
@@ -281,7 +303,8 @@ func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale boo
 		// runs out runs the work again: an in-transaction completion
 		// (middleware.Commit) closes this window.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
-		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req, slog.Any("err", err))
+		x.e.log(x.logCtx, slog.LevelError, "could not record the result; a retry after the lease may run the work again", x.req,
+			slog.Any("err", err), slog.Int("attempts", attempts))
 	}
 }
 

@@ -238,7 +238,8 @@ func (s *flakyComplete) Complete(ctx context.Context, tok idem.Token, res idem.R
 // replays it, instead of running the work again once the lease ran out. A
 // completion whose first attempt committed although it reported failure
 // is reported completed, not stale. A store that stays down is given up
-// on at StoreTimeout.
+// on at the lease's end (30 s, less the margin), the later of the two
+// bounds here (TestCompleteRetriedThroughAFailover says why).
 func TestCompleteRetried(t *testing.T) {
 	const storeTimeout = 10 * time.Second
 	for _, tc := range []struct {
@@ -269,8 +270,9 @@ func TestCompleteRetried(t *testing.T) {
 					t.Fatalf("events %v after %d completion attempts, want claimed, %v", kinds, store.calls.Load(), tc.want)
 				}
 				if tc.want == idem.EventStoreError {
-					if n := store.calls.Load(); n < 3 || took > storeTimeout {
-						t.Fatalf("%d attempts over %v, want several within StoreTimeout (%v)", n, took, storeTimeout)
+					if n := store.calls.Load(); n < 3 || took < storeTimeout || took > idem.DefaultLease {
+						t.Fatalf("%d attempts over %v, want several, given up within the lease (%v), after StoreTimeout (%v)",
+							n, took, idem.DefaultLease, storeTimeout)
 					}
 					return
 				}
@@ -281,4 +283,34 @@ func TestCompleteRetried(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestCompleteRetriedThroughAFailover: the store is gone for 15 s after
+// the work answered (a Patroni failover: the leader key's ttl, the
+// promotion, a proxy's health checks took 10 to 16 s in integration/ha),
+// longer than StoreTimeout (10 s) but within the lease (30 s). Nobody can
+// take the key over before the lease ends, so the completion is tried
+// until then: the answer the client got is recorded, and a retry replays
+// it instead of running the work a second time. Each attempt is still
+// bounded by StoreTimeout.
+func TestCompleteRetriedThroughAFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &completeFailsFor{Store: memstore.New(memstore.Options{})}
+		eng := engine.New(store, engine.Options{Lease: 30 * time.Second, StoreTimeout: 10 * time.Second})
+		k, _ := idem.ParseKey("k")
+		var events eventLog
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.observe}
+		d := eng.Claim(context.Background(), req)
+		eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
+			store.up = time.Now().Add(15 * time.Second)
+			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+		}, nil)
+		if kinds := events.kinds(); len(kinds) != 2 || kinds[1] != idem.EventCompleted.String() {
+			t.Fatalf("events %v after %d completion attempts, want claimed, completed", kinds, store.attempts.Load())
+		}
+		c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
+		if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
+			t.Fatalf("a retry: %v %q %v, want the charge replayed", c.Status, c.Result.Body, err)
+		}
+	})
 }

@@ -37,11 +37,7 @@ func newScoper(opts Options) *scoper {
 // scope returns the scope of a call from r with _meta.sessionId sessionID:
 // "mcp:" and a keyed hash of the caller's identity and the session.
 func (s *scoper) scope(r *http.Request, sessionID string) (string, error) {
-	h, err := s.id.Scope(r, sessionID)
-	if err != nil {
-		return "", err
-	}
-	return "mcp:" + h, nil
+	return s.id.MCPScope(r, sessionID)
 }
 
 // refusal is the JSON-RPC error for a call whose key or scope could not be

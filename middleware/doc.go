@@ -51,7 +51,10 @@
 //
 // The key is read from Idempotency-Key, a structured-field string
 // ("abc") or a bare value (abc), or from X-Idempotency-Key, the header MCP
-// servers forward _meta.idempotencyKey as; see [ParseKeyHeader]. A key is
+// servers forward _meta.idempotencyKey as; see [ParseKeyHeader].
+// Options.Key reads it from elsewhere: [WebhookKey], the Standard Webhooks
+// webhook-id header of a webhook receiver, [KeyFromHeader], or a
+// [KeySource] of the service's own. A key is
 // looked up within a scope, so two callers' keys never meet. The default
 // scope is a keyed hash (HMAC-SHA-256 with Options.ScopeSecret) of who is
 // asking, the X-Session-Id header, the method and the route. Who is asking

@@ -3,13 +3,19 @@ package middleware_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
+	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
@@ -19,6 +25,9 @@ import (
 // mounted on the routes of an http.ServeMux, and the handler creates its
 // invoice and records its response in one transaction with Commit, so the
 // invoice exists exactly when its response can be replayed.
+//
+// It needs a database (DATABASE_URL); TestExampleCommit runs it on a fresh
+// schema and checks what it prints.
 func ExampleCommit() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -34,6 +43,10 @@ func ExampleCommit() {
 		log.Fatal(err)
 	}
 	defer store.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (
+		id bigserial PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
 
 	protect := middleware.New(store, middleware.Options{})
 	mux := http.NewServeMux()
@@ -75,5 +88,31 @@ func ExampleCommit() {
 			log.Printf("create invoice: %v", err)
 		}
 	})))
-	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
+	srv := httptest.NewServer(mux) // in production: http.ListenAndServe(addr, mux)
+	defer srv.Close()
+
+	for range 2 { // the client retries
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/invoices", strings.NewReader(`{"customer":"acme","amount_cents":1200}`))
+		req.Header.Set("Idempotency-Key", "order-42")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), body)
+	}
+	var invoices int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&invoices); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("invoices:", invoices)
+	// Prints:
+	// 201 replayed="" {"amount_cents":1200,"customer":"acme","id":1}
+	// 201 replayed="true" {"amount_cents":1200,"customer":"acme","id":1}
+	// invoices: 1
+}
+
+func TestExampleCommit(t *testing.T) {
+	testdb.RunExample(t, "example_pgstore_test.go", "ExampleCommit", ExampleCommit)
 }

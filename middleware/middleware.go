@@ -57,15 +57,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	key, err := keyFromHeader(r.Header)
+	key, err := h.cfg.key(r)
+	var missing *MissingKeyError
 	switch {
-	case err == errNoKey:
+	case errors.Is(err, ErrNoKey):
 		if h.cfg.keyOptional {
 			h.next.ServeHTTP(w, r)
 			return
 		}
+		want := "an idempotency key"
+		if errors.As(err, &missing) {
+			want = missing.Want
+		}
 		writeProblem(w, problem{Type: TypeMissingKey, Status: http.StatusBadRequest,
-			Detail: r.Method + " requests must carry an Idempotency-Key header, so that a retry does not run them twice."}, "")
+			Detail: r.Method + " requests must carry " + want + ", so that a retry does not run them twice."}, "")
 		return
 	case err != nil:
 		writeProblem(w, problem{Type: TypeInvalidKey, Status: http.StatusBadRequest, Detail: err.Error()}, "")

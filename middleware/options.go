@@ -105,10 +105,16 @@ type Options struct {
 	// empty, non-nil slice panics.
 	Methods []string
 
-	// KeyOptional lets a protected request without an Idempotency-Key (or
-	// X-Idempotency-Key) header through to the handler, unprotected. False
-	// means such a request is answered 400 ([TypeMissingKey]).
+	// KeyOptional lets a protected request without a key (see Key)
+	// through to the handler, unprotected. False means such a request is
+	// answered 400 ([TypeMissingKey]).
 	KeyOptional bool
+
+	// Key reads a request's idempotency key. Nil means [HeaderKey]: the
+	// Idempotency-Key header (or X-Idempotency-Key). [WebhookKey] reads
+	// the Standard Webhooks webhook-id header, for a webhook receiver;
+	// [KeyFromHeader] another header.
+	Key KeySource
 
 	// Scope returns a request's scope, replacing the default one; it is
 	// stored as returned (hash it if it holds anything secret). Nil means
@@ -255,6 +261,7 @@ type Options struct {
 type config struct {
 	methods          map[string]bool
 	keyOptional      bool
+	key              KeySource
 	scoper           *scoper
 	fingerprint      FingerprintFunc
 	maxBody          int64
@@ -275,6 +282,7 @@ type config struct {
 func newConfig(o Options) *config {
 	c := &config{
 		keyOptional:      o.KeyOptional,
+		key:              o.Key,
 		scoper:           newScoper(o),
 		fingerprint:      o.Fingerprint,
 		failOpen:         o.FailOpen,
@@ -296,6 +304,9 @@ func newConfig(o Options) *config {
 			panic("middleware: Options.Methods holds an empty method")
 		}
 		c.methods[m] = true
+	}
+	if c.key == nil {
+		c.key = HeaderKey
 	}
 	if c.fingerprint == nil {
 		c.fingerprint = DefaultFingerprint

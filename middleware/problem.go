@@ -11,7 +11,8 @@ import (
 // 9457) responses the middleware writes. Each URI is stable and resolves to
 // this documentation. Clients branch on the type, not on the title or detail.
 const (
-	// TypeMissingKey (400): a protected request carries no Idempotency-Key.
+	// TypeMissingKey (400): a protected request carries no key
+	// (Idempotency-Key, or what Options.Key reads).
 	TypeMissingKey = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeMissingKey"
 	// TypeInvalidKey (400): the key is empty, longer than 255 characters, a
 	// list, not printable ASCII, or not a valid structured-field string;

@@ -53,11 +53,7 @@ func (s *scoper) scope(r *http.Request) (string, error) {
 	if s.custom != nil {
 		return s.custom(r), nil
 	}
-	route := r.Pattern
-	if route == "" {
-		route = r.URL.Path
-	}
-	return s.id.Scope(r, r.Header.Get("X-Session-Id"), r.Method, route)
+	return s.id.HTTPScope(r)
 }
 
 // refuse answers a request whose scope could not be determined.

@@ -91,6 +91,10 @@ const MaxPartitions = 1024
 // does not match the existing table.
 var ErrPartitions = errors.New("migrations: partitions")
 
+// ErrNoneApplied is returned by [Down] when no migration is applied:
+// there is nothing to roll back.
+var ErrNoneApplied = errors.New("migrations: no migration is applied")
+
 // ErrEncoding is matched by the error [Up] returns for a database whose
 // encoding is not UTF8, an [*EncodingError]: idem needs UTF8 (see
 // EncodingError for why). Up then changes nothing.
@@ -270,27 +274,50 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version int64) 
 
 // Down rolls back the most recent migration. Rolling back the first one
 // drops the table and every recorded result, and then the goose version
-// table too: nothing of idem is left.
+// table too: nothing of idem is left. With no migration applied it returns
+// [ErrNoneApplied] and leaves nothing behind either (an empty version table
+// is dropped, none is created).
 func Down(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	p, done, err := newProvider(pool, opts)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if _, err := p.Down(ctx); err != nil {
+	o, _ := pgschema.ObjectsFor(opts.Table) // validated by newProvider
+	exists, err := versionTableExists(ctx, pool, o)
+	if err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
+	}
+	if !exists {
+		return ErrNoneApplied // goose's Down would create the version table
 	}
 	version, err := p.GetDBVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
 	}
+	if version > 0 {
+		if _, err := p.Down(ctx); err != nil {
+			return fmt.Errorf("migrations: down: %w", err)
+		}
+		if version, err = p.GetDBVersion(ctx); err != nil {
+			return fmt.Errorf("migrations: down: %w", err)
+		}
+	} else {
+		err = ErrNoneApplied
+	}
 	if version == 0 {
-		o, _ := pgschema.ObjectsFor(opts.Table) // validated by newProvider
 		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+o.VersionTable); err != nil {
 			return fmt.Errorf("migrations: down: drop the version table: %w", err)
 		}
 	}
-	return nil
+	return err
+}
+
+// versionTableExists reports whether goose's version table of o exists.
+func versionTableExists(ctx context.Context, pool *pgxpool.Pool, o pgschema.Objects) (bool, error) {
+	var exists bool
+	err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, o.VersionTable).Scan(&exists)
+	return exists, err
 }
 
 // MigrationState says whether a migration is applied.
@@ -324,8 +351,8 @@ func Status(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]MigrationV
 	}
 	defer done()
 	o, _ := pgschema.ObjectsFor(opts.Table) // validated by newProvider
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, o.VersionTable).Scan(&exists); err != nil {
+	exists, err := versionTableExists(ctx, pool, o)
+	if err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)
 	}
 	if !exists {

@@ -99,6 +99,41 @@ func TestUpDownSchemaQualified(t *testing.T) {
 	}
 }
 
+// TestDownWithNothingApplied: Down on a table never migrated, or rolled
+// all the way back, says so with ErrNoneApplied and leaves nothing behind
+// (no goose version table).
+func TestDownWithNothingApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := testdb.Pool(t)
+	versionTable := func() bool {
+		t.Helper()
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('idem_keys_goose_version') IS NOT NULL`).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		return exists
+	}
+	if err := migrations.Down(ctx, pool, migrations.Options{}); !errors.Is(err, migrations.ErrNoneApplied) {
+		t.Errorf("Down of a table never migrated: %v, want ErrNoneApplied", err)
+	}
+	if versionTable() {
+		t.Error("Down of a table never migrated left a goose version table")
+	}
+	// A version table with nothing applied (left by an older release, or
+	// by goose itself) is dropped too.
+	if _, err := pool.Exec(ctx, `CREATE TABLE idem_keys_goose_version (id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL, tstamp timestamp DEFAULT now());
+		INSERT INTO idem_keys_goose_version (version_id, is_applied) VALUES (0, true)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Down(ctx, pool, migrations.Options{}); !errors.Is(err, migrations.ErrNoneApplied) {
+		t.Errorf("Down with only a version table: %v, want ErrNoneApplied", err)
+	}
+	if versionTable() {
+		t.Error("Down with nothing applied kept the empty goose version table")
+	}
+}
+
 func TestUpInvalidTable(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)

@@ -1,12 +1,9 @@
 package pgstore_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log"
-	"net/url"
 	"os"
 	"testing"
 
@@ -40,16 +37,17 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (
+		id bigserial PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}
 
-	createInvoice := func(idempotencyKey, customer string) (idem.Result, error) {
+	createInvoice := func(idempotencyKey, customer string, amountCents int64) (idem.Result, error) {
 		key, err := idem.ParseKey(idempotencyKey)
 		if err != nil {
 			return idem.Result{}, err
 		}
-		claim, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key, Fingerprint: "POST /invoices " + customer})
+		claim, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key, Fingerprint: fmt.Sprintf("POST /invoices %s %d", customer, amountCents)})
 		if err != nil {
 			return idem.Result{}, err // a mismatch, or the store is unavailable
 		}
@@ -62,10 +60,11 @@ func Example() {
 		var res idem.Result
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var id int64
-			if err := tx.QueryRow(ctx, `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+				customer, amountCents).Scan(&id); err != nil {
 				return err
 			}
-			res = idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d,"customer":%q}`, id, customer)}
+			res = idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d,"customer":%q,"amount_cents":%d}`, id, customer, amountCents)}
 			return store.CompleteTx(ctx, tx, claim.Token, res)
 		})
 		if err != nil {
@@ -77,7 +76,7 @@ func Example() {
 	}
 
 	for range 2 { // the client retries
-		res, err := createInvoice("order-42", "acme")
+		res, err := createInvoice("order-42", "acme", 1200)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -89,42 +88,12 @@ func Example() {
 	}
 	fmt.Println("invoices:", invoices)
 	// Prints:
-	// 201 {"id":1,"customer":"acme"}
-	// 201 {"id":1,"customer":"acme"}
+	// 201 {"id":1,"customer":"acme","amount_cents":1200}
+	// 201 {"id":1,"customer":"acme","amount_cents":1200}
 	// invoices: 1
 }
 
-// TestExample runs Example on a fresh schema and checks its output. It is
-// not parallel: it sets DATABASE_URL and captures os.Stdout.
+// TestExample runs Example on a fresh schema and checks what it prints.
 func TestExample(t *testing.T) {
-	schema := testdb.Schema(t)
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema) // pgx passes unknown parameters to the server
-	u.RawQuery = q.Encode()
-	t.Setenv("DATABASE_URL", u.String())
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	out := make(chan []byte)
-	go func() {
-		b, _ := io.ReadAll(r)
-		out <- b
-	}()
-	func() {
-		defer func() { os.Stdout = stdout }()
-		Example()
-	}()
-	_ = w.Close()
-	got := <-out
-	want := "201 {\"id\":1,\"customer\":\"acme\"}\n201 {\"id\":1,\"customer\":\"acme\"}\ninvoices: 1\n"
-	if !bytes.Equal(got, []byte(want)) {
-		t.Errorf("Example printed\n%s\nwant\n%s", got, want)
-	}
+	testdb.RunExample(t, "example_test.go", "Example", Example)
 }

@@ -26,6 +26,8 @@ var sqlFiles embed.FS
 // null means the database clock, statement_timestamp().
 type statements struct {
 	claim, takeover, complete, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	// keys lists rows for operators (Store.Keys).
+	keys string
 	// completeLarge is complete for a large body, the JSON built in SQL
 	// around it (sql/complete.sql with .Large).
 	completeLarge string
@@ -71,6 +73,7 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		{file: "inspect", dst: &st.inspect},
 		{file: "forget", dst: &st.forget, variant: &st.forgetQuiet, vary: func(d *statementData) { d.Notify = false }},
 		{file: "stats", dst: &st.stats},
+		{file: "keys", dst: &st.keys},
 		{file: "channel", dst: &st.channel},
 		{file: "heartbeat", dst: &st.heartbeat},
 	} {

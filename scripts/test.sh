@@ -11,7 +11,8 @@
 #
 # Every container the tests start is labelled with this run's
 # IDEM_TEST_SESSION; afterwards any still there is removed and fails the
-# run: none may outlive the tests.
+# run: none may outlive the tests. With IDEM_TEST_CONTAINERS=0 none is
+# started, and docker is not asked.
 #
 # GOTESTFLAGS adds flags to both go test runs (e.g. GOTESTFLAGS='-run X').
 set -uo pipefail
@@ -39,7 +40,8 @@ status=0
 	exit $failed
 } | "$bin/testsummary" || status=1
 
-if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+# With containers disabled no test started one: do not ask docker.
+if [ "${IDEM_TEST_CONTAINERS:-}" != 0 ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; then
 	mapfile -t left < <(docker ps -aq --filter "label=io.idemkit.testdb.session=$IDEM_TEST_SESSION")
 	if [ ${#left[@]} -gt 0 ]; then
 		echo "FAIL: ${#left[@]} PostgreSQL container(s) outlived the tests; removing them:" >&2

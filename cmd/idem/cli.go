@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgconnect"
+	"github.com/idemkit/idem/internal/pgschema"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -103,8 +104,10 @@ func init() {
 		{"migrate", "up|down|status", "create, upgrade, roll back or show the idem schema", (*cli).migrate},
 		{"sweep", "[--once] [--interval D]", "release abandoned claims and delete expired results", (*cli).sweep},
 		{"stats", "[--json]", "counts by state, oldest live and abandoned claims, table size", (*cli).stats},
-		{"inspect", "--scope S (--key K | --http-key K) [--json]", "show one key: its claim or recorded result", (*cli).inspect},
-		{"forget", "--scope S (--key K | --http-key K) [--force]", "delete one key so that its next request runs again", (*cli).forget},
+		{"keys", "[--scope S] [--state S] [--prefix P] [--limit N] [--json]", "list the most recent keys, with their scope, state, age and owner", (*cli).keys},
+		{"scope", "[-H 'Name: value']... (--route R [--method M] | --mcp) [--session S]", "compute a request's scope from its credentials, session and route", (*cli).scope},
+		{"inspect", "--scope S (--key K | --stored-key K) [--json]", "show one key: its claim or recorded result", (*cli).inspect},
+		{"forget", "--scope S (--key K | --stored-key K) [--force]", "delete one key so that its next request runs again", (*cli).forget},
 	}
 }
 
@@ -125,6 +128,10 @@ Run "idem <command> --help" for a command's flags.
 // run is the whole CLI, testable in-process.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := &cli{getenv: getenv, stdout: stdout, stderr: stderr, now: time.Now}
+	return c.run(ctx, args)
+}
+
+func (c *cli) run(ctx context.Context, args []string) error {
 	usage := func(w io.Writer) {
 		var b strings.Builder
 		for _, cmd := range commands {
@@ -220,6 +227,15 @@ func parseSub(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs is parseSub for a command that takes flags only.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	positional, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	return noArgs(fs, positional)
+}
+
 func noArgs(fs *flag.FlagSet, positional []string) error {
 	if len(positional) > 0 {
 		return cmdUsagef(fs, "unexpected arguments %q", positional)
@@ -269,6 +285,14 @@ func (c *cli) tableError(err error) error {
 	return err
 }
 
+// validateTable checks --table before anything connects.
+func (c *cli) validateTable() error {
+	if err := migrations.ValidateTable(c.table); err != nil {
+		return usagef("--table %q: %s", c.table, pgschema.TableRule)
+	}
+	return nil
+}
+
 func (c *cli) tableName() string {
 	if c.table == "" {
 		return migrations.DefaultTable
@@ -279,8 +303,8 @@ func (c *cli) tableName() string {
 // store opens the store on the configured database; closeStore closes the
 // store and its pool.
 func (c *cli) store(ctx context.Context) (s *pgstore.Store, closeStore func(), err error) {
-	if err := migrations.ValidateTable(c.table); err != nil {
-		return nil, nil, &usageError{msg: err.Error()}
+	if err := c.validateTable(); err != nil {
+		return nil, nil, err
 	}
 	pool, err := c.connect(ctx)
 	if err != nil {
@@ -299,9 +323,11 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	fs := c.subFlagSet("migrate", "up|down|status",
 		"up applies every migration not yet applied (safe to run from several replicas at once);\n"+
 			"with --partitions N a table it creates is hash-partitioned on (scope, key) in N partitions.\n"+
-			"down rolls back the most recent one; rolling back the first DROPS the table and every\n"+
-			"recorded result, so it needs --yes.\nstatus lists the migrations and whether each is applied.")
-	fs.BoolVar(&yes, "yes", false, "confirm \"down\", which drops the table and every recorded result")
+			"down rolls back the most recent one, and needs --yes: rolling back the first DROPS the\n"+
+			"table and every recorded result (and the version table); rolling back a later one keeps\n"+
+			"the rows, but instances of this release need every migration.\n"+
+			"status lists the migrations and whether each is applied.")
+	fs.BoolVar(&yes, "yes", false, "confirm \"down\"")
 	fs.IntVar(&partitions, "partitions", 0, "up: create the table PARTITION BY HASH (scope, key) with `N` partitions (0: one table); on an existing table, N must match")
 	positional, err := parseSub(fs, args)
 	if err != nil {
@@ -315,13 +341,10 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		return cmdUsagef(fs, "unknown action %q: want up, down or status", action)
 	}
 	if partitions < 0 || partitions > migrations.MaxPartitions {
-		return usagef("migrate: --partitions %d: want 0 to %d", partitions, migrations.MaxPartitions)
+		return cmdUsagef(fs, "--partitions %d: want 0 to %d", partitions, migrations.MaxPartitions)
 	}
-	if action == "down" && !yes {
-		return &usageError{msg: fmt.Sprintf("migrate down drops the table %s and every recorded result: add --yes to confirm", c.tableName()), cmd: "migrate"}
-	}
-	if err := migrations.ValidateTable(c.table); err != nil {
-		return &usageError{msg: err.Error()}
+	if err := c.validateTable(); err != nil {
+		return err
 	}
 	pool, err := c.connect(ctx)
 	if err != nil {
@@ -335,7 +358,7 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 			return err
 		}
 	case "down":
-		if err := migrations.Down(ctx, pool, opts); err != nil {
+		if err := c.down(ctx, pool, opts, yes); err != nil {
 			return err
 		}
 	}
@@ -355,6 +378,47 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	return tw.Flush()
 }
 
+// down rolls back the latest migration, once confirmed, saying first what
+// that does to this table.
+func (c *cli) down(ctx context.Context, pool *pgxpool.Pool, opts migrations.Options, yes bool) error {
+	st, err := migrations.Status(ctx, pool, opts)
+	if err != nil {
+		return err
+	}
+	var latest *migrations.MigrationVersion
+	for i := range st {
+		if st[i].State == migrations.MigrationApplied {
+			latest = &st[i]
+		}
+	}
+	if latest == nil {
+		if yes { // drops an empty version table, if any: nothing is left
+			if err := migrations.Down(ctx, pool, opts); err != nil && !errors.Is(err, migrations.ErrNoneApplied) {
+				return err
+			}
+		}
+		fmt.Fprintf(c.stdout, "no migration of table %s is applied: nothing to roll back\n", c.tableName())
+		return nil
+	}
+	what := fmt.Sprintf("migration %d (%s) of table %s", latest.Version, latest.Name, c.tableName())
+	effect := "the table and its rows stay, but instances of this release need the migration"
+	if latest.Version == 1 {
+		effect = "it DROPS the table, every recorded result and the version table"
+	}
+	if !yes {
+		return &usageError{msg: fmt.Sprintf("migrate down would roll back %s: %s; add --yes to confirm", what, effect), cmd: "migrate"}
+	}
+	if err := migrations.Down(ctx, pool, opts); err != nil {
+		return err
+	}
+	if latest.Version == 1 {
+		fmt.Fprintf(c.stdout, "rolled back %s: dropped the table, its recorded results and its version table\n", what)
+	} else {
+		fmt.Fprintf(c.stdout, "rolled back %s\n", what)
+	}
+	return nil
+}
+
 func (c *cli) sweep(ctx context.Context, args []string) error {
 	var (
 		once     bool
@@ -368,11 +432,7 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 	fs.BoolVar(&once, "once", false, "sweep once and exit")
 	fs.DurationVar(&interval, "interval", time.Minute, "time between sweeps when not --once")
 	fs.IntVar(&batch, "batch", pgstore.DefaultSweepBatch, "rows deleted per statement")
-	positional, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, positional); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if interval <= 0 || batch <= 0 {
@@ -383,15 +443,37 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
-	sw := idem.Sweeper{Store: s, Interval: interval, Batch: batch, Logger: slog.New(slog.NewTextHandler(c.stderr, nil))}
+	sw := idem.Sweeper{Store: s, Interval: interval, Batch: batch}
 	if !once {
-		return sw.Run(ctx)
+		return c.sweepLoop(ctx, sw)
 	}
 	total, err := sw.SweepOnce(ctx)
 	if err != nil {
 		return c.tableError(err)
 	}
 	fmt.Fprintf(c.stdout, "swept: %d abandoned claims released, %d expired results deleted\n", total.Abandoned, total.Expired)
+	return nil
+}
+
+// sweepLoop runs sw until ctx ends, logging at info when it starts, after
+// each round (what it removed, zero included) and when it stops; a failed
+// round is logged by the Sweeper, at warn.
+func (c *cli) sweepLoop(ctx context.Context, sw idem.Sweeper) error {
+	logger := slog.New(slog.NewTextHandler(c.stderr, nil))
+	var rounds int
+	var total idem.SweepStats
+	sw.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	sw.OnSweep = func(ctx context.Context, st idem.SweepStats) {
+		rounds++
+		total.Abandoned += st.Abandoned
+		total.Expired += st.Expired
+		logger.Info("swept", "abandoned", st.Abandoned, "expired", st.Expired)
+	}
+	logger.Info("sweeping until SIGINT or SIGTERM", "table", c.tableName(), "interval", sw.Interval, "batch", sw.Batch)
+	if err := sw.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("stopped sweeping", "rounds", rounds, "abandoned", total.Abandoned, "expired", total.Expired)
 	return nil
 }
 
@@ -402,11 +484,7 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 			"shows the oldest live claim and the longest-abandoned one, and the table's size on disk.\n"+
 			"An abandoned claim far in the past means no sweeper runs. It scans the whole table.")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	positional, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, positional); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	s, closeStore, err := c.store(ctx)
@@ -447,46 +525,70 @@ type keyFlags struct {
 	scope     string
 	scopeSet  bool
 	key       string
-	httpKey   string
+	keySet    bool
+	stored    string
+	storedSet bool
 	parsedKey idem.Key
 }
 
 func (k *keyFlags) register(fs *flag.FlagSet) {
-	fs.Func("scope", "the key's `scope`, exactly as stored (the middleware's default scope is a 64-character hex hash; find it with psql)", func(s string) error {
+	fs.Func("scope", "the key's `scope` as stored, as \"idem keys\" prints it or \"idem scope\" computes it", func(s string) error {
 		k.scope, k.scopeSet = s, true
 		return nil
 	})
-	fs.StringVar(&k.key, "key", "", "the key as stored, e.g. key/order-42 (see idem.Key)")
-	fs.StringVar(&k.httpKey, "http-key", "", "the key as a client sent it in Idempotency-Key, e.g. order-42")
+	fs.Func("key", "the idempotency `key` as the client sent it (Idempotency-Key: order-42, or an MCP _meta.idempotencyKey)", func(s string) error {
+		k.key, k.keySet = s, true
+		return nil
+	})
+	fs.Func("stored-key", "the key as stored, as \"idem keys\" prints it (`key/order-42`; see idem.Key for the forms)", func(s string) error {
+		k.stored, k.storedSet = s, true
+		return nil
+	})
 }
 
 func (k *keyFlags) resolve(fs *flag.FlagSet) error {
 	switch {
 	case !k.scopeSet:
 		return cmdUsagef(fs, "--scope is required (it may be empty: --scope '')")
-	case (k.key == "") == (k.httpKey == ""):
-		return cmdUsagef(fs, "give exactly one of --key and --http-key")
+	case k.keySet == k.storedSet:
+		return cmdUsagef(fs, "give exactly one of --key (the key the client sent) and --stored-key (the key as stored)")
 	}
 	var err error
-	if k.key != "" {
-		k.parsedKey, err = idem.KeyFromString(k.key)
-	} else {
-		k.parsedKey, err = idem.ParseKey(k.httpKey)
+	if k.keySet {
+		if k.parsedKey, err = idem.ParseKey(k.key); err != nil {
+			return cmdUsagef(fs, "--key %q: %s", k.key, keyReason(err))
+		}
+		return nil
 	}
-	if err != nil {
-		return cmdUsagef(fs, "%v", err)
+	if k.parsedKey, err = idem.KeyFromString(k.stored); err != nil {
+		return cmdUsagef(fs, "--stored-key %q: %s (a stored key starts with key/, id/, req/, call/ or round/; the key a client sent goes in --key)", k.stored, keyReason(err))
 	}
 	return nil
+}
+
+// keyReason is what is wrong with a key, without the error's "idem:" prefix.
+func keyReason(err error) string {
+	var ik *idem.InvalidKeyError
+	if errors.As(err, &ik) {
+		return ik.Reason
+	}
+	return err.Error()
+}
+
+// absent is the error for a key that is not in the table. A --key that
+// reads as a stored key was probably copied from "idem keys".
+func (k *keyFlags) absent() error {
+	err := fmt.Errorf("%w: scope %q, key %q is absent (never claimed, released, swept or forgotten)", errAbsent, k.scope, k.parsedKey)
+	if _, stored := idem.KeyFromString(k.key); k.keySet && stored == nil {
+		err = fmt.Errorf("%w; if %q is the key as stored (as \"idem keys\" prints it), pass --stored-key %s", err, k.key, k.key)
+	}
+	return err
 }
 
 // parse parses a key command's arguments, which take no positional ones,
 // and resolves the key flags.
 func (k *keyFlags) parse(fs *flag.FlagSet, args []string) error {
-	positional, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, positional); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	return k.resolve(fs)
@@ -497,7 +599,7 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 		kf     keyFlags
 		asJSON bool
 	)
-	fs := c.subFlagSet("inspect", "--scope S (--key K | --http-key K) [--json]",
+	fs := c.subFlagSet("inspect", "--scope S (--key K | --stored-key K) [--json]",
 		"Shows the entry of one key as stored: a claim (generation, owner, lease end; live or\n"+
 			"abandoned) or a recorded result (status, headers, body, retention). Exits 1 if absent.")
 	kf.register(fs)
@@ -515,7 +617,7 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 		return c.tableError(err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: scope %q, key %q is absent (never claimed, released, swept or forgotten)", errAbsent, kf.scope, kf.parsedKey)
+		return kf.absent()
 	}
 	if asJSON {
 		return writeJSON(c.stdout, entryJSON(kf.scope, kf.parsedKey, e, c.now()))
@@ -622,7 +724,7 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 		kf    keyFlags
 		force bool
 	)
-	fs := c.subFlagSet("forget", "--scope S (--key K | --http-key K) [--force]",
+	fs := c.subFlagSet("forget", "--scope S (--key K | --stored-key K) [--force]",
 		"Deletes one key whatever its state, so that its next request runs the side effect again:\n"+
 			"for a result recorded in error, or a claim an operator knows is dead. A live claim\n"+
 			"(lease not run out) is refused without --force: its holder is probably still running,\n"+

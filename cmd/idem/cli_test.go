@@ -156,9 +156,9 @@ func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 	return ok
 }
 
-// fixture migrates the schema and puts one key in each state: a live claim,
-// an abandoned claim and a result.
-func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
+// migratedStore migrates a fresh schema with the CLI and opens a store on
+// it.
+func migratedStore(t *testing.T) (dbURL string, store *pgstore.Store) {
 	t.Helper()
 	dbURL, pool := schemaURL(t)
 	mustRun(t, dbURL, "migrate", "up")
@@ -167,6 +167,14 @@ func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
+	return dbURL, store
+}
+
+// fixture migrates the schema and puts one key in each state: a live claim,
+// an abandoned claim and a result.
+func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
+	t.Helper()
+	dbURL, store = migratedStore(t)
 	ctx := context.Background()
 	claim := func(key string, lease time.Duration) idem.Claim {
 		k, err := idem.ParseKey(key)
@@ -223,20 +231,20 @@ func TestStats(t *testing.T) {
 func TestInspect(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := fixture(t)
-	out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--http-key", "done")
+	out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "done")
 	for _, want := range []string{"state        completed", "status 201, 9 body bytes", "Content-Type", "body:\n{\"id\":7}\n", "owner        test"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
-	// --key takes the stored form.
-	if out2 := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "key/done"); withoutTimes(out2) != withoutTimes(out) {
-		t.Errorf("--key key/done:\n%s\nwant the same as --http-key done:\n%s", out2, out)
+	// --stored-key takes the stored form.
+	if out2 := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--stored-key", "key/done"); withoutTimes(out2) != withoutTimes(out) {
+		t.Errorf("--stored-key key/done:\n%s\nwant the same as --key done:\n%s", out2, out)
 	}
-	if out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--http-key", "live"); !strings.Contains(out, "claimed (live)") {
+	if out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "live"); !strings.Contains(out, "claimed (live)") {
 		t.Errorf("live claim:\n%s", out)
 	}
-	if out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--http-key", "abandoned"); !strings.Contains(out, "abandoned: lease ran out") {
+	if out := mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "abandoned"); !strings.Contains(out, "abandoned: lease ran out") {
 		t.Errorf("abandoned claim:\n%s", out)
 	}
 
@@ -244,7 +252,7 @@ func TestInspect(t *testing.T) {
 		State  string      `json:"state"`
 		Result idem.Result `json:"result"`
 	}
-	if err := json.Unmarshal([]byte(mustRun(t, dbURL, "inspect", "--json", "--scope", "tenant-1", "--http-key", "done")), &e); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, dbURL, "inspect", "--json", "--scope", "tenant-1", "--key", "done")), &e); err != nil {
 		t.Fatal(err)
 	}
 	if e.State != "completed" || e.Result.Status != 201 || string(e.Result.Body) != `{"id":7}`+"\n" {
@@ -253,8 +261,8 @@ func TestInspect(t *testing.T) {
 
 	// Absent: another key, or the right key in another scope.
 	for _, args := range [][]string{
-		{"--scope", "tenant-1", "--http-key", "nope"},
-		{"--scope", "tenant-2", "--http-key", "done"},
+		{"--scope", "tenant-1", "--key", "nope"},
+		{"--scope", "tenant-2", "--key", "done"},
 	} {
 		r := idemCLI(context.Background(), dbURL, append([]string{"inspect"}, args...)...)
 		if r.code() != 1 || !errors.Is(r.err, errAbsent) {
@@ -262,13 +270,13 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"--http-key", "done"}, // no scope
-		{"--scope", "s"},       // no key
-		{"--scope", "s", "--key", "key/a", "--http-key", "a"},      // both
-		{"--scope", "s", "--key", "nonsense"},                      // no form tag
-		{"--scope", "s", "--http-key", "bad\x01"},                  // control character
-		{"--scope", "s", "--http-key", strings.Repeat("k", 256)},   // too long
-		{"--scope", "s", "--http-key", "a", "--table", "Bad-Name"}, // invalid table
+		{"--key", "done"}, // no scope
+		{"--scope", "s"},  // no key
+		{"--scope", "s", "--stored-key", "key/a", "--key", "a"}, // both
+		{"--scope", "s", "--stored-key", "nonsense"},            // no form tag
+		{"--scope", "s", "--key", "bad\x01"},                    // control character
+		{"--scope", "s", "--key", strings.Repeat("k", 256)},     // too long
+		{"--scope", "s", "--key", "a", "--table", "Bad-Name"},   // invalid table
 	} {
 		if r := idemCLI(context.Background(), dbURL, append([]string{"inspect"}, args...)...); r.code() != 2 {
 			t.Errorf("inspect %q: exit %d (%v), want 2", args, r.code(), r.err)
@@ -288,20 +296,20 @@ func TestForget(t *testing.T) {
 		return ok
 	}
 
-	r := idemCLI(ctx, dbURL, "forget", "--scope", "tenant-1", "--http-key", "live")
+	r := idemCLI(ctx, dbURL, "forget", "--scope", "tenant-1", "--key", "live")
 	if r.code() != 1 || !strings.Contains(r.err.Error(), "live claim") || !present("live") {
 		t.Fatalf("forget live without --force: exit %d, %v; present %v", r.code(), r.err, present("live"))
 	}
-	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--http-key", "live", "--force"); !strings.Contains(out, "forgot") || present("live") {
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "live", "--force"); !strings.Contains(out, "forgot") || present("live") {
 		t.Fatalf("forget --force: %s, present %v", out, present("live"))
 	}
 	// An abandoned claim and a result need no --force.
 	for _, key := range []string{"abandoned", "done"} {
-		if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--http-key", key); !strings.Contains(out, "forgot") || present(key) {
+		if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", key); !strings.Contains(out, "forgot") || present(key) {
 			t.Fatalf("forget %s: %s, present %v", key, out, present(key))
 		}
 	}
-	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--http-key", "done"); !strings.Contains(out, "nothing to forget") {
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "done"); !strings.Contains(out, "nothing to forget") {
 		t.Fatalf("forget absent: %s", out)
 	}
 	// A forgotten key claims afresh.
@@ -444,7 +452,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--nope"}, "idem: flag provided but not defined: -nope (see idem --help)"},
 		{[]string{"stats", "--nope"}, "idem: stats: flag provided but not defined: -nope (see idem stats --help)"},
 		{[]string{"stats", "extra"}, `idem: stats: unexpected arguments ["extra"] (see idem stats --help)`},
-		{[]string{"inspect", "--scope", "s"}, "idem: inspect: give exactly one of --key and --http-key (see idem inspect --help)"},
 		{[]string{"frobnicate"}, `idem: unknown command "frobnicate" (see idem --help)`},
 	} {
 		r := idemCLI(context.Background(), "", tc.args...)

@@ -3,6 +3,8 @@
 //	idem migrate up|down|status    create, roll back or show the schema
 //	idem sweep [--once]            release abandoned claims, delete expired results
 //	idem stats                     counts by state, oldest claims, table size
+//	idem keys [--scope S]          the most recent keys: scope, key, state, age, owner
+//	idem scope --route R -H ...    the scope of a request, from its credentials and route
 //	idem inspect --scope S --key K show one key: its claim or recorded result
 //	idem forget --scope S --key K  delete one key (a live claim needs --force)
 //

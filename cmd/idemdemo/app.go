@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -82,7 +83,14 @@ var envVar = map[string]string{
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	return parseConfigTo(args, getenv, stderr, stderr)
+}
+
+// parseConfigTo is parseConfig printing the usage to stdout when -help asks
+// for it, and a bad flag's error and the usage to stderr.
+func parseConfigTo(args []string, getenv func(string) string, stdout, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("idemdemo", flag.ContinueOnError)
+	var usage bytes.Buffer // written by fs.Usage; flushed to stdout or stderr once Parse says which
 	fs.SetOutput(stderr)
 	var cfg config
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port; port 0 picks a free one)")
@@ -102,7 +110,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	cookies := fs.String("session-cookies", "session", "comma-separated `names` of the cookies that identify a caller; empty: no cookie does")
 	fs.StringVar(&cfg.probe, "probe", "", "instead of serving, GET this `URL` and exit 0 if it answers 2xx, 1 otherwise: a container health check for images without curl")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: idemdemo [flags]
+		fmt.Fprintf(&usage, `Usage: idemdemo [flags]
 
 The idem demo: an invoice API (POST/GET /invoices) protected by the
 Idempotency-Key middleware, an MCP endpoint (/mcp) with a create_invoice tool,
@@ -114,15 +122,15 @@ a flag on the command line wins.
 Flags:
 `)
 		fs.VisitAll(func(f *flag.Flag) {
-			name, usage := flag.UnquoteUsage(f)
+			name, text := flag.UnquoteUsage(f)
 			line := "  -" + f.Name
 			if name != "" {
 				line += " " + name
 			}
 			if f.DefValue != "" {
-				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+				text += fmt.Sprintf(" (default %s)", f.DefValue)
 			}
-			fmt.Fprintf(fs.Output(), "%s\n    \t%s [%s]\n", line, usage, envVar[f.Name])
+			fmt.Fprintf(&usage, "%s\n    \t%s [%s]\n", line, text, envVar[f.Name])
 		})
 	}
 
@@ -140,8 +148,10 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			_, _ = usage.WriteTo(stdout)
 			return cfg, errHelp
 		}
+		_, _ = usage.WriteTo(stderr)
 		return cfg, &usageError{err}
 	}
 	if fs.NArg() > 0 {
@@ -182,7 +192,7 @@ type backend struct {
 // and every request has finished or been cancelled, or when it cannot
 // start.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := parseConfig(args, getenv, stderr)
+	cfg, err := parseConfigTo(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}

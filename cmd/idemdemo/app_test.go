@@ -257,3 +257,24 @@ func FuzzDecodeInvoiceRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestHelpGoesToStdout: -help asked for prints the usage on stdout, as
+// "idem -h" does; a bad flag prints its error and the usage on stderr.
+func TestHelpGoesToStdout(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"-help"}, func(string) string { return "" }, &stdout, &stderr); !errors.Is(err, errHelp) {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(stdout.String(), "Usage: idemdemo [flags]\n") || stderr.Len() != 0 {
+		t.Errorf("-help: stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if err := run(context.Background(), []string{"-nope"}, func(string) string { return "" }, &stdout, &stderr); exitCode(err) != 2 {
+		t.Fatal(err)
+	}
+	if stdout.Len() != 0 || !strings.HasPrefix(stderr.String(), "flag provided but not defined: -nope\nUsage: idemdemo [flags]\n") {
+		t.Errorf("-nope: stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+}

@@ -4,7 +4,7 @@
 // transaction, so it is exactly once.
 //
 //	export DATABASE_URL='postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
-//	go run .
+//	go run .    # listens on $ADDR (host:port), else :$PORT, else 127.0.0.1:8080
 //	curl -si -X POST 127.0.0.1:8080/payments -H 'Idempotency-Key: pay-1' -d '{"amount_cents": 1200}'
 package main
 
@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -51,16 +52,33 @@ func run() error {
 		return err
 	}
 	defer shutdown()
-	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: handler}
+	ln, err := net.Listen("tcp", listenAddr())
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
 	}()
-	log.Printf("listening on http://%s", srv.Addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	log.Printf("listening on http://%s", ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// listenAddr is where the API listens: $ADDR (host:port), else every
+// interface on $PORT (what platforms that set PORT expect), else
+// 127.0.0.1:8080.
+func listenAddr() string {
+	if addr := os.Getenv("ADDR"); addr != "" {
+		return addr
+	}
+	if port := os.Getenv("PORT"); port != "" {
+		return ":" + port
+	}
+	return "127.0.0.1:8080"
 }
 
 // setup migrates, starts the store and its sweeper, and returns the API.

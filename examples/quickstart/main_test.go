@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -23,17 +27,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 // the first answer and creates no second payment; another key pays again.
 func TestQuickstart(t *testing.T) {
 	t.Parallel()
-	schema := testdb.Schema(t)
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-
+	dbURL := testdb.SchemaURL(t, testdb.Schema(t))
 	ctx := context.Background()
-	handler, shutdown, err := setup(ctx, u.String())
+	handler, shutdown, err := setup(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +64,7 @@ func TestQuickstart(t *testing.T) {
 		t.Fatalf("a bad amount: %d %s", status, body)
 	}
 
-	conn, err := pgx.Connect(ctx, u.String())
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,4 +112,72 @@ func TestREADMEShowsThisFile(t *testing.T) {
 	if !bytes.Equal(block, src) {
 		t.Errorf("README.md's quickstart differs from examples/quickstart/main.go: copy the file into the block")
 	}
+}
+
+// TestQuickstartRuns builds the program and runs it as a user does, on the
+// address ADDR names (a free port), then on PORT: it listens there, pays
+// once per key, and stops on SIGINT.
+func TestQuickstartRuns(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "quickstart")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dbURL := testdb.SchemaURL(t, testdb.Schema(t))
+	for _, env := range []string{"ADDR=127.0.0.1:0", "PORT=" + freePort(t)} {
+		t.Run(env, func(t *testing.T) {
+			cmd := exec.Command(bin)
+			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "ADDR=", "PORT=", env)
+			var stderr demoproc.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var base string
+			for deadline := time.Now().Add(30 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
+				if _, after, ok := strings.Cut(stderr.String(), "listening on "); ok {
+					base, _, _ = strings.Cut(after, "\n")
+					base = strings.Replace(base, "http://[::]:", "http://127.0.0.1:", 1)
+				}
+				if time.Now().After(deadline) {
+					_ = cmd.Process.Kill()
+					t.Fatalf("the quickstart never said where it listens:\n%s", stderr.String())
+				}
+			}
+			if _, port, _ := strings.Cut(env, "PORT="); (port != "" && !strings.HasSuffix(base, ":"+port)) || strings.HasSuffix(base, ":8080") {
+				t.Errorf("with %s it listens on %s", env, base)
+			}
+			key := "pay-" + env
+			for i := range 2 {
+				req, _ := http.NewRequest(http.MethodPost, base+"/payments", strings.NewReader(`{"amount_cents": 1200}`))
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated || (i == 1) != (resp.Header.Get("Idempotent-Replayed") == "true") {
+					t.Errorf("POST %d: %d, replayed %q", i, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+				}
+			}
+			_ = cmd.Process.Signal(os.Interrupt)
+			if err := <-done; err != nil {
+				t.Errorf("after SIGINT: %v\n%s", err, stderr.String())
+			}
+		})
+	}
+}
+
+// freePort returns a port nothing listens on (a moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }

@@ -132,6 +132,28 @@ func (id *Identifier) Scope(r *http.Request, extra ...string) (string, error) {
 	return string(dst[:]), nil
 }
 
+// HTTPScope is the middleware's default scope of r: the hash of its
+// identity, its X-Session-Id header, its method and its route (r.Pattern
+// inside an [http.ServeMux] route, the URL path otherwise). The idem CLI's
+// "scope" command computes it the same way.
+func (id *Identifier) HTTPScope(r *http.Request) (string, error) {
+	route := r.Pattern
+	if route == "" {
+		route = r.URL.Path
+	}
+	return id.Scope(r, r.Header.Get("X-Session-Id"), r.Method, route)
+}
+
+// MCPScope is mcphttp's scope of a call from r with _meta.sessionId
+// session: "mcp:" and the hash of its identity and the session.
+func (id *Identifier) MCPScope(r *http.Request, session string) (string, error) {
+	h, err := id.Scope(r, session)
+	if err != nil {
+		return "", err
+	}
+	return "mcp:" + h, nil
+}
+
 // message appends to b the message Scope hashes.
 func (id *Identifier) message(b []byte, r *http.Request, extra []string) ([]byte, error) {
 	if p := id.principalOf(r); p != "" {

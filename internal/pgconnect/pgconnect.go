@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,19 +34,52 @@ func Open(ctx context.Context, cfg *pgxpool.Config, timeout time.Duration) (*pgx
 	return pool, nil
 }
 
-// problem is the most useful part of a connection error: the server's
-// message, or the network error.
+// problem is the most useful part of a connection error, on one line: the
+// server's message, or the network error.
 func problem(err error, timeout time.Duration) string {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return fmt.Sprintf("%s (SQLSTATE %s)", pg.Message, pg.Code)
 	}
+	// pgx tries a host once per TLS fallback and joins the failures, so
+	// the same lookup error comes back more than once: say it once.
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return fmt.Sprintf("cannot resolve host %q: %s", dns.Name, dns.Err)
+	}
 	var op *net.OpError
 	if errors.As(err, &op) {
-		return op.Err.Error()
+		return oneLine(op.Err.Error())
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Sprintf("no answer within %v", timeout)
 	}
-	return err.Error()
+	return oneLine(err.Error())
+}
+
+// oneLine joins the distinct lines of a multi-line message with "; ",
+// the first one ending in a colon joined with a space.
+func oneLine(msg string) string {
+	lines := strings.Split(msg, "\n")
+	if len(lines) == 1 {
+		return msg
+	}
+	var b strings.Builder
+	seen := make(map[string]bool, len(lines))
+	for i, line := range lines {
+		line = strings.TrimSpace(line)
+		if line == "" || seen[line] {
+			continue
+		}
+		seen[line] = true
+		switch {
+		case i == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }

@@ -49,6 +49,9 @@ const StaleClaimSQLState = "IDM01"
 // lower-case identifiers.
 var ErrInvalidTable = errors.New("migrations: invalid table name")
 
+// TableRule says what a valid table name is, for messages.
+const TableRule = "want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes"
+
 // Objects names the database objects the migrations create for one table.
 type Objects struct {
 	// Table is the claim table as configured, possibly schema-qualified.
@@ -92,7 +95,7 @@ func ObjectsFor(table string) (Objects, error) {
 		schema, base = "", table
 	}
 	if (qualified && !schemaPattern.MatchString(schema)) || !tablePattern.MatchString(base) {
-		return Objects{}, fmt.Errorf("%w %q: want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes", ErrInvalidTable, table)
+		return Objects{}, fmt.Errorf("%w %q: %s", ErrInvalidTable, table, TableRule)
 	}
 	return Objects{
 		Table:        table,

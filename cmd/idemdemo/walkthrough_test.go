@@ -1,0 +1,524 @@
+package main
+
+// TestWalkthrough runs every console block of docs/demo.md and the README,
+// in order, against fresh demos, and compares what each command prints with
+// what the page says it prints. A page that drifts from the product fails
+// it, and so does a page edited without running its commands.
+//
+// # Running a page
+//
+// The commands run in one bash session per page (so SID=…, arrays and
+// TIMEFORMAT carry over, as in a terminal), with stdout and stderr merged.
+// A command running in the background (a line ending in &) is waited for
+// before the next block. An HTML comment right before a block says what
+// the block needs:
+//
+//	<!-- walkthrough: start [NAME=value…] [-flag…] -->
+//	    the block shows a demo starting: its commands are the reader's
+//	    (make demo, go run, docker compose, export) and are not run; the
+//	    test starts a fresh demo with the environment and flags given and
+//	    compares its start-up output with the block's.
+//	<!-- walkthrough: fresh demo [NAME=value…] [-flag…] -->
+//	    a fresh demo is started first (its start-up output is not shown);
+//	    then the block runs.
+//	<!-- walkthrough: restart -->
+//	    the running demo is stopped (SIGINT, as Ctrl-C) and started again
+//	    with the same configuration and database; then the block runs.
+//
+// NAME=value puts a variable in the demo's environment; DATABASE_URL with
+// no value means a fresh PostgreSQL schema of the tests' database, which
+// the session's DATABASE_URL names too (for the CLI).
+//
+// # Normalisations
+//
+// Output is compared line by line after these, and only these, rewrites of
+// both sides (norm and session.rewrite):
+//
+//   - a Date header's value, a log line's time=, and bash's "took N.NNs"
+//     (the page's TIMEFORMAT) become placeholders: they differ at every
+//     run;
+//   - the demo's port: the page says 127.0.0.1:8080 (or localhost:8080),
+//     the test's demo listens on a free port;
+//   - an MCP session id: the page's (Mcp-Session-Id: in an output, and
+//     wherever the page repeats it) stands for the one the demo issued;
+//   - a log line's host=, port= and database= name the tests' database
+//     server (a container's port, or TEST_DATABASE_URL's), not the page's;
+//   - go run ./cmd/idem runs the CLI built from this checkout;
+//   - line ends (curl -i prints CRLF) and trailing blank lines.
+//
+// go test -run TestWalkthrough -update writes what the demo printed into
+// the pages instead (real dates and all, the port and session id as the
+// page had them): for a change that alters the demo's answers on purpose.
+// Read the diff before committing it.
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/demoproc"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md and README.md")
+
+func TestWalkthrough(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "idem"), "../idem").CombinedOutput(); err != nil {
+		t.Fatalf("building the CLI: %v\n%s", err, out)
+	}
+	for _, page := range []string{"../../docs/demo.md", "../../README.md"} {
+		t.Run(filepath.Base(page), func(t *testing.T) {
+			blocks, err := consoleBlocks(page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(blocks) == 0 {
+				t.Fatalf("%s has no console block", page)
+			}
+			s := newSession(t, bin)
+			for _, b := range blocks {
+				if t.Failed() && !*updatePages {
+					return // later blocks depend on earlier ones
+				}
+				s.run(b)
+			}
+			if *updatePages {
+				s.writePage(page)
+			}
+		})
+	}
+}
+
+// block is one console block of a page.
+type block struct {
+	file      string
+	line      int    // of the opening fence
+	directive string // the walkthrough comment before it, without "walkthrough:"
+	steps     []step
+}
+
+// step is one command of a block and the output the page shows for it.
+type step struct {
+	line    int // of the command
+	cmdEnd  int // the command's last line
+	cmd     string
+	want    []string
+	wantEnd int // the last line of want (cmdEnd when there is none)
+}
+
+var directiveRE = regexp.MustCompile(`^<!-- walkthrough: (.*) -->$`)
+
+// consoleBlocks reads the ```console blocks of file.
+func consoleBlocks(file string) ([]block, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var blocks []block
+	var cur *block
+	prev := "" // the last non-blank line before a fence
+	for i, line := range strings.Split(string(src), "\n") {
+		n := i + 1
+		if cur == nil {
+			if strings.TrimSpace(line) == "```console" {
+				cur = &block{file: file, line: n}
+				if m := directiveRE.FindStringSubmatch(prev); m != nil {
+					cur.directive = m[1]
+				}
+			}
+			if strings.TrimSpace(line) != "" {
+				prev = strings.TrimSpace(line)
+			}
+			continue
+		}
+		if strings.TrimSpace(line) == "```" {
+			blocks = append(blocks, *cur)
+			cur, prev = nil, ""
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "$ "):
+			cur.steps = append(cur.steps, step{line: n, cmdEnd: n, wantEnd: n, cmd: strings.TrimPrefix(line, "$ ")})
+		case len(cur.steps) == 0:
+			return nil, fmt.Errorf("%s:%d: output before the first command", file, n)
+		default:
+			st := &cur.steps[len(cur.steps)-1]
+			// An indented line right after a command continues it (a
+			// trailing backslash, an open array, a loop's body).
+			if len(st.want) == 0 && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")) {
+				st.cmd += "\n" + line
+				st.cmdEnd, st.wantEnd = n, n
+				continue
+			}
+			st.want = append(st.want, line)
+			st.wantEnd = n
+		}
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("%s:%d: a console block that does not end", file, cur.line)
+	}
+	return blocks, nil
+}
+
+// session is a page being run: its bash and its demo.
+type session struct {
+	t   *testing.T
+	bin string // holds the idem CLI
+
+	bash  *exec.Cmd
+	stdin io.WriteCloser
+	out   demoproc.Buffer
+	marks int
+
+	// edits are the outputs -update writes into the page.
+	edits []edit
+
+	demo    *walkDemo
+	dbURL   string
+	port    string
+	sidDoc  string // the page's MCP session id
+	sidReal string // the demo's
+}
+
+func newSession(t *testing.T, bin string) *session {
+	s := &session{t: t, bin: bin}
+	s.bash = exec.Command("bash", "--noprofile", "--norc")
+	s.bash.Dir = t.TempDir()
+	s.bash.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + s.bash.Dir, "LC_ALL=C", "TERM=dumb"}
+	s.bash.Stdout, s.bash.Stderr = &s.out, &s.out
+	var err error
+	if s.stdin, err = s.bash.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.bash.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.stdin.Close()
+		if err := s.bash.Wait(); err != nil {
+			t.Errorf("bash: %v", err)
+		}
+		if s.demo != nil {
+			s.demo.stop(t)
+		}
+	})
+	return s
+}
+
+// run runs one block.
+func (s *session) run(b block) {
+	t := s.t
+	fields := strings.Fields(b.directive)
+	switch {
+	case b.directive == "":
+	case b.directive == "restart":
+		if s.demo == nil {
+			t.Fatalf("%s:%d: restart with no demo running", b.file, b.line)
+		}
+		s.startDemo(s.demo.cfg)
+	case len(fields) >= 1 && fields[0] == "start":
+		s.startDemo(s.config(fields[1:]))
+		last := b.steps[len(b.steps)-1]
+		s.compare(b.file, last.line, "the demo's start-up", s.demo.startup, flatten(b.steps))
+		for _, st := range b.steps[:len(b.steps)-1] {
+			s.edits = append(s.edits, edit{from: st.cmdEnd + 1, to: st.wantEnd})
+		}
+		s.edits = append(s.edits, edit{from: last.cmdEnd + 1, to: last.wantEnd, lines: s.pageLines(s.demo.startup, flatten(b.steps))})
+		return
+	case len(fields) >= 2 && fields[0] == "fresh" && fields[1] == "demo":
+		s.startDemo(s.config(fields[2:]))
+	default:
+		t.Fatalf("%s:%d: unknown directive %q", b.file, b.line, b.directive)
+	}
+	if s.demo == nil {
+		t.Fatalf("%s:%d: no demo runs: give the block a walkthrough directive", b.file, b.line)
+	}
+	for _, st := range b.steps {
+		if testing.Verbose() {
+			s.t.Logf("%s:%d: $ %s", filepath.Base(b.file), st.line, strings.SplitN(st.cmd, "\n", 2)[0])
+		}
+		got := s.exec(s.rewriteCommand(st.cmd))
+		s.learnSession(st.want, got)
+		s.compare(b.file, st.line, "$ "+strings.SplitN(st.cmd, "\n", 2)[0], got, st.want)
+		s.edits = append(s.edits, edit{from: st.cmdEnd + 1, to: st.wantEnd, lines: s.pageLines(got, st.want)})
+	}
+	s.exec("wait") // background commands end before the next block
+}
+
+// walkDemo is a demo process of the walkthrough, its stdout and stderr
+// merged as on a terminal.
+type walkDemo struct {
+	cfg     demoConfig
+	cmd     *exec.Cmd
+	out     demoproc.Buffer
+	done    chan struct{} // closed when it exited
+	startup string        // its output when it started listening
+}
+
+type demoConfig struct {
+	env   []string
+	flags []string
+}
+
+// config reads a directive's NAME=value and -flag words.
+func (s *session) config(words []string) demoConfig {
+	var c demoConfig
+	for _, w := range words {
+		switch {
+		case w == "DATABASE_URL":
+			if s.dbURL == "" {
+				s.dbURL = testdb.SchemaURL(s.t, testdb.Schema(s.t))
+			}
+			c.env = append(c.env, "DATABASE_URL="+s.dbURL)
+		case strings.HasPrefix(w, "-"):
+			c.flags = append(c.flags, w)
+		case strings.Contains(w, "="):
+			c.env = append(c.env, w)
+		default:
+			s.t.Fatalf("walkthrough directive: %q is neither NAME=value nor a -flag", w)
+		}
+	}
+	return c
+}
+
+func (s *session) startDemo(cfg demoConfig) {
+	t := s.t
+	if s.demo != nil {
+		s.demo.stop(t)
+	}
+	if s.port == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, s.port, _ = net.SplitHostPort(ln.Addr().String())
+		ln.Close()
+	}
+	d := &walkDemo{cfg: cfg, done: make(chan struct{})}
+	d.cmd = exec.Command(demoBinary, append([]string{"-addr", "127.0.0.1:" + s.port}, cfg.flags...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "IDEMDEMO_") && !strings.HasPrefix(kv, "OTEL_") {
+			d.cmd.Env = append(d.cmd.Env, kv)
+		}
+	}
+	d.cmd.Env = append(d.cmd.Env, cfg.env...)
+	d.cmd.Stdout, d.cmd.Stderr = &d.out, &d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = d.cmd.Wait()
+		close(d.done)
+	}()
+	s.demo = d
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		out := d.out.String()
+		if i := strings.Index(out, "idemdemo listening on "); i >= 0 && strings.Contains(out[i:], "\n") {
+			d.startup = out
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo did not listen within a minute:\n%s", out)
+		}
+	}
+	dbURL := ""
+	for _, kv := range cfg.env {
+		if v, ok := strings.CutPrefix(kv, "DATABASE_URL="); ok {
+			dbURL = v
+		}
+	}
+	if dbURL != "" {
+		s.exec("export DATABASE_URL='" + dbURL + "'")
+	} else {
+		s.exec("unset DATABASE_URL")
+	}
+}
+
+// stop stops the demo as Ctrl-C does, and waits for it. A demo that
+// exited already is left as it is.
+func (d *walkDemo) stop(t *testing.T) {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-d.done:
+	case <-time.After(time.Minute):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		t.Errorf("the demo did not stop within a minute of SIGINT:\n%s", d.out.String())
+	}
+}
+
+// exec runs cmd in the session's bash and returns what it printed.
+func (s *session) exec(cmd string) string {
+	s.marks++
+	mark := fmt.Sprintf("__walkthrough_%d__", s.marks)
+	start := len(s.out.String())
+	if _, err := fmt.Fprintf(s.stdin, "%s\nprintf '\\n%s\\n'\n", cmd, mark); err != nil {
+		s.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		out := s.out.String()[start:]
+		if i := strings.Index(out, "\n"+mark+"\n"); i >= 0 {
+			return out[:i]
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%q did not finish within two minutes; it printed:\n%s", cmd, out)
+		}
+	}
+}
+
+// rewriteCommand points a command of the page at this test's demo, CLI and
+// MCP session.
+func (s *session) rewriteCommand(cmd string) string {
+	cmd = strings.NewReplacer("127.0.0.1:8080", "127.0.0.1:"+s.port, "localhost:8080", "127.0.0.1:"+s.port,
+		"go run ./cmd/idem ", s.bin+"/idem ").Replace(cmd)
+	if s.sidDoc != "" {
+		cmd = strings.ReplaceAll(cmd, s.sidDoc, s.sidReal)
+	}
+	return cmd
+}
+
+var sessionIDRE = regexp.MustCompile(`(?m)^Mcp-Session-Id: (\S+)`)
+
+// learnSession pairs the page's MCP session id with the demo's.
+func (s *session) learnSession(want []string, got string) {
+	doc := sessionIDRE.FindStringSubmatch(strings.Join(want, "\n"))
+	real := sessionIDRE.FindStringSubmatch(strings.ReplaceAll(got, "\r", ""))
+	if doc != nil && real != nil {
+		s.sidDoc, s.sidReal = doc[1], real[1]
+	}
+}
+
+var norms = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`^Date: .*$`), "Date: <date>"},
+	{regexp.MustCompile(`\btime=\d{4}-\d\d-\d\dT\S+`), "time=<time>"},
+	{regexp.MustCompile(`^took \d+\.\d+s$`), "took <seconds>s"},
+	{regexp.MustCompile(`\bhost=\S+ port=\d+ database=\S+`), "host=<host> port=<port> database=<database>"},
+}
+
+func norm(line string) string {
+	line = strings.TrimRight(line, "\r \t")
+	for _, n := range norms {
+		line = n.re.ReplaceAllString(line, n.repl)
+	}
+	return line
+}
+
+// asPage is got as the page would show it: LF line ends, the page's port
+// and session id, no blank lines around it.
+func (s *session) asPage(got string) []string {
+	got = strings.ReplaceAll(got, "127.0.0.1:"+s.port, "127.0.0.1:8080")
+	if s.sidReal != "" {
+		got = strings.ReplaceAll(got, s.sidReal, s.sidDoc)
+	}
+	return trimBlank(strings.Split(strings.ReplaceAll(got, "\r\n", "\n"), "\n"))
+}
+
+// pageLines is what -update writes for a command that printed got where
+// the page had want: got, and a blank line after it if want had one.
+func (s *session) pageLines(got string, want []string) []string {
+	lines := s.asPage(got)
+	if n := len(want); n > 0 && strings.TrimSpace(want[n-1]) == "" && len(lines) > 0 {
+		lines = append(lines, "")
+	}
+	if lines == nil {
+		lines = []string{}
+	}
+	return lines
+}
+
+// edit replaces the lines from..to (1-based, inclusive; to = from-1 for an
+// insertion) of a page with lines; nil lines deletes them.
+type edit struct {
+	from, to int
+	lines    []string
+}
+
+// writePage applies the session's edits to page.
+func (s *session) writePage(page string) {
+	src, err := os.ReadFile(page)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	for i := len(s.edits) - 1; i >= 0; i-- {
+		e := s.edits[i]
+		lines = append(lines[:e.from-1], append(append([]string(nil), e.lines...), lines[e.to:]...)...)
+	}
+	if err := os.WriteFile(page, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Logf("wrote %s: read the diff", page)
+}
+
+// compare fails the test, naming the page's line, unless got is want.
+func (s *session) compare(file string, line int, what, got string, want []string) {
+	s.t.Helper()
+	if *updatePages {
+		return
+	}
+	g := s.asPage(got)
+	w := trimBlank(want)
+	var diff bytes.Buffer
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = norm(g[i])
+		}
+		if i < len(w) {
+			wl = norm(w[i])
+		}
+		if gl != wl && diff.Len() == 0 {
+			fmt.Fprintf(&diff, "first difference at output line %d:\n  page: %q\n  demo: %q\n", i+1, wl, gl)
+		}
+	}
+	if diff.Len() > 0 {
+		s.t.Errorf("%s:%d: %s printed something else than the page says.\n%s--- the demo printed:\n%s\n--- the page says:\n%s",
+			file, line, what, diff.String(), strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
+}
+
+// trimBlank drops the blank lines at the end (and the start) of lines.
+func trimBlank(lines []string) []string {
+	for len(lines) > 0 && strings.TrimSpace(lines[len(lines)-1]) == "" {
+		lines = lines[:len(lines)-1]
+	}
+	for len(lines) > 0 && strings.TrimSpace(lines[0]) == "" {
+		lines = lines[1:]
+	}
+	return lines
+}
+
+// flatten is a start block's output: every step's, in order.
+func flatten(steps []step) []string {
+	var out []string
+	for _, st := range steps {
+		out = append(out, st.want...)
+	}
+	return out
+}
