@@ -16,7 +16,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/integration/robustness/wire"
+	"github.com/idemkit/idem/mcphttp"
 )
+
+// toolRetryable is the JSON-RPC error the service's MCP tool answers when it
+// did not take effect (robustness/sut).
+const toolRetryable = -32000
 
 // Kinds of key: which route, adapter and effect a key's requests take.
 const (
@@ -29,9 +34,9 @@ const (
 const (
 	outAnswer      = "answer"      // 2xx (or a tool result) from an execution, not a replay
 	outReplay      = "replay"      // 2xx (or a tool result) marked Idempotent-Replayed
-	outMismatch    = "mismatch"    // 422 (or JSON-RPC -32090): the key was used for another body
-	outInFlight    = "in-flight"   // 409 (or -32091)
-	outUnavailable = "unavailable" // 503 (or -32093), or the tool's retryable error
+	outMismatch    = "mismatch"    // 422 (or mcphttp.CodeKeyReused): the key was used for another body
+	outInFlight    = "in-flight"   // 409 (or mcphttp.CodeInFlight)
+	outUnavailable = "unavailable" // 503 (or mcphttp.CodeUnavailable), or the tool's retryable error
 	outError       = "error"       // no answer: connection error, time-out, the client hung up
 	// outNoResponse is an MCP call answered HTTP 200 with no JSON-RPC
 	// response at all (go-sdk ends a call's stream without one when its
@@ -403,11 +408,11 @@ func classifyMCP(a *attempt, status int, body []byte, replayed bool) {
 		a.Status = msg.Error.Code
 		a.RetryAfter = time.Duration(msg.Error.Data.RetryAfterMs) * time.Millisecond
 		switch msg.Error.Code {
-		case -32090:
+		case mcphttp.CodeKeyReused:
 			a.Outcome = outMismatch
-		case -32091:
+		case mcphttp.CodeInFlight:
 			a.Outcome = outInFlight
-		case -32093, -32000:
+		case mcphttp.CodeUnavailable, toolRetryable:
 			a.Outcome = outUnavailable
 		default:
 			a.Outcome, a.Detail = outUnexpected, fmt.Sprintf("JSON-RPC error %d %s", msg.Error.Code, msg.Error.Message)
