@@ -123,6 +123,9 @@ func TestExampleCommit(t *testing.T) {
 // the handler fails, panics or the process dies, none of them does and a
 // retry runs at once. The handler writes its response as usual; the
 // middleware holds it back until the commit.
+//
+// It needs a database (DATABASE_URL); TestExampleOptions_inTransaction runs
+// it on a fresh schema and checks what it prints.
 func ExampleOptions_inTransaction() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -138,6 +141,10 @@ func ExampleOptions_inTransaction() {
 		log.Fatal(err)
 	}
 	defer store.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (
+		id bigserial PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
 
 	protect := middleware.New(store, middleware.Options{InTransaction: true})
 	mux := http.NewServeMux()
@@ -158,9 +165,36 @@ func ExampleOptions_inTransaction() {
 			http.Error(w, "try again", http.StatusServiceUnavailable) // rolled back: a retry runs again
 			return
 		}
+		body, _ := json.Marshal(map[string]any{"id": id, "customer": in.Customer, "amount_cents": in.AmountCents})
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "customer": in.Customer, "amount_cents": in.AmountCents})
+		_, _ = w.Write(body)
 	})))
-	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
+	srv := httptest.NewServer(mux) // in production: http.ListenAndServe(addr, mux)
+	defer srv.Close()
+
+	for range 2 { // the client retries
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/invoices", strings.NewReader(`{"customer":"acme","amount_cents":1200}`))
+		req.Header.Set("Idempotency-Key", "order-42")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), body)
+	}
+	var invoices int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&invoices); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("invoices:", invoices)
+	// Prints:
+	// 201 replayed="" {"amount_cents":1200,"customer":"acme","id":1}
+	// 201 replayed="true" {"amount_cents":1200,"customer":"acme","id":1}
+	// invoices: 1
+}
+
+func TestExampleOptions_inTransaction(t *testing.T) {
+	testdb.RunExample(t, "example_pgstore_test.go", "ExampleOptions_inTransaction", ExampleOptions_inTransaction)
 }
