@@ -2,12 +2,127 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgschema"
 )
+
+// Inspect returns the entry of (scope, key) as stored, whatever its state:
+// a claim whose lease ran out and a result past retention are reported as
+// they are (see LeaseEnd and ExpiresAt), until swept. It is for operators.
+func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.Entry, bool, error) {
+	if err := validate(scope, key); err != nil {
+		return idem.Entry{}, false, err
+	}
+	var (
+		e                              idem.Entry
+		state                          string
+		leaseEnd, completed, expiresAt *time.Time
+		result                         resultColumn
+	)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
+			&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Entry{}, false, nil
+	}
+	if err != nil {
+		return idem.Entry{}, false, unavailable("inspect", err)
+	}
+	switch state {
+	case "claimed":
+		e.State = idem.StateClaimed
+	case "completed":
+		e.State = idem.StateCompleted
+		if e.Result, err = result.result(); err != nil {
+			return idem.Entry{}, false, unavailable("inspect", err)
+		}
+	}
+	e.LeaseEnd, e.CompletedAt, e.ExpiresAt = orZero(leaseEnd), orZero(completed), orZero(expiresAt)
+	return e, true, nil
+}
+
+// Forget deletes (scope, key) whatever its state, as an operator's forget
+// does, and reports whether it was present. A live claim (lease not run
+// out) is refused with [ErrLiveClaim] unless force is set: its holder is
+// presumably still executing, and forgetting it would let a retry run the
+// side effect a second time. The holder's token becomes stale.
+func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bool) (bool, error) {
+	if err := validate(scope, key); err != nil {
+		return false, err
+	}
+	var (
+		deleted int64
+		present bool
+	)
+	forget := s.sql.forget
+	if s.listener.off {
+		forget = s.sql.forgetQuiet
+	}
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	})
+	if err != nil {
+		return false, unavailable("forget", err)
+	}
+	if deleted > 0 && s.cache != nil {
+		// This instance's own cache forgets at once; the others when
+		// the NOTIFY reaches them.
+		s.cache.invalidate(pgschema.NotifyPayload(scope, key.String()))
+	}
+	switch {
+	case deleted > 0:
+		return true, nil
+	case present:
+		return false, ErrLiveClaim
+	}
+	return false, nil
+}
+
+// Stats describes the table, for operators.
+type Stats struct {
+	// Claimed counts live claims (lease not run out).
+	Claimed int64
+	// Abandoned counts claims whose lease ran out, awaiting takeover or
+	// sweep.
+	Abandoned int64
+	// Completed counts results within retention.
+	Completed int64
+	// Expired counts results past retention, awaiting sweep.
+	Expired int64
+	// OldestClaim is when the oldest live claim was claimed; zero if none.
+	OldestClaim time.Time
+	// OldestAbandoned is the lease end of the longest-abandoned claim; zero
+	// if none. A value far in the past means the sweeper is not running.
+	OldestAbandoned time.Time
+	// TableBytes is the table's size on disk, indexes and TOAST included.
+	TableBytes int64
+}
+
+// Stats counts the table's rows by state. It scans the whole table: it is
+// for an operator's CLI, not for a hot path.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	var (
+		st                  Stats
+		oldest, oldestAband *time.Time
+	)
+	err := retrying(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
+			&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	})
+	if err != nil {
+		return Stats{}, unavailable("stats", err)
+	}
+	st.OldestClaim, st.OldestAbandoned = orZero(oldest), orZero(oldestAband)
+	return st, nil
+}
 
 // KeyStatus is a key's state as an operator sees it: a claim is live or
 // abandoned, a result completed or expired, on the database clock.
