@@ -228,6 +228,24 @@ func entrySize(id, fingerprint string, res idem.Result) int {
 	return n
 }
 
+// cacheNotified is the listener's notified: the cache forgets the key a
+// notification names.
+func (s *Store) cacheNotified(payload string) {
+	s.cache.invalidate(payload)
+	if f := s.cacheInvalidated.Load(); f != nil {
+		(*f)(payload)
+	}
+}
+
+// cacheListening is the listener's listening: the cache is used only while
+// the LISTEN is in effect, and dropped when it is lost.
+func (s *Store) cacheListening(up bool) {
+	s.cache.setReady(up)
+	if f := s.cacheDropped.Load(); f != nil && !up {
+		(*f)()
+	}
+}
+
 // ReplayCacheHits is how many claims the replay cache has answered without a
 // round trip to the database since the store was made: replays, and
 // mismatches found against a cached result. Zero without a cache. It is

@@ -24,12 +24,9 @@ type Store struct {
 	lease     time.Duration
 	retention time.Duration // negative: forever
 	poll      time.Duration
-	heartbeat time.Duration
 	log       *slog.Logger
-
-	listenConfig *pgx.ConnConfig // nil: hijack a pool connection
-	now          func() time.Time
-	txOptions    pgx.TxOptions
+	now       func() time.Time
+	txOptions pgx.TxOptions
 
 	sql      statements
 	listener *listener
@@ -75,7 +72,6 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		lease:     opts.Lease,
 		retention: opts.Retention,
 		poll:      opts.PollInterval,
-		heartbeat: opts.Heartbeat,
 		log:       opts.Logger,
 		now:       opts.Now,
 		txOptions: opts.TxOptions,
@@ -83,13 +79,15 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if s.sql, err = buildStatements(obj); err != nil {
 		return nil, err
 	}
+	lc := listenerConfig{pool: pool, sql: &s.sql, log: s.log, heartbeat: opts.Heartbeat, off: opts.NoListen}
+	if opts.ListenConfig != nil {
+		lc.direct = opts.ListenConfig.Copy()
+	}
 	if opts.ReplayCacheBytes > 0 {
 		s.cache = newReplayCache(opts.ReplayCacheBytes)
+		lc.notified, lc.listening = s.cacheNotified, s.cacheListening
 	}
-	if opts.ListenConfig != nil {
-		s.listenConfig = opts.ListenConfig.Copy()
-	}
-	s.listener = newListener(s, opts.NoListen)
+	s.listener = newListener(lc)
 	return s, nil
 }
 
