@@ -20,15 +20,10 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 	if err := validate(scope, key); err != nil {
 		return idem.Entry{}, false, err
 	}
-	var (
-		e                              idem.Entry
-		state                          string
-		leaseEnd, completed, expiresAt *time.Time
-		result                         resultColumn
-	)
-	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.inspect, []byte(scope), key.String()).Scan(
-			&state, &e.Generation, &e.Fingerprint, &e.Owner, &e.CreatedAt, &leaseEnd, &completed, &expiresAt, &result)
+	var r inspectRow
+	err := retrying(ctx, func() (err error) {
+		r, err = s.sql.inspect.query(ctx, s.pool, keyParams{scope: []byte(scope), key: key.String()})
+		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Entry{}, false, nil
@@ -36,16 +31,17 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 	if err != nil {
 		return idem.Entry{}, false, unavailable("inspect", err)
 	}
-	switch state {
+	e := idem.Entry{Generation: r.generation, Fingerprint: r.fingerprint, Owner: r.owner, CreatedAt: r.createdAt,
+		LeaseEnd: orZero(r.leaseEnd), CompletedAt: orZero(r.completedAt), ExpiresAt: orZero(r.expiresAt)}
+	switch r.state {
 	case "claimed":
 		e.State = idem.StateClaimed
 	case "completed":
 		e.State = idem.StateCompleted
-		if e.Result, err = result.result(); err != nil {
+		if e.Result, err = r.result.result(); err != nil {
 			return idem.Entry{}, false, unavailable("inspect", err)
 		}
 	}
-	e.LeaseEnd, e.CompletedAt, e.ExpiresAt = orZero(leaseEnd), orZero(completed), orZero(expiresAt)
 	return e, true, nil
 }
 
@@ -58,29 +54,27 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	if err := validate(scope, key); err != nil {
 		return false, err
 	}
-	var (
-		deleted int64
-		present bool
-	)
 	forget := s.sql.forget
 	if s.listener.off {
 		forget = s.sql.forgetQuiet
 	}
-	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, forget, []byte(scope), key.String(), force, s.nowArg()).Scan(&deleted, &present)
+	var r forgetRow
+	err := retrying(ctx, func() (err error) {
+		r, err = forget.query(ctx, s.pool, forgetParams{scope: []byte(scope), key: key.String(), force: force, now: s.nowArg()})
+		return err
 	})
 	if err != nil {
 		return false, unavailable("forget", err)
 	}
-	if deleted > 0 && s.cache != nil {
+	if r.deleted > 0 && s.cache != nil {
 		// This instance's own cache forgets at once; the others when
 		// the NOTIFY reaches them.
 		s.cache.invalidate(pgschema.NotifyPayload(scope, key.String()))
 	}
 	switch {
-	case deleted > 0:
+	case r.deleted > 0:
 		return true, nil
-	case present:
+	case r.present:
 		return false, ErrLiveClaim
 	}
 	return false, nil
@@ -109,19 +103,16 @@ type Stats struct {
 // Stats counts the table's rows by state. It scans the whole table: it is
 // for an operator's CLI, not for a hot path.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	var (
-		st                  Stats
-		oldest, oldestAband *time.Time
-	)
-	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.stats, s.nowArg()).Scan(
-			&st.Claimed, &st.Abandoned, &st.Completed, &st.Expired, &oldest, &oldestAband, &st.TableBytes)
+	var r statsRow
+	err := retrying(ctx, func() (err error) {
+		r, err = s.sql.stats.query(ctx, s.pool, clockParams{s.nowArg()})
+		return err
 	})
 	if err != nil {
 		return Stats{}, unavailable("stats", err)
 	}
-	st.OldestClaim, st.OldestAbandoned = orZero(oldest), orZero(oldestAband)
-	return st, nil
+	return Stats{Claimed: r.claimed, Abandoned: r.abandoned, Completed: r.completed, Expired: r.expired,
+		OldestClaim: orZero(r.oldestClaim), OldestAbandoned: orZero(r.oldestAbandoned), TableBytes: r.tableBytes}, nil
 }
 
 // KeyStatus is a key's state as an operator sees it: a claim is live or
@@ -201,50 +192,38 @@ func (s *Store) Keys(ctx context.Context, f KeyFilter) ([]ListedKey, error) {
 	case limit < 0 || limit > MaxKeysLimit:
 		return nil, fmt.Errorf("pgstore: KeyFilter.Limit %d: want 0 to %d", f.Limit, MaxKeysLimit)
 	}
-	var scope, status any // null: every one
+	p := keysParams{keyLike: likePrefix(f.KeyPrefix), limit: limit} // scope, status nil: every one
 	if f.Scope != nil {
-		scope = []byte(*f.Scope)
+		p.scope = []byte(*f.Scope)
 	}
 	if f.Status != "" {
 		if _, err := ParseKeyStatus(string(f.Status)); err != nil {
 			return nil, err
 		}
-		status = string(f.Status)
+		status := string(f.Status)
+		p.status = &status
 	}
-	var keys []ListedKey
-	err := retrying(ctx, func() error {
-		keys = keys[:0]
-		rows, err := s.pool.Query(ctx, s.sql.keys, scope, likePrefix(f.KeyPrefix), status, limit, s.nowArg())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				k                              ListedKey
-				scope                          []byte
-				key, status, state             string
-				leaseEnd, completed, expiresAt *time.Time
-			)
-			if err := rows.Scan(&scope, &key, &status, &state, &k.Entry.Generation, &k.Entry.Fingerprint, &k.Entry.Owner,
-				&k.Entry.CreatedAt, &leaseEnd, &completed, &expiresAt); err != nil {
-				return err
-			}
-			if k.Key, err = idem.KeyFromString(key); err != nil {
-				return fmt.Errorf("row with key %q: %w", key, err)
-			}
-			k.Scope, k.Status = string(scope), KeyStatus(status)
-			k.Entry.State = idem.StateClaimed
-			if state == "completed" {
-				k.Entry.State = idem.StateCompleted
-			}
-			k.Entry.LeaseEnd, k.Entry.CompletedAt, k.Entry.ExpiresAt = orZero(leaseEnd), orZero(completed), orZero(expiresAt)
-			keys = append(keys, k)
-		}
-		return rows.Err()
+	var rows []keysRow
+	err := retrying(ctx, func() (err error) {
+		p.now = s.nowArg()
+		rows, err = s.sql.keys.query(ctx, s.pool, p)
+		return err
 	})
 	if err != nil {
 		return nil, unavailable("keys", err)
+	}
+	var keys []ListedKey
+	for _, r := range rows {
+		k, err := idem.KeyFromString(r.key)
+		if err != nil {
+			return nil, unavailable("keys", fmt.Errorf("row with key %q: %w", r.key, err))
+		}
+		e := idem.Entry{State: idem.StateClaimed, Generation: r.generation, Fingerprint: r.fingerprint, Owner: r.owner,
+			CreatedAt: r.createdAt, LeaseEnd: orZero(r.leaseEnd), CompletedAt: orZero(r.completedAt), ExpiresAt: orZero(r.expiresAt)}
+		if r.state == "completed" {
+			e.State = idem.StateCompleted
+		}
+		keys = append(keys, ListedKey{Scope: string(r.scope), Key: k, Status: KeyStatus(r.status), Entry: e})
 	}
 	return keys, nil
 }

@@ -57,7 +57,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	serializationFailures := 0
 	for range maxClaimAttempts {
 		rc.ticket()
-		row, err := s.queryClaim(ctx, s.pool, req, lease)
+		row, err := s.sql.claim.query(ctx, s.pool, s.claimParams(req, lease))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The conflicting row is not in our snapshot: it committed
@@ -134,48 +134,35 @@ func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
 }
 
-// querier is what sends a claim statement: the pool, or the connection of
-// a claim's transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// queryClaim sends the claim statement once.
-func (s *Store) queryClaim(ctx context.Context, db querier, req idem.ClaimRequest, leaseMicros int64) (claimRow, error) {
-	return scanClaim(db.QueryRow(ctx, s.sql.claim, s.claimArgs(req, leaseMicros)...))
-}
-
-// claimArgs are the claim statement's parameters.
-func (s *Store) claimArgs(req idem.ClaimRequest, leaseMicros int64) []any {
-	return []any{[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg()}
-}
-
-// scanClaim reads the claim statement's answer.
-func scanClaim(row pgx.Row) (claimRow, error) {
-	var r claimRow
-	err := row.Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
-	return r, err
+// claimParams are the claim statement's parameters for req.
+func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64) claimParams {
+	return claimParams{scope: []byte(req.Scope), key: req.Key.String(), fingerprint: req.Fingerprint, owner: req.Owner,
+		leaseMicros: leaseMicros, now: s.nowArg()}
 }
 
 // takeOver sends sql/takeover.sql for the row of generation gen, which the
 // claim statement found with its lease or retention run out. ok is false,
 // with no error, if the row changed since.
 func (s *Store) takeOver(ctx context.Context, db querier, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
-	return scanTakeover(req, db.QueryRow(ctx, s.sql.takeover, append(s.claimArgs(req, leaseMicros), gen)...))
+	r, err := s.sql.takeover.query(ctx, db, takeoverParams{s.claimParams(req, leaseMicros), gen})
+	return takenOver(req, r, err)
 }
 
-// scanTakeover reads sql/takeover.sql's answer: ok is false, with no
+// takenOver reads sql/takeover.sql's answer r for req: ok is false, with no
 // error, if the row changed since the claim statement saw it.
-func scanTakeover(req idem.ClaimRequest, row pgx.Row) (c idem.Claim, ok bool, err error) {
-	c = idem.Claim{Status: idem.Acquired, Token: idem.Token{Scope: req.Scope, Key: req.Key}}
-	err = row.Scan(&c.Token.Generation, &c.LeaseEnd, &c.Takeover)
+func takenOver(req idem.ClaimRequest, r takeoverRow, err error) (c idem.Claim, ok bool, _ error) {
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return idem.Claim{}, false, nil
 	case err != nil:
 		return idem.Claim{}, false, err
 	}
-	return c, true, nil
+	return idem.Claim{
+		Status:   idem.Acquired,
+		Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: r.generation},
+		LeaseEnd: r.leaseEnd,
+		Takeover: r.takeover,
+	}, true, nil
 }
 
 // superseded reports whether a row the statement did not insert lets the

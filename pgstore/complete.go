@@ -41,10 +41,6 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, tok idem.Token, res i
 	return s.complete(ctx, tx, "complete", tok, res)
 }
 
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Token, res idem.Result) error {
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return err
@@ -60,8 +56,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		if js, err = res.MarshalJSON(); err != nil {
 			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
-		tag, err = db.Exec(ctx, s.sql.complete, []byte(tok.Scope), tok.Key.String(), tok.Generation, string(js),
-			s.retentionMicros(), s.nowArg())
+		tag, err = s.sql.complete.exec(ctx, db, s.completeParams(tok, string(js)))
 	} else {
 		// The body as its own parameter, the JSON built around it in SQL
 		// (see sql/complete.sql, .Large): for a large body each copy counts.
@@ -71,8 +66,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		if meta, err = res.MarshalJSON(); err != nil {
 			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
-		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeArgs{[]byte(tok.Scope), tok.Key.String(), tok.Generation,
-			string(meta), s.retentionMicros(), s.nowArg(), body, idem.IsText(body)})
+		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeLargeParams{s.completeParams(tok, string(meta)), body, idem.IsText(body)})
 	}
 	switch {
 	case err != nil:
@@ -81,6 +75,13 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		return s.stale(ctx, db, op, tok)
 	}
 	return nil
+}
+
+// completeParams are sql/complete.sql's parameters for tok and its result
+// as JSON.
+func (s *Store) completeParams(tok idem.Token, result string) completeParams {
+	return completeParams{scope: []byte(tok.Scope), key: tok.Key.String(), generation: tok.Generation, result: result,
+		retentionMicros: s.retentionMicros(), now: s.nowArg()}
 }
 
 // staleTimeout bounds the statement that raises the stale-claim error.
@@ -97,7 +98,7 @@ func (s *Store) stale(ctx context.Context, db execer, op string, tok idem.Token)
 	defer cancel()
 	// Not prepared: the statement is rare, and pgx would prepare it
 	// again after each error it raises (an extra round trip).
-	_, err := db.Exec(sctx, s.sql.stale, pgx.QueryExecModeExec, []byte(tok.Scope), tok.Key.String(), tok.Generation)
+	_, err := s.sql.stale.execUnprepared(sctx, db, tokenParamsOf(tok))
 	if se, ok := staleFrom(err, tok); ok {
 		return se
 	}

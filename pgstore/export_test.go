@@ -17,7 +17,7 @@ func SetWaitBlocked(s *Store, f func()) { s.waitBlocked = f }
 func SetWaitPolled(s *Store, f func()) { s.waitPolled = f }
 
 // ChannelSQL is the SQL expression of the store's LISTEN channel.
-func ChannelSQL(s *Store) string { return s.sql.channel }
+func ChannelSQL(s *Store) string { return s.sql.channel.sql }
 
 // PayloadSQL is the SQL expression of a row's NOTIFY payload, over columns
 // scope and key.
@@ -64,11 +64,11 @@ func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }
 // SweepSQL is the store's sweep statement for a batch of batch rows ($1 is
 // the test clock).
 func SweepSQL(s *Store, batch int) string {
-	sql, err := s.sql.sweepSQL(batch)
+	sweep, err := s.sql.sweepFor(batch)
 	if err != nil {
 		panic(err)
 	}
-	return sql
+	return sweep.sql
 }
 
 // Heartbeats is the number of heartbeats the store's LISTEN connections

@@ -13,22 +13,24 @@ func (s *Store) Renew(ctx context.Context, tok idem.Token, lease time.Duration) 
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return time.Time{}, err
 	}
-	var (
-		leaseEnd *time.Time
-		current  *int64
-	)
-	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.renew,
-			[]byte(tok.Scope), tok.Key.String(), tok.Generation, s.leaseOf(lease).Microseconds(), s.nowArg(),
-		).Scan(&leaseEnd, &current)
+	var r renewRow
+	err := retrying(ctx, func() (err error) {
+		r, err = s.sql.renew.query(ctx, s.pool, renewParams{scope: []byte(tok.Scope), key: tok.Key.String(),
+			generation: tok.Generation, leaseMicros: s.leaseOf(lease).Microseconds(), now: s.nowArg()})
+		return err
 	})
 	if err != nil {
 		return time.Time{}, unavailable("renew", err)
 	}
-	if leaseEnd == nil {
-		return time.Time{}, staleErr(tok, current)
+	if r.leaseEnd == nil {
+		return time.Time{}, staleErr(tok, r.current)
 	}
-	return *leaseEnd, nil
+	return *r.leaseEnd, nil
+}
+
+// tokenParamsOf are the parameters that name tok's claim.
+func tokenParamsOf(tok idem.Token) tokenParams {
+	return tokenParams{scope: []byte(tok.Scope), key: tok.Key.String(), generation: tok.Generation}
 }
 
 func staleErr(tok idem.Token, current *int64) error {
@@ -44,20 +46,16 @@ func (s *Store) Release(ctx context.Context, tok idem.Token) error {
 	if err := validate(tok.Scope, tok.Key); err != nil {
 		return err
 	}
-	var (
-		deleted int64
-		current *int64
-	)
-	err := retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.sql.release,
-			[]byte(tok.Scope), tok.Key.String(), tok.Generation,
-		).Scan(&deleted, &current, nil)
+	var r releaseRow
+	err := retrying(ctx, func() (err error) {
+		r, err = s.sql.release.query(ctx, s.pool, tokenParamsOf(tok))
+		return err
 	})
 	if err != nil {
 		return unavailable("release", err)
 	}
-	if deleted == 0 {
-		return staleErr(tok, current)
+	if r.deleted == 0 {
+		return staleErr(tok, r.current)
 	}
 	return nil
 }

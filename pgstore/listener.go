@@ -261,10 +261,11 @@ func (l *listener) listen(ctx context.Context) (connected bool, err error) {
 	// through the pool (where the statements run), so that a re-created
 	// table is followed, and so that a direct LISTEN connection's
 	// search_path does not matter.
-	var channel string
-	if err := l.pool.QueryRow(ctx, l.sql.channel).Scan(&channel); err != nil {
+	row, err := l.sql.channel.query(ctx, l.pool, noParams{})
+	if err != nil {
 		return false, err
 	}
+	channel := row.channel
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return false, err
@@ -333,7 +334,7 @@ func (l *listener) sendHeartbeat(ctx context.Context, timeout time.Duration) (st
 	beat := heartbeatPrefix + hex.EncodeToString(b[:])
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := l.pool.Exec(ctx, l.sql.heartbeat, beat); err != nil {
+	if _, err := l.sql.heartbeat.exec(ctx, l.pool, heartbeatParams{beat}); err != nil {
 		return "", fmt.Errorf("pgstore: sending the LISTEN heartbeat: %w", err)
 	}
 	return beat, nil

@@ -96,13 +96,14 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 // idempotent.
 func (s *Store) Close() { s.listener.close() }
 
-// nowArg is the $now argument of every statement: nil means the database
+// nowArg is the now parameter of every statement: nil means the database
 // clock.
-func (s *Store) nowArg() any {
+func (s *Store) nowArg() *time.Time {
 	if s.now == nil {
 		return nil
 	}
-	return s.now()
+	now := s.now()
+	return &now
 }
 
 func (s *Store) leaseOf(d time.Duration) time.Duration {

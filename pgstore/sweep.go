@@ -15,18 +15,19 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	if limit <= 0 {
 		limit = DefaultSweepBatch
 	}
-	var abandoned, expired int
-	sweep, err := s.sql.sweepSQL(limit)
+	sweep, err := s.sql.sweepFor(limit)
 	if err != nil {
 		return idem.SweepStats{}, err
 	}
-	err = retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, sweep, s.nowArg()).Scan(&abandoned, &expired, nil)
+	var r sweepRow
+	err = retrying(ctx, func() (err error) {
+		r, err = sweep.query(ctx, s.pool, clockParams{s.nowArg()})
+		return err
 	})
 	if err != nil {
 		return idem.SweepStats{}, unavailable("sweep", err)
 	}
-	return idem.SweepStats{Abandoned: abandoned, Expired: expired}, nil
+	return idem.SweepStats{Abandoned: r.abandoned, Expired: r.expired}, nil
 }
 
 // Run is shorthand for an [idem.Sweeper] over s with the given interval

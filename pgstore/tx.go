@@ -53,11 +53,10 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
 	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds()}
-	statement := "0"
+	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(cmp0(limits.Idle, s.leaseOf(req.Lease))), statementTimeout: "0"}
 	if limits.Execution > 0 {
-		statement = millis(limits.Execution)
+		b.limits.statementTimeout = millis(limits.Execution)
 	}
-	b.limits = []any{millis(limits.Wait), millis(cmp0(limits.Idle, s.leaseOf(req.Lease))), statement}
 	c, tx, err := b.claim(ctx, rc)
 	if tx == nil {
 		conn.Release()
@@ -83,8 +82,8 @@ type txBegin struct {
 	s      *Store
 	conn   *pgxpool.Conn
 	req    idem.ClaimRequest
-	lease  int64 // microseconds
-	limits []any // sql/tx_limits.sql's parameters
+	lease  int64          // microseconds
+	limits txLimitsParams // sql/tx_limits.sql's parameters
 	tx     pgx.Tx
 	// waited: the last claim statement returned no row, having waited for
 	// a transaction that inserted the key and committed after the
@@ -99,11 +98,7 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 	serializationFailures := 0
 	for range maxClaimAttempts {
 		rc.ticket()
-		var row claimRow
-		err := b.send(ctx, b.s.sql.claim, func(r pgx.Row) (err error) {
-			row, err = scanClaim(r)
-			return err
-		})
+		row, err := sendInTx(ctx, b, b.s.sql.claim, b.s.claimParams(b.req, b.lease))
 		if err == nil && row.superseded() {
 			// The claim's lease or the result's retention ran out: take
 			// the row over, in this transaction.
@@ -164,20 +159,19 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 	return idem.Claim{}, nil, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
 }
 
-// send sends one claim statement (sql/claim.sql or sql/takeover.sql, with
-// args after the claim's) between the transaction's bounds and the
+// sendInTx sends one claim statement q (sql/claim.sql or
+// sql/takeover.sql) with p between the transaction's bounds and the
 // restore, in one round trip, preceded by the BEGIN if no transaction is
-// open. scan reads the statement's row; pgx.ErrNoRows from it is returned
-// as it is.
-func (b *txBegin) send(ctx context.Context, sql string, scan func(pgx.Row) error, args ...any) error {
+// open, and reads its row; pgx.ErrNoRows is returned as it is.
+func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q rowQuery[P, R, PR], p P) (R, error) {
 	batch := &pgx.Batch{}
 	begin := b.tx == nil
 	if begin {
 		batch.BeginTx(b.s.txOptions)
 	}
-	batch.Queue(b.s.sql.txLimits, b.limits...)
-	batch.Queue(sql, append(b.s.claimArgs(b.req, b.lease), args...)...)
-	batch.Queue(b.s.sql.txRestore)
+	b.s.sql.txLimits.queue(batch, b.limits)
+	q.queue(batch, p)
+	b.s.sql.txRestore.queue(batch, noParams{})
 	// A look after a wait will most likely find the other transaction's
 	// result, and this transaction then ends: the ROLLBACK goes with it,
 	// saving the round trip after the wake. (If the look finds the key
@@ -191,7 +185,10 @@ func (b *txBegin) send(ctx context.Context, sql string, scan func(pgx.Row) error
 	if begin {
 		b.tx = br.Tx()
 	}
-	var err error
+	var (
+		r   R
+		err error
+	)
 	if begin {
 		_, err = br.Exec()
 	}
@@ -199,7 +196,7 @@ func (b *txBegin) send(ctx context.Context, sql string, scan func(pgx.Row) error
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = scan(br.QueryRow())
+		r, err = q.scan(br.QueryRow())
 	}
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
 		if _, rerr := br.Exec(); rerr != nil {
@@ -212,18 +209,15 @@ func (b *txBegin) send(ctx context.Context, sql string, scan func(pgx.Row) error
 	if rollback && b.conn.Conn().PgConn().TxStatus() == 'I' {
 		b.tx = nil
 	}
-	return err
+	return r, err
 }
 
 // takeOver takes over the row of generation gen, which the claim
 // statement found with its lease or retention run out; ok is false, with
 // no error, if the row changed since.
 func (b *txBegin) takeOver(ctx context.Context, gen int64) (c idem.Claim, ok bool, err error) {
-	err = b.send(ctx, b.s.sql.takeover, func(row pgx.Row) (err error) {
-		c, ok, err = scanTakeover(b.req, row)
-		return err
-	}, gen)
-	return c, ok, err
+	r, err := sendInTx(ctx, b, b.s.sql.takeover, takeoverParams{b.s.claimParams(b.req, b.lease), gen})
+	return takenOver(b.req, r, err)
 }
 
 // rollback ends the transaction, if one is open. It runs even if ctx is

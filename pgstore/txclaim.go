@@ -101,9 +101,8 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
-	scope, key := []byte(c.tok.Scope), c.tok.Key.String()
 	batch := &pgx.Batch{}
-	batch.Queue(c.s.sql.txComplete, scope, key, c.tok.Generation, string(js), c.s.retentionMicros(), c.s.nowArg())
+	c.s.sql.txComplete.queue(batch, c.s.completeParams(c.tok, string(js)))
 	batch.Queue("commit")
 	br := c.conn.SendBatch(ctx, batch)
 	tag, err := br.Exec()

@@ -100,16 +100,14 @@ func isClosed(ch <-chan struct{}) bool {
 // notification, or poll. It tells the listener which channel the
 // statements use, so that a LISTEN on a dropped table's channel is replaced.
 func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key, listening bool) (left time.Duration, live bool, err error) {
-	var (
-		channel   string
-		remaining *int64 // microseconds left on a live claim's lease
-	)
 	check := s.sql.pollCheck
 	if listening {
 		check = s.sql.waitCheck
 	}
-	err = retrying(ctx, func() error {
-		return s.pool.QueryRow(ctx, check, []byte(scope), key.String(), s.nowArg()).Scan(&channel, &remaining)
+	var r lookRow
+	err = retrying(ctx, func() (err error) {
+		r, err = check.query(ctx, s.pool, lookParams{scope: []byte(scope), key: key.String(), now: s.nowArg()})
+		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
@@ -120,9 +118,9 @@ func (s *Store) leaseLeft(ctx context.Context, scope string, key idem.Key, liste
 		}
 		return 0, false, unavailable("wait", err)
 	}
-	s.listener.follow(channel)
-	if remaining == nil {
+	s.listener.follow(r.channel)
+	if r.remaining == nil {
 		return 0, false, nil
 	}
-	return time.Duration(*remaining) * time.Microsecond, true, nil
+	return time.Duration(*r.remaining) * time.Microsecond, true, nil
 }
