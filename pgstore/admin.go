@@ -17,7 +17,7 @@ import (
 // a claim whose lease ran out and a result past retention are reported as
 // they are (see LeaseEnd and ExpiresAt), until swept. It is for operators.
 func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.Entry, bool, error) {
-	if err := validate(scope, key); err != nil {
+	if err := (idem.ClaimRequest{Scope: scope, Key: key}).Validate(); err != nil {
 		return idem.Entry{}, false, err
 	}
 	var r inspectRow
@@ -51,7 +51,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 // presumably still executing, and forgetting it would let a retry run the
 // side effect a second time. The holder's token becomes stale.
 func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bool) (bool, error) {
-	if err := validate(scope, key); err != nil {
+	if err := (idem.ClaimRequest{Scope: scope, Key: key}).Validate(); err != nil {
 		return false, err
 	}
 	forget := s.sql.forget

@@ -302,7 +302,7 @@ func (rc *claimCache) ticket() {
 // and mcphttp) calls ClaimFromCache before it sets up the store timeout
 // for Claim, which a replay from memory does not need.
 func (s *Store) ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
-	if s.cache == nil || validate(req.Scope, req.Key) != nil {
+	if s.cache == nil || req.Validate() != nil {
 		return idem.Claim{}, false, nil
 	}
 	return s.claimFromCache(replayCacheID(req.Scope, req.Key), req)
@@ -315,7 +315,7 @@ func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Cl
 	switch {
 	case !ok:
 		return idem.Claim{}, false, nil
-	case mismatch(fp, req.Fingerprint):
+	case req.Mismatches(fp):
 		return idem.Claim{}, true, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
 	}
 	return idem.Claim{Status: idem.Completed, Result: res}, true, nil

@@ -43,7 +43,7 @@ func (s *Store) checkEncoding(ctx context.Context) error {
 // (sql/takeover.sql) to take over a row whose lease or retention ran out;
 // see the package documentation.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	if err := validate(req.Scope, req.Key); err != nil {
+	if err := req.Validate(); err != nil {
 		return idem.Claim{}, err
 	}
 	if err := s.checkEncoding(ctx); err != nil {
@@ -114,12 +114,12 @@ func (r claimRow) acquired(req idem.ClaimRequest) idem.Claim {
 func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem.Claim, error) {
 	switch row.state {
 	case "claimed":
-		if mismatch(row.fingerprint, req.Fingerprint) {
+		if req.Mismatches(row.fingerprint) {
 			return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
 		}
 		return idem.Claim{Status: idem.InFlight, LeaseEnd: *row.leaseEnd}, nil
 	case "completed":
-		if mismatch(row.fingerprint, req.Fingerprint) {
+		if req.Mismatches(row.fingerprint) {
 			return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
 		}
 		res, err := row.result.result()
@@ -176,8 +176,4 @@ func (r claimRow) superseded() bool {
 		return r.expiresAt != nil && !r.now.Before(*r.expiresAt)
 	}
 	return false
-}
-
-func mismatch(stored, asked string) bool {
-	return stored != "" && asked != "" && stored != asked
 }

@@ -42,7 +42,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, tok idem.Token, res i
 }
 
 func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Token, res idem.Result) error {
-	if err := validate(tok.Scope, tok.Key); err != nil {
+	if err := (idem.ClaimRequest{Scope: tok.Scope, Key: tok.Key}).Validate(); err != nil {
 		return err
 	}
 	var (

@@ -10,7 +10,7 @@ import (
 // Renew implements [idem.Store] in one statement. A claim whose lease ran
 // out may still be renewed while nobody took the key over or swept it.
 func (s *Store) Renew(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
-	if err := validate(tok.Scope, tok.Key); err != nil {
+	if err := (idem.ClaimRequest{Scope: tok.Scope, Key: tok.Key}).Validate(); err != nil {
 		return time.Time{}, err
 	}
 	var r renewRow
@@ -43,7 +43,7 @@ func staleErr(tok idem.Token, current *int64) error {
 
 // Release implements [idem.Store] in one statement, which notifies waiters.
 func (s *Store) Release(ctx context.Context, tok idem.Token) error {
-	if err := validate(tok.Scope, tok.Key); err != nil {
+	if err := (idem.ClaimRequest{Scope: tok.Scope, Key: tok.Key}).Validate(); err != nil {
 		return err
 	}
 	var r releaseRow

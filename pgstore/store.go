@@ -120,16 +120,6 @@ func (s *Store) retentionMicros() int64 {
 	return s.retention.Microseconds()
 }
 
-func validate(scope string, key idem.Key) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
-	if len(scope) > MaxScopeLen {
-		return &idem.InvalidKeyError{Reason: fmt.Sprintf("scope is %d bytes, longer than %d", len(scope), MaxScopeLen)}
-	}
-	return nil
-}
-
 // Retention is how long a result is replayed after completion:
 // Options.Retention with its default applied, negative for a store that
 // keeps results until they are forgotten.

@@ -38,7 +38,7 @@ const lockNotAvailable = "55P03"
 // ahead. Every answer but Acquired rolls the transaction back before it
 // returns. The transaction's work finds it with [TxFrom].
 func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits idem.TxLimits) (idem.Claim, idem.TxClaim, error) {
-	if err := validate(req.Scope, req.Key); err != nil {
+	if err := req.Validate(); err != nil {
 		return idem.Claim{}, nil, err
 	}
 	if err := s.checkEncoding(ctx); err != nil {

@@ -27,7 +27,7 @@ func (s *Store) Wait(ctx context.Context, scope string, key idem.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := validate(scope, key); err != nil {
+	if err := (idem.ClaimRequest{Scope: scope, Key: key}).Validate(); err != nil {
 		return err
 	}
 	ch, ready, unsubscribe := s.listener.subscribe(pgschema.NotifyPayload(scope, key.String()))
