@@ -25,7 +25,7 @@ import (
 //
 //	go test -run '^$' -bench 'Overhead|LargeResponse' -benchmem -count 3 ./middleware/
 //
-// docs/performance.md ("Load tool") records the numbers.
+// docs/performance.md ("The middleware alone", "Memory") records the numbers.
 
 // sinkWriter is a ResponseWriter that costs next to nothing, so the numbers
 // are the middleware's and the handler's.
