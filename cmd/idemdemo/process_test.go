@@ -24,7 +24,7 @@ import (
 var demoBinary string
 
 func TestMain(m *testing.M) {
-	os.Exit(demoproc.Main(m, true, &demoBinary))
+	os.Exit(demoproc.Main(testdb.Main(m), true, &demoBinary))
 }
 
 // demo is a running idemdemo process and a client for it.
