@@ -21,8 +21,8 @@
 // go.mod. With Go's module graph pruning, every module that go.mod lists
 // is in the graph of every service that requires idem, test-only ones
 // included; a root test that imported testcontainers-go would put it,
-// moby's client and their dependencies (some forty modules) into every
-// user's go.sum. So this package only defines the small [Containers]
+// moby's client and their dependencies (23 modules) into every user's
+// graph (scripts/check/modules.sh fails on it). So this package only defines the small [Containers]
 // interface, and the integration module implements it with
 // testcontainers-go (integration/internal/pgcontainer), whose TestMains
 // pass it to [MainWith] (pgcontainer.Main). The root module's tests, and
