@@ -53,18 +53,13 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"io"
+
+	"github.com/idemkit/idem/internal/cmdmain"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "idembench:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("idembench", func(ctx context.Context, args []string, _ func(string) string, stdout, stderr io.Writer) error {
+		return run(ctx, args, stdout, stderr)
+	})
 }

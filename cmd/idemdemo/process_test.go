@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
-	"github.com/jackc/pgx/v5"
 )
 
 // demoBinary is the idemdemo binary TestMain builds once for every test
