@@ -98,6 +98,27 @@ images: ## Build PostgreSQL and Go images from Debian packages (no registry need
 demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).
 	$(GO) run ./cmd/idemdemo
 
+.PHONY: test-mcp-sdk
+test-mcp-sdk: ## Drive the demo's MCP endpoint with the official TypeScript SDK (pinned in integration/mcpsdk/client), both protocol versions, memory and PostgreSQL (installs Node 22 and the SDK into .tools if needed).
+	bash scripts/mcp-sdk.sh
+
 .PHONY: conformance
 conformance: ## Run the official MCP conformance suites (0.1.16 stateful, 0.2.0-alpha.12 --requirements 2026-07-28 stateless), wrapped vs bare (installs Node 22 into .tools if needed).
 	bash scripts/conformance.sh
+
+# The robustness run (integration/robustness): DURATION of load under
+# FAULTS drawn from SEED; SEED empty picks one, printed with the rerun line.
+SEED ?=
+DURATION ?= 20m
+FAULTS ?= all
+MUTANT ?=
+MUTANTS := unfenced-complete release-after-answer claim-then-check
+
+.PHONY: robustness
+robustness: ## Record client histories under injected faults and check them (porcupine, effect logs, nothing left claimed): DURATION (default 20m), FAULTS (all, rotate, or a list), SEED, MUTANT (a broken build that must be caught). Needs PostgreSQL's server binaries or Docker.
+	cd integration && ROBUSTNESS_SEED=$(SEED) ROBUSTNESS_DURATION=$(DURATION) ROBUSTNESS_FAULTS=$(FAULTS) ROBUSTNESS_MUTANT=$(MUTANT) \
+		$(GO) test -count=1 -timeout 3h -run '^TestRobustness$$' -v ./robustness/
+
+.PHONY: robustness-mutants
+robustness-mutants: ## The robustness run against each deliberately broken build (unfenced-complete, release-after-answer, claim-then-check) for DURATION (use DURATION=90s, CI's): each must be caught.
+	@set -e; for m in $(MUTANTS); do $(MAKE) --no-print-directory robustness MUTANT=$$m; done

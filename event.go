@@ -65,6 +65,12 @@ const (
 	// then it runs. This process no longer holds the claim. Duration is
 	// the run time.
 	EventLeft
+	// EventKeyRotated: the same caller sent the same call (the same tool
+	// and canonical arguments) again under a new idempotency key, within
+	// the window of mcphttp's NewKeyGuard: an agent that mints a key per
+	// retry, or a caller who means a second, identical call. Reported
+	// only when the guard is on, whatever it then does.
+	EventKeyRotated
 )
 
 func (k EventKind) String() string {
@@ -91,6 +97,8 @@ func (k EventKind) String() string {
 		return "rejected"
 	case EventLeft:
 		return "left"
+	case EventKeyRotated:
+		return "key rotated"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

@@ -243,8 +243,11 @@ const (
 	// chose to fail open); tell the client to retry after
 	// Decision.RetryAfter.
 	Unavailable
-	// Gone: the client's context ended while claiming or waiting. Nothing
-	// was claimed and there is nobody to answer.
+	// Gone: the request's context ended while claiming or waiting. Nothing
+	// was claimed. Usually the client left; but a server that cancels its
+	// requests (a shutdown past its bound) ends it too, with the client
+	// still there, so answer it as Unavailable (the answer is lost if the
+	// client is gone).
 	Gone
 )
 

@@ -227,7 +227,7 @@ func (x *Execution) Finish(v Verdict) {
 		// or releasing would find it stale too, and the new owner's
 		// outcome is the key's.
 		x.e.log(x.logCtx, slog.LevelInfo, "the work of a claim taken over ended; nothing recorded", x.req)
-	case v.Action == Record:
+	case v.Action == Record && !(mutantReleaseAfterAnswer() && (lost || cause != nil)):
 		// Reported as lost already, if it was: a completion that finds
 		// the key taken over is not reported again.
 		x.complete(v.Result, ran, !lost, leaseEnd)

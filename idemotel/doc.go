@@ -76,6 +76,9 @@
 //	idem.leases.lost         Counter {claim}: claims lost while running.
 //	idem.rejections          Counter {request}: requests the protected
 //	                         handler refused before a replay (EventRejected).
+//	idem.keys.rotated        Counter {request}: calls made again by the same
+//	                         caller under a new key (EventKeyRotated, from
+//	                         mcphttp's NewKeyGuard).
 //	idem.store.errors        Counter {error}: failed store calls, by
 //	                         idem.store.operation (claim, renew, complete,
 //	                         release).

@@ -80,6 +80,7 @@ type Observer struct {
 	takeovers      metric.Int64Counter
 	leasesLost     metric.Int64Counter
 	rejections     metric.Int64Counter
+	keysRotated    metric.Int64Counter
 	storeErrors    metric.Int64Counter
 	sweeps         metric.Int64Counter
 	sweptEntries   metric.Int64Counter
@@ -121,6 +122,7 @@ func New(opts Options) (*Observer, error) {
 	o.takeovers = counter("idem.takeovers", "{claim}", "Claims taken over from an owner whose lease ran out.")
 	o.leasesLost = counter("idem.leases.lost", "{claim}", "Claims lost while the work ran (taken over or forgotten); their results were not recorded.")
 	o.rejections = counter("idem.rejections", "{request}", "Requests the protected handler's own checks refused before the adapter replayed (mcphttp's pre-replay probe).")
+	o.keysRotated = counter("idem.keys.rotated", "{request}", "Calls made again by the same caller under a new idempotency key (mcphttp's NewKeyGuard).")
 	o.storeErrors = counter("idem.store.errors", "{error}", "Store calls that failed, by operation.")
 	o.sweeps = counter("idem.sweeps", "{sweep}", "Sweeper passes.")
 	o.sweptEntries = counter("idem.sweep.entries", "{entry}", "Entries removed by the sweeper: abandoned claims and expired results.")
@@ -223,6 +225,12 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 		o.rejections.Add(mctx, 1, p.common)
 		if tracing {
 			span.AddEvent("idem.rejected", trace.WithAttributes(append(common, AttrResultStatus.Int(e.Status))...))
+		}
+		return
+	case idem.EventKeyRotated:
+		o.keysRotated.Add(mctx, 1, p.common)
+		if tracing {
+			span.AddEvent("idem.key_rotated", trace.WithAttributes(append(common, digestAttr)...))
 		}
 		return
 	case idem.EventStale, idem.EventLeaseLost:

@@ -775,6 +775,29 @@ func BenchmarkObserve(b *testing.B) {
 	}
 }
 
+// A call made again under a new key (mcphttp's NewKeyGuard,
+// EventKeyRotated) is counted and marked on the request's span.
+func TestKeyRotated(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
+	f.observe(r, idem.Event{Kind: idem.EventKeyRotated, Adapter: idem.AdapterMCP})
+	span.End()
+	if n := f.sum("idem.keys.rotated", idemotel.AttrAdapter.String("mcp")); n != 1 {
+		t.Errorf("idem.keys.rotated{mcp} = %d, want 1", n)
+	}
+	var found bool
+	for _, s := range f.spans.Ended() {
+		for _, ev := range s.Events() {
+			found = found || ev.Name == "idem.key_rotated"
+		}
+	}
+	if !found {
+		t.Error("no idem.key_rotated event on the request's span")
+	}
+}
+
 // A request the protected handler itself refused before a replay (mcphttp's
 // probe, EventRejected) is counted and marked on the request's span.
 func TestRejected(t *testing.T) {

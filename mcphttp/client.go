@@ -9,11 +9,9 @@ import (
 )
 
 // DerivedKeyHeader is the request header through which the wrapper hands a
-// call's key to the inner handler, where [FromCallToolRequest] reads it,
-// when the call's _meta does not carry it: a key the client sent in
-// params.idempotencyKey or the Idempotency-Key header, or the key the
-// wrapper derived for a call without any. The wrapper deletes it from every
-// incoming request first, so a client cannot set it.
+// deduplicated call's forwarded key (see [Meta.IdempotencyKey]) to the inner
+// handler, where [FromCallToolRequest] reads it. The wrapper deletes it from
+// every incoming request first, so a client cannot set it.
 const DerivedKeyHeader = "Idem-Derived-Key"
 
 // Upstream headers: the _meta fields of a tools/call, as the
@@ -30,21 +28,24 @@ type Meta struct {
 	// SessionID is the call's _meta.sessionId. Empty means the call
 	// carried none, and no X-Session-Id is sent.
 	SessionID string
-	// IdempotencyKey is the call's key: its _meta.idempotencyKey, its
-	// params.idempotencyKey or Idempotency-Key header, or, when it carried
-	// none, the key the wrapper derived from the session, the request id,
-	// the tool and its arguments (64 hex characters), so the upstream's own
-	// idem middleware dedupes the retry of this call too.
-	// Empty means neither, and no X-Idempotency-Key is sent.
+	// IdempotencyKey is the key the call forwards upstream, 64 hex
+	// characters, so the upstream's own idem middleware dedupes the retry
+	// of this call too: the wrapper binds the call's key (its
+	// _meta.idempotencyKey, params.idempotencyKey or header, or the key it
+	// derived from the session, the request id, the tool and its
+	// arguments) to the caller's scope, a keyed hash of both. So two
+	// callers who send one key never share a result upstream, even where
+	// the upstream cannot tell them apart (no Upstreams, the server calling
+	// with its own token), and the same caller's retry forwards the same
+	// value. Empty means the call was not deduplicated by the wrapper, and
+	// no X-Idempotency-Key is sent: the client's key as sent is never
+	// forwarded.
 	IdempotencyKey string
 	// Authorization and APIKey are the Authorization and X-Api-Key
 	// headers the call carried, forwarded as MCP servers generated from a
-	// REST API do, but only to the upstream origins a [Transport] is configured
-	// with: the upstream API authenticates the same caller, and its own
-	// idem middleware scopes the forwarded key to that caller, so two
-	// callers who send one _meta.idempotencyKey never share a result
-	// upstream. Empty means the call carried none, and the header is not
-	// sent.
+	// REST API do, but only to the upstream origins a [Transport] is
+	// configured with, for the upstream to authenticate the same caller.
+	// Empty means the call carried none, and the header is not sent.
 	Authorization string
 	APIKey        string
 }
@@ -110,8 +111,10 @@ func keyHeaderValue(k string) string {
 // tool handler. go-sdk runs tool handlers on the session's context, not on
 // the HTTP request's, so values the wrapper puts in the request context do
 // not reach them; what does reach them is the call's _meta
-// (req.Params.Meta) and the HTTP request's headers (req.Extra.Header),
-// which is where the wrapper leaves the derived key.
+// (req.Params.Meta, for _meta.sessionId) and the HTTP request's headers
+// (req.Extra.Header), which is where the wrapper leaves the forwarded key
+// ([DerivedKeyHeader]). A call the wrapper did not deduplicate has none:
+// its _meta.idempotencyKey, unbound, is not forwarded.
 func FromCallToolRequest(req *mcp.CallToolRequest) Meta {
 	var m Meta
 	if req == nil {
@@ -122,14 +125,9 @@ func FromCallToolRequest(req *mcp.CallToolRequest) Meta {
 		if s, ok := meta["sessionId"].(string); ok {
 			m.SessionID = s
 		}
-		if k, ok := meta["idempotencyKey"].(string); ok {
-			m.IdempotencyKey = k
-		}
 	}
 	if req.Extra != nil && req.Extra.Header != nil {
-		if m.IdempotencyKey == "" {
-			m.IdempotencyKey = req.Extra.Header.Get(DerivedKeyHeader)
-		}
+		m.IdempotencyKey = req.Extra.Header.Get(DerivedKeyHeader)
 		m.Authorization = req.Extra.Header.Get("Authorization")
 		m.APIKey = req.Extra.Header.Get(APIKeyHeader)
 	}

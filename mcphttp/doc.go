@@ -24,6 +24,13 @@
 // name their method in the Mcp-Method header, a request whose header names
 // another method passes through without its body being read at all.
 //
+// The wrapper reads a body as go-sdk's server reads it: member names
+// exactly, after unescaping ("PARAMS" is not "params"), so what it keys and
+// fingerprints is what the server runs. A call whose envelope, params or
+// _meta repeat a member name, which one reader resolves one way and another
+// another, is refused ([CodeInvalidRequest], [ReasonDuplicateMember], HTTP
+// 400) and not run.
+//
 // # Keys
 //
 // Every key lives in a scope: who is calling, plus the call's
@@ -47,7 +54,14 @@
 //   - params.idempotencyKey ([SourceParams]), the shape of the closed
 //     [SEP-3182] proposal;
 //   - the Idempotency-Key header of the HTTP POST ([SourceHeader]), an
-//     RFC 8941 string or a bare token, read as package middleware reads it.
+//     RFC 8941 string or a bare token, read as package middleware reads it;
+//   - the Mcp-Param-Idempotency-Key header ([SourceParamHeader]), the
+//     header carrier of MCP 2026-07-28: a tool whose input schema mirrors
+//     its idempotencyKey argument into a header ("x-mcp-header":
+//     "Idempotency-Key") gets the key there from every conforming client
+//     (go-sdk's sends it once it has listed the tools), plain or
+//     "=?base64?…?=" as the spec encodes such headers. It must agree with
+//     the argument it mirrors as well as with the other sources.
 //
 // No source outranks another: a call may carry its key in several, but
 // two that name different keys are answered with [CodeInvalidParams]
@@ -60,14 +74,22 @@
 // arguments is answered with [CodeKeyReused] and not run. Because the
 // transport's Mcp-Session-Id plays no part, a client that re-initializes
 // after a server restart (its MCP session is gone) and retries with the same
-// key still gets the replay. The tool receives the key in _meta as the
-// client sent it; a key from the other sources reaches it through
-// [DerivedKeyHeader].
+// key still gets the replay. The tool receives the key to forward upstream,
+// bound to the caller, through [DerivedKeyHeader] (see "_meta upstream").
+//
+// A key only protects a retry that repeats it. A client built on a model
+// may make a key up afresh on every attempt, which defeats it: each retry
+// is a new call and runs. [Options.NewKeyGuard] notices that (the same
+// caller, tool and canonical arguments under another client-chosen key
+// within a window), reports it ([idem.EventKeyRotated]) and, as configured,
+// runs it anyway, refuses it, or answers it as a retry of the first key. It
+// is off by default: a caller who means two identical calls looks the same.
 //
 // A call without a key, before protocol 2026-07-28, is keyed by the
 // method-call key, [idem.KeyForMethodCall], from the Mcp-Session-Id, the
 // request id, the method and a target made of the tool name and a digest
-// of the arguments. The digest is in the key, not only in the fingerprint:
+// of the arguments (an id longer than 64 bytes, or a tool name longer than
+// 128, by its SHA-256, so that the key stays within [idem.MaxKeyLen]). The digest is in the key, not only in the fingerprint:
 // JSON-RPC lets a client reuse an id once it was answered, and a different
 // tool or other arguments under a reused id must run as a fresh call, never
 // be answered with another call's result. With the digest only in the
@@ -97,7 +119,8 @@
 // missing or disagree with the body; the inner handler judges them for
 // every call that runs. go-sdk serves
 // this version on a server built with StreamableHTTPOptions{Stateless:
-// true}, and its client picks it by itself.
+// true} (add PropagateRequestCancellation: true, see "Cancellation"), and
+// its client picks it by itself.
 //
 // # Multi round-trip calls
 //
@@ -161,6 +184,15 @@
 // [engine]. Calls without a key are not the wrapper's: they run, and are
 // cancelled, exactly as the inner server runs them.
 //
+// So, per case, at 2026-07-28: a call with a client-chosen key (the client
+// said it will retry) runs on when its stream closes and is recorded; a
+// call without one is not deduplicated, and a closed stream cancels it
+// (with go-sdk's PropagateRequestCancellation, which the wrapper
+// recommends for its stateless handler). Before 2026-07-28 a dropped stream
+// is not cancellation (those revisions say so, and cancel with
+// notifications/cancelled, which passes through to the server): every
+// deduplicated call, a derived key's too, runs on and is recorded.
+//
 // # Stream, never buffer
 //
 // The first call for a key claims it and runs through the inner handler.
@@ -175,11 +207,27 @@
 // completes the key as unreplayable; a notification that large (a message
 // naming a top-level "method" within its first MaxRecordBytes) is only
 // dropped. An SSE stream that ends without the
-// call's response (the session closed, or the server closed the stream for
-// the client to resume it with a GET, [SEP-1699]) leaves the claim to its
-// lease: the tool may still be running, and the response, delivered on a
-// resumed stream, is one the wrapper never sees. Until the lease runs out a
-// retry waits or gets [CodeInFlight]; after it, the retry runs again.
+// call's response (the server closed the stream for the client to resume it
+// with a GET, [SEP-1699]), or an answer without a single byte, leaves the
+// claim to its lease: the tool may still be running, and the response,
+// delivered on a resumed stream, is one the wrapper never sees. Until the
+// lease runs out a retry waits or gets [CodeInFlight]; after it, the retry
+// runs again.
+//
+// # Closed sessions
+//
+// A client whose connection dropped mid-call often closes its session (an
+// HTTP DELETE with the Mcp-Session-Id, which SDKs send when a client
+// closes) and retries the call from a new session. go-sdk lets the tool of
+// a call on a closed session finish but drops its result with the session,
+// ending the call's POST without a byte. So the wrapper holds a session's
+// DELETE until the deduplicated calls it runs on that session have
+// answered, for at most [Options.Wait] (not at all with a negative Wait),
+// and then passes it on: their answers are recorded, and the retry from the
+// new session gets the replay. A call still running when the wait ends, or
+// on a session closed another way (the server's idle timeout, a restart),
+// loses its answer; the wrapper sees nothing and leaves the claim to its
+// lease, since the tool may have run.
 //
 // The inner handler runs on a context that survives the client: go-sdk
 // ends a call's stream when the HTTP request's context ends, and the
@@ -197,15 +245,27 @@
 // tool: when the engine cancels a call (lease lost, deadline, shutdown),
 // the wrapper also sends the inner handler a notifications/cancelled for
 // the call's id on the same session, as a client would, which cancels the
-// tool. A
-// stateless go-sdk server handles that notice in a fresh session, so there
-// the tool runs on (a known gap). A tool that never ends keeps
+// tool. At
+// 2026-07-28, and on a stateless server ([Options.Stateless]), a call's
+// request is its own session and a notice would land in a fresh one: there
+// the inner request's context ending is the cancellation, as a closed
+// stream is a client's, and no notice is sent. go-sdk's stateless handler
+// ties a tool to its request's context only with
+// StreamableHTTPOptions.PropagateRequestCancellation, so set it behind the
+// wrapper: the detached context still keeps a keyed call running when its
+// client goes away, and lease loss, the deadline or shutdown then cancels
+// the tool. Without it, such a tool runs on. A tool that never ends keeps
 // its request's goroutine, as it keeps go-sdk's own; a session that closes
 // ends both.
 //
-// A replay is the recorded response with its id rewritten to the retry's id,
-// framed as the inner handler frames its answers: an SSE "message" event or
-// a JSON body, with the Idempotent-Replayed: true header.
+// A replay is the recorded response with its id rewritten to the retry's id
+// and its result marked: "io.github.idemkit/replayed": true in the result's
+// _meta ([ReplayedMetaKey]), every other member as recorded. It is framed as
+// the inner handler frames its answers: an SSE "message" event or a JSON
+// body, with the Idempotent-Replayed: true header. The marker is what an
+// application sees: MCP SDK clients return the result's members (content,
+// structuredContent, _meta), not the HTTP headers. A first run's result has
+// no marker.
 //
 // A duplicate of a call still in flight waits up to [Options.Wait]
 // ([idem.ClaimWait]) and gets the replay; past the wait it gets
@@ -242,18 +302,24 @@
 // # _meta upstream
 //
 // A tool that calls an upstream HTTP API forwards _meta.sessionId as
-// X-Session-Id and _meta.idempotencyKey as X-Idempotency-Key, so the
-// upstream can dedupe too. In a go-sdk tool handler, [FromCallToolRequest]
-// returns both (go-sdk runs tool handlers on the session's context, not
-// the request's, so the wrapper cannot pass them in a context). When _meta
-// carries no key, the key the wrapper derived is forwarded instead (a hash
-// of its scope and key, handed to the inner handler in [DerivedKeyHeader]).
+// X-Session-Id and the call's key as X-Idempotency-Key, so the upstream can
+// dedupe too. In a go-sdk tool handler, [FromCallToolRequest] returns both
+// (go-sdk runs tool handlers on the session's context, not the request's,
+// so the wrapper cannot pass them in a context). The key forwarded is never
+// the client's key as sent: it is the call's key (_meta.idempotencyKey,
+// params.idempotencyKey, the header, or the key the wrapper derived) bound
+// to the call's scope, the hex HMAC-SHA-256 of the key keyed by the scope,
+// handed to the inner handler in [DerivedKeyHeader]. The upstream cannot be
+// trusted to tell callers apart: a server on MCP's OAuth profile calls its
+// APIs with its own token (no [Transport.Upstreams]), so every caller looks
+// the same there, and a raw "pay-1" from Alice and from Bob would be one key
+// upstream, Bob reading Alice's payment. Bound, two callers never share a
+// result upstream, and one caller's retry forwards the same value, so the
+// upstream dedupes it. A call the wrapper did not deduplicate forwards no key.
 // The caller's Authorization and X-Api-Key travel with them, as MCP
 // servers generated from a REST API's description forward them, but only to the upstream origins
-// [Transport.Upstreams] names and never on a redirect to another origin:
-// the upstream authenticates the same caller, and its own idem middleware
-// scopes the key to that caller, so two callers who send one
-// _meta.idempotencyKey never share a result upstream. [Transport] sets the
+// [Transport.Upstreams] names and never on a redirect to another origin.
+// [Transport] sets the
 // headers on every upstream request whose context carries a [Meta]
 // ([NewContext]); its documentation relates this to the MCP authorization
 // specification's rule against token passthrough.
@@ -265,8 +331,9 @@
 // The server half is the wrapper, which an MCP server mounts in front of its
 // handler: options.go ([Options], defaults, validation), wrapper.go ([New],
 // ServeHTTP: which calls it deduplicates), keys.go and scope.go (the key and its
-// scope), execute.go (a claimed call run through the inner handler and the
-// engine), recorder.go (what is recorded from its answer), probe.go,
+// scope), newkey.go ([NewKeyGuard]), execute.go (a claimed call run through the inner handler and the
+// engine), sessions.go (a session's DELETE waits for its calls), advertise.go
+// (the extension in initialize and server/discover), recorder.go (what is recorded from its answer), probe.go,
 // responsebuffer.go and reply.go (the answers the wrapper makes itself),
 // jsonrpc.go, protocol.go, rounds.go and notice.go (the protocol details).
 // It does not import go-sdk: it reads JSON-RPC from HTTP requests and wraps
@@ -280,13 +347,33 @@
 // mcp.CallToolRequest in a tool handler. The wrapper uses the client half
 // only to hand the tool its [Meta] ([NewContext], [DerivedKeyHeader]).
 //
+// # Discovery
+//
+// A client can learn that the server dedupes calls, and decide to send
+// keys, from the answer the server gives when it is discovered: the wrapper
+// adds the extension [ExtensionID] ("io.github.idemkit/idempotency") to
+// capabilities.extensions of a server/discover result (2026-07-28) and to
+// capabilities.experimental of an initialize result (earlier revisions).
+// Its settings name the deduplicated methods, the key sources, the
+// retention the store reports (retentionSeconds), and the replay marker
+// (replayedMeta, [ReplayedMetaKey]). The answer is otherwise the inner
+// handler's, held until it is complete (it is one message) and at most
+// [Options.MaxRecordBytes]: a longer one passes unchanged.
+//
 // # Errors
 //
-// The wrapper's own JSON-RPC errors use the codes [CodeKeyReused],
-// [CodeInFlight], [CodeUnreplayable], [CodeUnavailable],
-// [CodeInvalidParams] and [CodeInvalidRequest], each with data.reason. The
-// last refuses a call whose numeric id is not an integer within int64:
-// servers that hold ids as int64 (go-sdk among them) would answer it under
+// The wrapper's own JSON-RPC errors use the codes [CodeKeyReused] (-31090),
+// [CodeInFlight] (-31091), [CodeUnreplayable] (-31092), [CodeUnavailable]
+// (-31093), [CodeInvalidParams] and [CodeInvalidRequest], each with
+// data.reason. Its own codes are outside the range JSON-RPC reserves
+// (-32768 to -32000), in which MCP 2026-07-28 allows only codes its
+// specification defines. The errors of a call still in flight and of a key
+// reused for another call carry data.type, [TypeInProgress]
+// ("idempotency_key_in_progress") and [TypeConflict]
+// ("idempotency_key_conflict"), the names the closed SEP-3182 proposal gave
+// them. The
+// last refuses a call whose numeric id is not an integer within ±(2^53-1):
+// servers that hold ids as floats (go-sdk among them) would answer it under
 // another id, which neither the client nor the wrapper could match. A store that cannot be
 // reached means the call is not run: it never runs without a claim.
 //

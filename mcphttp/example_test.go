@@ -18,7 +18,9 @@ import (
 
 // A go-sdk MCP server behind mcphttp: an agent that repeats a tools/call
 // with the same _meta.idempotencyKey gets the first result, and
-// the tool runs once.
+// the tool runs once. The key the tool would forward upstream is the
+// client's key bound to the caller (a keyed hash, 64 hex characters), not
+// the key as sent.
 func Example() {
 	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
 	created := 0
@@ -27,7 +29,7 @@ func Example() {
 	}) (*mcp.CallToolResult, any, error) {
 		created++
 		meta := mcphttp.FromCallToolRequest(req)
-		text := fmt.Sprintf("invoice %d for %s (X-Idempotency-Key: %s)", created, in.Customer, meta.IdempotencyKey)
+		text := fmt.Sprintf("invoice %d for %s (X-Idempotency-Key: %.8s…, %d characters)", created, in.Customer, meta.IdempotencyKey, len(meta.IdempotencyKey))
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
@@ -54,16 +56,16 @@ func Example() {
 	}
 	fmt.Println("invoices created:", created)
 	// Output:
-	// invoice 1 for ACME (X-Idempotency-Key: turn-3-create_invoice)
-	// invoice 1 for ACME (X-Idempotency-Key: turn-3-create_invoice)
+	// invoice 1 for ACME (X-Idempotency-Key: 60cf0562…, 64 characters)
+	// invoice 1 for ACME (X-Idempotency-Key: 60cf0562…, 64 characters)
 	// invoices created: 1
 }
 
 // A tool forwards the call's _meta to the upstream API it calls, as
-// X-Session-Id and X-Idempotency-Key, so the upstream's own idem
-// middleware dedupes as well: a retried call (the same idempotencyKey)
-// creates one invoice upstream, even through a server that does not
-// deduplicate the call itself.
+// X-Session-Id and X-Idempotency-Key (the call's key bound to its caller),
+// so the upstream's own idem middleware dedupes the tool's requests as
+// well: a tool that sends its upstream request again (its first answer was
+// lost) creates one invoice upstream.
 func ExampleTransport() {
 	// The upstream invoice API, protected by the idem middleware.
 	invoices := 0
@@ -79,20 +81,24 @@ func ExampleTransport() {
 	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice"}, func(ctx context.Context, req *mcp.CallToolRequest, in map[string]any) (*mcp.CallToolResult, any, error) {
 		ctx = mcphttp.NewContext(ctx, mcphttp.FromCallToolRequest(req))
 		body, _ := json.Marshal(in)
-		post, err := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/invoices", bytes.NewReader(body))
-		if err != nil {
-			return nil, nil, err
+		var text bytes.Buffer
+		for range 2 { // the tool sends its request again
+			post, err := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/invoices", bytes.NewReader(body))
+			if err != nil {
+				return nil, nil, err
+			}
+			resp, err := upstream.Do(post) // carries X-Session-Id and X-Idempotency-Key
+			if err != nil {
+				return nil, nil, err
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fmt.Fprintf(&text, "%s, replayed upstream: %q\n", out, resp.Header.Get("Idempotent-Replayed"))
 		}
-		resp, err := upstream.Do(post) // carries X-Session-Id and X-Idempotency-Key
-		if err != nil {
-			return nil, nil, err
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		text := fmt.Sprintf("%s, replayed upstream: %q", out, resp.Header.Get("Idempotent-Replayed"))
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text.String()}}}, nil, nil
 	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{})(inner))
 	defer srv.Close()
 
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(),
@@ -101,18 +107,15 @@ func ExampleTransport() {
 		panic(err)
 	}
 	defer cs.Close()
-	call := &mcp.CallToolParams{
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
 		Name:      "create_invoice",
 		Arguments: map[string]any{"customer": "ACME"},
 		Meta:      mcp.Meta{"sessionId": "conversation-1", "idempotencyKey": "turn-3-create_invoice"},
+	})
+	if err != nil {
+		panic(err)
 	}
-	for range 2 { // the agent retries
-		res, err := cs.CallTool(context.Background(), call)
-		if err != nil {
-			panic(err)
-		}
-		fmt.Println(res.Content[0].(*mcp.TextContent).Text)
-	}
+	fmt.Print(res.Content[0].(*mcp.TextContent).Text)
 	fmt.Println("invoices created upstream:", invoices)
 	// Output:
 	// invoice 1 (session conversation-1), replayed upstream: ""

@@ -11,7 +11,7 @@ import (
 // acquired, streaming its answer to the client while recording the call's
 // response; the engine completes, releases or leaves the claim as the
 // recorder reads the answer.
-func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward, source string) {
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string) {
 	x := m.eng.Start(r.Context(), req, d)
 	// The inner handler runs on the engine's context, which outlives the
 	// client (unless Options.CancelWithClient): a client that drops its
@@ -23,13 +23,14 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
 	})
 	ir := r.Clone(ctx)
-	if source != SourceMeta && forward != "" {
-		ir.Header.Set(DerivedKeyHeader, forward)
-	}
+	// The tool forwards this key, never the client's own: see forwardedKey.
+	ir.Header.Set(DerivedKeyHeader, forward)
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context()}
 	x.Do(func(context.Context) engine.Verdict {
 		stop := m.cancelOnEngineStop(x.Context(), r, c)
 		defer stop()
+		end := m.sessions.start(r.Header.Get("Mcp-Session-Id"))
+		defer end()
 		m.next.ServeHTTP(rec, ir)
 		return rec.verdict()
 	}, rec.verdict)

@@ -20,12 +20,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testdb.Main(m))
 }
 
 // runs counts tool executions: the side effects the wrapper must not
@@ -61,6 +62,9 @@ type harnessOptions struct {
 	store        idem.Store
 	upstream     string // URL the "meta" tool calls, if set
 	runs         *runs  // shared across harnesses (a restarted server)
+	// arrived, if set, sees every request as it reaches the server,
+	// before the wrapper.
+	arrived func(*http.Request)
 }
 
 // harness is a real go-sdk MCP server behind mcphttp, over HTTP.
@@ -180,7 +184,13 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{JSONResponse: o.jsonResponse})
-	h.srv = httptest.NewServer(mcphttp.New(h.store, o.wrap)(inner))
+	wrapped := mcphttp.New(h.store, o.wrap)(inner)
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.arrived != nil {
+			o.arrived(r)
+		}
+		wrapped.ServeHTTP(w, r)
+	}))
 	h.url = h.srv.URL
 	t.Cleanup(h.close)
 	return h
@@ -279,16 +289,23 @@ type rpcMessage struct {
 				URI string `json:"uri"`
 			} `json:"resource"`
 		} `json:"content"`
-		IsError bool `json:"isError"`
+		IsError bool           `json:"isError"`
+		Meta    map[string]any `json:"_meta"`
 	} `json:"result"`
 	Error *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Data    struct {
 			Reason string `json:"reason"`
+			Type   string `json:"type"`
 		} `json:"data"`
 	} `json:"error"`
 	raw string
+}
+
+// replayed reports whether m is a result the wrapper marked as a replay.
+func (m rpcMessage) replayed() bool {
+	return m.Result != nil && m.Result.Meta[mcphttp.ReplayedMetaKey] == true
 }
 
 func (m rpcMessage) text() string {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strconv"
 
 	"github.com/idemkit/idem"
@@ -19,6 +20,8 @@ type call struct {
 	// name is params.name (the tool name for tools/call); empty when the
 	// method has none.
 	name string
+	// arguments is params.arguments as sent; nil when absent.
+	arguments json.RawMessage
 	// meta is params._meta as sent; nil when absent.
 	meta json.RawMessage
 	// sessionID is _meta.sessionId; empty when absent or not a string.
@@ -42,13 +45,12 @@ type call struct {
 	// without _meta, the key and the round: for tools/call, the tool name
 	// and its arguments.
 	digest string
-}
-
-type wireRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  *string         `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	// refusal, when set, is the data.reason of the [CodeInvalidRequest]
+	// the wrapper answers instead of running the call: an id no server
+	// answers under ([ReasonUnsupportedID]), or a repeated member
+	// ([ReasonDuplicateMember]). Such a call would run unprotected or be
+	// recorded under what it did not ask for.
+	refusal string
 }
 
 // parseCall reports whether body is a single JSON-RPC request, with an id,
@@ -56,36 +58,56 @@ type wireRequest struct {
 // notification, a response to a server request, a request for another
 // method, malformed JSON, params that are not an object, a tools/call
 // without a string name) is not a call: the wrapper passes it to the inner
-// handler, which owns the answer.
+// handler, which owns the answer. A call the wrapper must refuse rather
+// than run unprotected has refusal set: see [call.refusal].
+//
+// Member names are read as go-sdk's decoder reads them: exactly, after
+// unescaping ("params" is not "PARAMS"; "par\u0061ms" is "params"). A
+// reader that matched names otherwise (encoding/json into a struct matches
+// them case-insensitively, the last one winning) could key and fingerprint
+// one member while the server runs another.
 func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
 		return call{}, false
 	}
-	var w wireRequest
-	if err := json.Unmarshal(body, &w); err != nil {
-		return call{}, false
-	}
-	if w.JSONRPC != "2.0" || w.Method == nil || !methods[*w.Method] {
-		return call{}, false
-	}
-	id, err := idem.ParseRequestID(w.ID)
+	env, repeated, err := members(body)
 	if err != nil {
-		if raw := bytes.TrimSpace(w.ID); len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+		return call{}, false
+	}
+	var version, method string
+	if json.Unmarshal(env["jsonrpc"], &version) != nil || version != "2.0" {
+		return call{}, false
+	}
+	if json.Unmarshal(env["method"], &method) != nil || !methods[method] {
+		return call{}, false
+	}
+	rawID := env["id"]
+	id, err := idem.ParseRequestID(rawID)
+	if err != nil {
+		if raw := bytes.TrimSpace(rawID); len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
 			// A number too long or too large to key: refused with the
 			// ids no server could answer (see supportedID), rather than
 			// run unprotected.
-			return call{rawID: compact(w.ID), method: *w.Method}, true
+			return call{rawID: compact(rawID), method: method, refusal: ReasonUnsupportedID}, true
 		}
 		return call{}, false // a notification, or an id nothing can key
 	}
-	c := call{id: id, rawID: compact(w.ID), method: *w.Method}
+	c := call{id: id, rawID: compact(rawID), method: method}
+	if !supportedID(id) {
+		c.refusal = ReasonUnsupportedID
+	}
 
 	params := map[string]json.RawMessage{}
-	if p := bytes.TrimSpace(w.Params); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		if p[0] != '{' || json.Unmarshal(p, &params) != nil {
+	if p := bytes.TrimSpace(env["params"]); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		var dup bool
+		if p[0] != '{' {
 			return call{}, false
 		}
+		if params, dup, err = members(p); err != nil {
+			return call{}, false
+		}
+		repeated = repeated || dup
 	}
 	if raw, ok := params["name"]; ok {
 		if json.Unmarshal(raw, &c.name) != nil {
@@ -94,11 +116,13 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	} else if c.method == "tools/call" {
 		return call{}, false
 	}
+	c.arguments = params["arguments"]
 	if raw, ok := params["_meta"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		var meta map[string]json.RawMessage
-		if json.Unmarshal(raw, &meta) != nil {
+		meta, dup, err := members(raw)
+		if err != nil {
 			return call{}, false
 		}
+		repeated = repeated || dup
 		c.meta = compact(raw)
 		if s, ok := meta["sessionId"]; ok {
 			_ = json.Unmarshal(s, &c.sessionID) // not a string: no session
@@ -112,6 +136,12 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 				c.idemKey = "" // not a string: ParseKey rejects it as empty
 			}
 		}
+	}
+	if repeated && c.refusal == "" {
+		// The server resolves a repeated member one way (go-sdk: the last
+		// wins), another reader may resolve it another: a call that is
+		// ambiguous is not one to record an answer for.
+		c.refusal = ReasonDuplicateMember
 	}
 	delete(params, "_meta")
 	c.paramKey, c.hasParamKey = takeParamKey(params)
@@ -131,6 +161,49 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	c.digest = hex.EncodeToString(h.Sum(nil))
 	return c, true
 }
+
+// members reads the JSON object raw as go-sdk's decoder reads it: each
+// member's name exactly as it reads after unescaping, its value raw, the
+// last of a repeated name winning. repeated reports that a name occurred
+// more than once. Anything but a JSON object is an error.
+func members(raw []byte) (m map[string]json.RawMessage, repeated bool, err error) {
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, false, err
+	}
+	if m == nil { // null
+		return nil, false, errNotObject
+	}
+	// A map keys names exactly, so fewer entries than members means a
+	// name repeated (also when spelled with other escapes).
+	return m, countMembers(raw) != len(m), nil
+}
+
+// countMembers counts the members of the valid JSON object raw: its commas
+// outside strings at depth one, plus one unless it is empty.
+func countMembers(raw []byte) int {
+	n, depth, empty := 0, 0, true
+	structure(raw, func(_ int, c byte) bool {
+		switch c {
+		case '"':
+			empty = empty && depth != 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 {
+				n++
+			}
+		}
+		return true
+	})
+	if empty {
+		return 0
+	}
+	return n + 1
+}
+
+var errNotObject = errors.New("not one JSON object")
 
 func compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
@@ -168,7 +241,8 @@ func responseTo(msg []byte, id idem.RequestID) (isResponse, isError bool) {
 }
 
 // withID returns the recorded JSON-RPC response resp with its id replaced by
-// rawID, compact, so it fits on one SSE data line.
+// rawID and its result marked as a replay ([ReplayedMetaKey]), compact, so
+// it fits on one SSE data line.
 func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 	var r wireResponse
 	if err := json.Unmarshal(resp, &r); err != nil {
@@ -181,8 +255,12 @@ func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 		b.WriteString(`,"error":`)
 		b.Write(r.Error)
 	} else {
+		result, err := markReplayed(r.Result)
+		if err != nil {
+			return nil, err
+		}
 		b.WriteString(`,"result":`)
-		b.Write(r.Result)
+		b.Write(result)
 	}
 	b.WriteByte('}')
 	var out bytes.Buffer
@@ -192,40 +270,158 @@ func withID(resp []byte, rawID json.RawMessage) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// JSON-RPC error codes the wrapper answers with itself. All but
-// CodeInvalidParams are in the range JSON-RPC reserves for
-// implementation-defined server errors (-32000 to -32099), and each error
-// carries data.reason, a stable string to branch on.
+// markReplayed returns the JSON-RPC result object result with
+// [ReplayedMetaKey]: true in its _meta (added if absent, or if not an
+// object), every other member as it was and in its order. A result that is
+// not an object is returned as is.
+func markReplayed(result json.RawMessage) (json.RawMessage, error) {
+	meta, ok := memberOf(result, "_meta")
+	if !ok {
+		return result, nil
+	}
+	meta, err := setMember(meta, ReplayedMetaKey, json.RawMessage("true"))
+	if err != nil {
+		return nil, err
+	}
+	return setMember(result, "_meta", meta)
+}
+
+// memberOf returns the value of member name of the JSON object obj, or
+// null when obj has none. ok is false when obj is not an object.
+func memberOf(obj json.RawMessage, name string) (value json.RawMessage, ok bool) {
+	ms, err := orderedMembers(obj)
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range ms {
+		if m.name == name {
+			return m.value, true
+		}
+	}
+	return json.RawMessage("null"), true
+}
+
+// setMember returns the JSON object obj with member name set to value: in
+// its place if obj has it, else last. An obj that is not an object (null,
+// absent) counts as the empty object.
+func setMember(obj json.RawMessage, name string, value json.RawMessage) (json.RawMessage, error) {
+	ms, err := orderedMembers(obj)
+	if err != nil {
+		ms = nil
+	}
+	set := false
+	for i := range ms {
+		if ms[i].name == name {
+			ms[i].value, set = value, true
+		}
+	}
+	if !set {
+		ms = append(ms, member{name: name, value: value})
+	}
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		name, err := json.Marshal(m.name)
+		if err != nil {
+			return nil, err
+		}
+		out.Write(name)
+		out.WriteByte(':')
+		out.Write(m.value)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
+}
+
+// member is one member of a JSON object, in the order read.
+type member struct {
+	name  string
+	value json.RawMessage
+}
+
+// orderedMembers reads the members of the JSON object raw in order. A
+// repeated name is kept once, where it first occurred, with its last value,
+// as a decoder that lets the last one win reads it.
+func orderedMembers(raw json.RawMessage) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errNotObject
+	}
+	var ms []member
+	at := map[string]int{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if i, ok := at[name]; ok {
+			ms[i].value = v
+			continue
+		}
+		at[name] = len(ms)
+		ms = append(ms, member{name: name, value: v})
+	}
+	return ms, nil
+}
+
+// JSON-RPC error codes the wrapper answers with itself. Its own codes
+// (-31090 to -31093) are outside the range JSON-RPC reserves (-32768 to
+// -32000), as MCP 2026-07-28 asks of codes a specification does not define:
+// that revision keeps -32000 to -32019 for legacy use and -32020 to -32099
+// for codes of its own. The others are JSON-RPC's. Each error carries
+// data.reason, a stable string to branch on; the errors of a call in flight
+// and of a reused key carry data.type too ([TypeInProgress],
+// [TypeConflict]).
 const (
 	// CodeKeyReused: a _meta.idempotencyKey was reused for a different call
 	// (another tool, or other arguments) than the one it first named.
-	// data.reason is "idempotency_key_reused". The tool was not run.
-	CodeKeyReused = -32090
+	// data.reason is "idempotency_key_reused", data.type
+	// "idempotency_key_conflict". The tool was not run.
+	CodeKeyReused = -31090
 	// CodeInFlight: the call is a duplicate of one still running, which
-	// did not finish within [Options.Wait]. data.reason is "in_flight" and
-	// data.retryAfterMs suggests when to retry with the same key; the retry
-	// then gets the original's result.
-	CodeInFlight = -32091
+	// did not finish within [Options.Wait]. data.reason is "in_flight",
+	// data.type "idempotency_key_in_progress", and data.retryAfterMs
+	// suggests when to retry with the same key; the retry then gets the
+	// original's result.
+	CodeInFlight = -31091
 	// CodeUnreplayable: the call was already executed, but its response
 	// could not be recorded (it was larger than [Options.MaxRecordBytes]),
 	// so it is neither run again nor replayed. data.reason is
 	// "unreplayable".
-	CodeUnreplayable = -32092
+	CodeUnreplayable = -31092
 	// CodeUnavailable: the store could not be reached or is full, so the call was not
 	// run (it never runs without a claim). data.reason is
 	// "store_unavailable"; data.retryAfterMs suggests when to retry.
-	CodeUnavailable = -32093
+	CodeUnavailable = -31093
 	// CodeInvalidParams is JSON-RPC's invalid params, answered with
 	// data.reason "invalid_idempotency_key" for a _meta.idempotencyKey that
 	// is not 1 to 255 printable ASCII characters.
 	CodeInvalidParams = -32602
 	// CodeInvalidRequest is JSON-RPC's invalid request, answered (with
 	// HTTP 400) with data.reason "unsupported_id" for a deduplicated call
-	// whose numeric id is not an integer within int64. Servers that hold
-	// ids as int64, go-sdk among them, answer 1.5 as 1 and overflow larger
-	// ids, so neither the client nor the wrapper could recognise the
-	// response, and the call would run unrecorded. The call is not run.
+	// whose numeric id is not an integer within ±(2^53-1), and
+	// "duplicate_member" for one that repeats a member name. go-sdk holds
+	// ids as float64 before int64, so it answers 1.5 as 1 and rounds larger
+	// integers (9007199254740993 as 9007199254740992): neither the client
+	// nor the wrapper could recognise the response, and the call would run
+	// unrecorded. The call is not run.
 	CodeInvalidRequest = -32600
+)
+
+// Types in data.type of the wrapper's errors for a call in flight and a
+// reused key: stable strings to branch on, the names the closed SEP-3182
+// proposal gave these errors.
+const (
+	TypeInProgress = "idempotency_key_in_progress"
+	TypeConflict   = "idempotency_key_conflict"
 )
 
 // Reasons in data.reason of the wrapper's errors.
@@ -236,10 +432,18 @@ const (
 	ReasonUnavailable   = "store_unavailable"
 	ReasonInvalidKey    = "invalid_idempotency_key"
 	ReasonUnsupportedID = "unsupported_id"
+	// ReasonDuplicateMember: the call's envelope, params or _meta repeat
+	// a member name (see [CodeInvalidRequest]).
+	ReasonDuplicateMember = "duplicate_member"
 )
 
-// supportedID reports whether id can be keyed and survives servers that
-// hold numeric ids as int64: a string, or an integer within int64.
+// supportedID reports whether id can be keyed and comes back from the
+// server as sent: a string, or an integer of magnitude at most 2^53-1.
+// go-sdk holds a numeric id as a float64 before making it an int64, so a
+// fraction comes back truncated (1.5 as 1) and an integer beyond 2^53
+// rounded (9007199254740993 as 9007199254740992), and JavaScript clients
+// hold ids as float64 too: integers within ±(2^53-1) are the ones every
+// JSON implementation keeps exactly.
 func supportedID(id idem.RequestID) bool {
 	if id.IsZero() {
 		return false
@@ -247,9 +451,13 @@ func supportedID(id idem.RequestID) bool {
 	if id.IsString() {
 		return true
 	}
-	_, err := strconv.ParseInt(id.String(), 10, 64)
-	return err == nil
+	n, err := strconv.ParseInt(id.String(), 10, 64)
+	return err == nil && n >= -maxSafeInteger && n <= maxSafeInteger
 }
+
+// maxSafeInteger is 2^53-1, the largest integer a float64 holds with every
+// smaller one.
+const maxSafeInteger = 1<<53 - 1
 
 type rpcError struct {
 	Code    int       `json:"code"`
@@ -259,6 +467,7 @@ type rpcError struct {
 
 type errorData struct {
 	Reason       string `json:"reason"`
+	Type         string `json:"type,omitempty"`
 	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
 }
 

@@ -1,7 +1,9 @@
 package mcphttp_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -22,6 +24,9 @@ func (hangingRenew) Renew(ctx context.Context, _ idem.Token, _ time.Duration) (t
 	return time.Time{}, ctx.Err()
 }
 
+// leaseLostLease is the lease of the lease-lost tests.
+const leaseLostLease = time.Second
+
 // TestLeaseLostCancelsGoSDKTool: go-sdk runs a stateful session's tools on
 // the session's context, so cancelling the call's HTTP request does not
 // reach them. When the lease is lost (renewals hang; lease 1 s), the wrapper
@@ -29,25 +34,68 @@ func (hangingRenew) Renew(ctx context.Context, _ idem.Token, _ time.Duration) (t
 // context ends within the lease. (It never did before: the tool ran on.)
 func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 	t.Parallel()
-	const lease = time.Second
+	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{}, mcphttp.Options{})
+	if after < 0 || after > leaseLostLease {
+		t.Errorf("the tool's context ended after %v; want within the lease (%v)", after, leaseLostLease)
+	}
+	if notices == 0 {
+		t.Errorf("the wrapper sent the stateful session no notifications/cancelled")
+	}
+}
+
+// TestLeaseLostCancelsStatelessGoSDKTool: on a stateless go-sdk server
+// (protocol 2026-07-28) each POST is its own session, so a
+// notifications/cancelled lands in a fresh one and cancels nothing; and at
+// 2026-07-28 a closed response stream, not the notification, is how a
+// request is cancelled. There the wrapper ends the inner request's context
+// instead (go-sdk ties the tool to it with PropagateRequestCancellation),
+// and sends no notification: the tool's context ends within the lease when
+// renewals hang. Before, the wrapper sent the notice, which went nowhere.
+func TestLeaseLostCancelsStatelessGoSDKTool(t *testing.T) {
+	t.Parallel()
+	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true}, mcphttp.Options{Stateless: true})
+	if after < 0 || after > leaseLostLease {
+		t.Errorf("the tool's context ended after %v; want within the lease (%v)", after, leaseLostLease)
+	}
+	if notices != 0 {
+		t.Errorf("the wrapper sent a stateless server %d notifications/cancelled, which land in a fresh session", notices)
+	}
+}
+
+// callUntilLeaseLost calls a tool that waits for its context to end (up to
+// four leases), on go-sdk's handler with httpOpts behind the wrapper with
+// wrap, whose renewals hang. It returns how long the tool's context took to
+// end (-1: it did not), and how many notifications/cancelled reached the
+// inner handler.
+func callUntilLeaseLost(t *testing.T, httpOpts *mcp.StreamableHTTPOptions, wrap mcphttp.Options) (after time.Duration, notices int) {
+	t.Helper()
 	ended := make(chan time.Duration, 1)
 	server := mcp.NewServer(&mcp.Implementation{Name: "cancel-test", Version: "1"}, nil)
-	var start time.Time
 	mcp.AddTool(server, &mcp.Tool{Name: "wait"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
-		start = time.Now()
+		start := time.Now()
 		select {
 		case <-ctx.Done():
 			ended <- time.Since(start)
-		case <-time.After(4 * lease):
+		case <-time.After(4 * leaseLostLease):
 			ended <- -1
 		}
 		return &mcp.CallToolResult{}, nil, nil
 	})
-	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	srv := httptest.NewServer(mcphttp.New(hangingRenew{memstore.New(memstore.Options{})}, mcphttp.Options{Lease: lease})(inner))
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, httpOpts)
+	noticed := make(chan struct{}, 8)
+	wrap.Lease = leaseLostLease
+	srv := httptest.NewServer(mcphttp.New(hangingRenew{memstore.New(memstore.Options{})}, wrap)(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte(`"notifications/cancelled"`)) {
+				noticed <- struct{}{}
+			}
+			inner.ServeHTTP(w, r)
+		})))
 	defer srv.Close()
-	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +104,8 @@ func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 		defer close(called)
 		cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "wait", Meta: mcp.Meta{"idempotencyKey": "lease-lost"}})
 	}()
-	after := <-ended
+	after = <-ended
 	cs.Close()
 	<-called
-	if after < 0 || after > lease {
-		t.Fatalf("the tool's context ended after %v; want within the lease (%v)", after, lease)
-	}
+	return after, len(noticed)
 }

@@ -343,7 +343,7 @@ func TestJSONRPCErrorReleases(t *testing.T) {
 
 	failed := h.call(t, session, 3, "fail", nil, nil)
 	again := h.call(t, session, 3, "fail", nil, nil)
-	if !failed.Result.IsError || again.raw != failed.raw {
+	if !failed.Result.IsError || !again.Result.IsError || again.text() != failed.text() || !again.replayed() {
 		t.Errorf("isError result %s, retry %s: want the replay", failed.raw, again.raw)
 	}
 	if n := h.runs.get("fail"); n != 1 {
@@ -551,9 +551,10 @@ func TestServerRestart(t *testing.T) {
 }
 
 // TestMetaForwarded: the _meta-to-headers mapping end to end. The tool calls an
-// upstream over mcphttp.Transport, which carries _meta.sessionId and
-// _meta.idempotencyKey as X-Session-Id and X-Idempotency-Key, or the key the
-// wrapper derived when _meta has none. A client cannot set the derived key.
+// upstream over mcphttp.Transport, which carries _meta.sessionId as
+// X-Session-Id and, as X-Idempotency-Key, the call's key bound to the caller
+// (_meta.idempotencyKey, or the key the wrapper derived when _meta has none):
+// never the client's key as sent. A client cannot set the forwarded key.
 func TestMetaForwarded(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -568,8 +569,12 @@ func TestMetaForwarded(t *testing.T) {
 	session := h.initialize(t)
 
 	withMeta := h.call(t, session, 1, "meta", nil, map[string]any{"sessionId": "conv-9", "idempotencyKey": "agent-key"})
-	if withMeta.text() != `{"idempotencyKey":"agent-key","sessionId":"conv-9"}` {
-		t.Errorf("tool saw %s", withMeta.text())
+	var bound map[string]string
+	if err := json.Unmarshal([]byte(withMeta.text()), &bound); err != nil {
+		t.Fatal(err)
+	}
+	if k := bound["idempotencyKey"]; len(k) != 64 || k == "agent-key" || bound["sessionId"] != "conv-9" {
+		t.Errorf("tool saw %v, want a bound 64-hex key and session conv-9", bound)
 	}
 	creds := http.Header{"X-Api-Key": {"tenant-key"}, "Authorization": {"Bearer tenant-token"}}
 	resp := h.post(t, session, callBody(2, "meta", nil, nil), http.Header{
@@ -594,7 +599,7 @@ func TestMetaForwarded(t *testing.T) {
 	if len(seen) != 2 {
 		t.Fatalf("upstream called %d times, want 2", len(seen))
 	}
-	if seen[0].Get("X-Session-Id") != "conv-9" || seen[0].Get("X-Idempotency-Key") != "agent-key" {
+	if seen[0].Get("X-Session-Id") != "conv-9" || seen[0].Get("X-Idempotency-Key") != bound["idempotencyKey"] {
 		t.Errorf("upstream headers %v", seen[0])
 	}
 	if seen[1].Get("X-Session-Id") != "" || seen[1].Get("X-Idempotency-Key") != m["idempotencyKey"] {

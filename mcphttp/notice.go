@@ -36,14 +36,22 @@ func sibling(ctx context.Context, r *http.Request, body []byte, method string) *
 
 // cancelOnEngineStop arranges that when the engine ends the call's context
 // (its lease was lost, its deadline passed, or the server is shutting
-// down), the inner handler is told as a client tells it: a
-// notifications/cancelled for the call's id on the same session. go-sdk
-// runs a stateful session's tools on the session's context, which the
-// call's HTTP request context does not end; the notification is what
-// cancels the tool. It returns the function that stops the arrangement once
+// down), the inner handler is told as a client tells it. Before
+// ModernProtocol, on a stateful server,
+// that is a notifications/cancelled for the call's id on the same session:
+// go-sdk runs a stateful session's tools on the session's context, which
+// the call's HTTP request context does not end, and the notification is
+// what cancels the tool. From ModernProtocol on, and on a stateless server,
+// the call's own request is its session, and its context ending (the
+// inner request runs on ctx) is the cancellation, as a closed response
+// stream is a client's; a notification would land in a fresh session and
+// cancel nothing. It returns the function that stops the arrangement once
 // the inner handler returned, and waits for a notice under way: none
 // outlives the request.
 func (m *wrapper) cancelOnEngineStop(ctx context.Context, r *http.Request, c call) (stop func()) {
+	if m.stateless || modern(r, c) {
+		return func() {}
+	}
 	done := make(chan struct{})
 	notice := func() {
 		reason, _ := json.Marshal(context.Cause(ctx).Error())

@@ -31,7 +31,9 @@ type Options struct {
 	// resources/read, ...) gain nothing from it.
 	Methods []string
 	// Wait is how long a duplicate of a call still in flight waits for the
-	// original's result before it is answered with [CodeInFlight]. Zero
+	// original's result before it is answered with [CodeInFlight], and how
+	// long a session's DELETE waits for the calls running on the session
+	// to answer (see "Closed sessions" in the package documentation). Zero
 	// means [DefaultWait]; negative means no wait.
 	Wait time.Duration
 	// Lease is the lease of a call's claim, renewed every third of it while
@@ -134,6 +136,11 @@ type Options struct {
 	// would let two clients who send the same session id and request id
 	// share a result.
 	Stateless bool
+	// NewKeyGuard, when set, notices the same caller making the same call
+	// again under a new idempotency key (an agent that mints one per
+	// retry), reports it and handles it as its Action says: see
+	// [NewKeyGuard] for the trade-off. Nil means no guard.
+	NewKeyGuard *NewKeyGuard
 }
 
 // validate names the first field of o that is wrong. SessionCookies is
@@ -149,6 +156,11 @@ func (o Options) validate() error {
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("mcphttp: Options.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	if o.NewKeyGuard != nil {
+		if err := o.NewKeyGuard.validate(); err != nil {
+			return err
 		}
 	}
 	for _, m := range o.Methods {

@@ -159,6 +159,12 @@ func TestNewPanics(t *testing.T) {
 		"initialize deduped": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Methods: []string{"initialize"}})
 		},
+		"negative new-key window": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{NewKeyGuard: &mcphttp.NewKeyGuard{Window: -1}})
+		},
+		"unknown new-key action": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{NewKeyGuard: &mcphttp.NewKeyGuard{Action: 7}})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -189,6 +195,8 @@ func FuzzRequestParsing(f *testing.F) {
 		`{"jsonrpc":"2.0","id":"\u0000","method":"tools/call","params":{"name":"\u2028"}}`,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"e","idempotencyKey":"k","requestState":"s","inputResponses":{"a":{"action":"accept"}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"e","idempotencyKey":5,"requestState":null,"_meta":{"idempotencyKey":"j"}}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"e"},"PARAMS":{"name":"f"}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"e"},"params":{"name":"f"}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -218,7 +226,13 @@ func FuzzRequestParsing(f *testing.F) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			if calls == 0 {
-				t.Fatalf("attempt %d: inner handler not consulted", i)
+				// Only a call the wrapper refuses outright (an id no
+				// server answers under, a repeated member) is answered
+				// without the inner handler, and never run.
+				if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":-32600`) {
+					t.Fatalf("attempt %d: inner handler not consulted, and the answer %d %s is not a refusal", i, rec.Code, rec.Body)
+				}
+				continue
 			}
 			// Either the inner handler ran the request (and saw the body
 			// intact), or it only answered the wrapper's probe (ping, or

@@ -15,6 +15,27 @@ import "net/http"
 // [SEP-2575]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2575
 const ModernProtocol = "2026-07-28"
 
+// ExtensionID names the extension the wrapper advertises, so that a client
+// can tell that the server deduplicates calls before it sends a key: in
+// capabilities.extensions of the server/discover result (from
+// [ModernProtocol] on), and in capabilities.experimental of the initialize
+// result (before). Its settings are an object:
+//
+//	{
+//	  "methods": ["tools/call"],             // the deduplicated methods
+//	  "keySources": ["_meta.idempotencyKey", // where the key may come from,
+//	    "params.idempotencyKey",             // one key in any of them
+//	    "Idempotency-Key",                   // (HTTP headers)
+//	    "Mcp-Param-Idempotency-Key"],
+//	  "retentionSeconds": 86400,             // how long a result replays
+//	  "replayedMeta": "io.github.idemkit/replayed"
+//	}
+//
+// retentionSeconds is there when the store reports a finite retention
+// (memstore and pgstore do). The identifier carries a vendor prefix, as
+// the MCP rules for extension identifiers require.
+const ExtensionID = "io.github.idemkit/idempotency"
+
 // metaProtocolVersion is the _meta member that carries a modern request's
 // protocol version.
 const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
@@ -33,13 +54,15 @@ func modern(r *http.Request, c call) bool {
 }
 
 // routedAround reports whether a modern request's Mcp-Method header says
-// it is not a call to dedupe, so the wrapper passes it through without
+// it is neither a call to dedupe nor a server/discover (whose answer the
+// wrapper adds its extension to), so the wrapper passes it through without
 // reading its body. A body that disagrees with its Mcp-Method header is
 // the inner handler's to refuse (the spec requires servers to), and the
 // wrapper never runs or answers it. Before ModernProtocol the headers are
 // optional and unchecked, so the body decides.
 func (m *wrapper) routedAround(r *http.Request) bool {
-	return modernHeader(r) && !m.methods[r.Header.Get("Mcp-Method")]
+	method := r.Header.Get("Mcp-Method")
+	return modernHeader(r) && !m.methods[method] && method != probeDiscover
 }
 
 // ByVersion returns a handler that sends requests made at [ModernProtocol]
@@ -50,7 +73,7 @@ func (m *wrapper) routedAround(r *http.Request) bool {
 // and mcphttp in front dedupes both:
 //
 //	stateful := mcp.NewStreamableHTTPHandler(getServer, nil)
-//	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true})
+//	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 //	handler := mcphttp.New(store, opts)(mcphttp.ByVersion(stateful, stateless))
 //
 // A client's first request (initialize, or server/discover, which a

@@ -151,26 +151,17 @@ func (s *scanner) dispatch() {
 // cut off) has a top-level "method" member within prefix: it is a request
 // or a notification, not a response.
 func namesMethod(prefix []byte) bool {
-	depth, inString, escaped, isKey, expectKey, start := 0, false, false, false, false, 0
-	for i, c := range prefix {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-				if isKey && string(prefix[start:i]) == "method" {
-					return true
-				}
-			}
-			continue
-		}
-		switch c {
-		case '"':
+	depth, isKey, expectKey, inString, start, found := 0, false, false, false, 0, false
+	structure(prefix, func(i int, c byte) bool {
+		switch {
+		case c == '"' && !inString: // a string opens at i
 			inString, start = true, i+1
 			isKey = depth == 1 && expectKey
+		case c == '"': // the string that opened at start closes at i
+			inString = false
+			found = isKey && string(prefix[start:i]) == "method"
+		}
+		switch c {
 		case '{', '[':
 			depth++
 			expectKey = depth == 1 && c == '{'
@@ -183,8 +174,39 @@ func namesMethod(prefix []byte) bool {
 				expectKey = false
 			}
 		}
+		return !found
+	})
+	return found
+}
+
+// structure calls fn with each byte of the JSON text p (possibly cut off)
+// that is outside a string and its index, and for each string with '"' at
+// its opening quote and '\” at its closing one, until fn returns false.
+// It does not check that p is JSON.
+func structure(p []byte, fn func(i int, c byte) bool) {
+	inString, escaped := false, false
+	for i, c := range p {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if !fn(i, c) {
+					return
+				}
+			}
+			continue
+		}
+		if c == '"' {
+			inString = true
+		}
+		if !fn(i, c) {
+			return
+		}
 	}
-	return false
 }
 
 func (s *scanner) consider(msg []byte) {
@@ -289,7 +311,15 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 // engine.
 func (r *recorder) verdict() engine.Verdict {
 	if r.scan == nil {
-		return engine.Verdict{Action: engine.Release, Why: "the inner handler answered nothing"}
+		// Not even a status line: the inner handler may have accepted the
+		// call and lost its answer. go-sdk does so when the session closes
+		// while the call runs: the tool finishes, its result is dropped
+		// with the session, and the POST ends without a byte. The tool may
+		// have run, so the claim is left to its lease, as for a stream
+		// that ended early; releasing it would let the retry run the tool
+		// again at once. A handler that refuses a call says so with a
+		// status.
+		return engine.Verdict{Action: engine.Leave, Why: "the inner handler answered nothing: the call may have run"}
 	}
 	r.scan.finish()
 	switch s := r.scan; {
@@ -315,10 +345,10 @@ func (r *recorder) verdict() engine.Verdict {
 		// the tool alongside. Releasing would invite exactly that.
 		return engine.Verdict{Action: engine.Leave, Why: "the call's stream ended without its response"}
 	}
-	// A JSON-RPC error, or no answer to the call at all (the inner handler
-	// rejected the request): the call produced no result, and a retry
-	// runs it again.
-	return engine.Verdict{Action: engine.Release, Why: "the call answered an error, or not at all"}
+	// A JSON-RPC error, or a status and no answer to the call (the inner
+	// handler rejected the request): the call produced no result, and a
+	// retry runs it again.
+	return engine.Verdict{Action: engine.Release, Why: "the call answered an error, or was refused"}
 }
 
 // isToolError reports whether a JSON-RPC response is a tool result with

@@ -11,6 +11,16 @@ import (
 	"github.com/idemkit/idem/engine"
 )
 
+// ReplayedMetaKey is the _meta member, true, of a result the wrapper
+// replays rather than runs: the recorded response's result with this member
+// added to its _meta. MCP clients hand an application the result's members,
+// not the HTTP response's headers (where Idempotent-Replayed says the
+// same), so this is how an agent framework tells a replay from a fresh run.
+// The name carries the vendor prefix the MCP _meta rules ask for
+// (io.github.idemkit, reverse DNS of the project's GitHub namespace); a
+// first run's result never has it.
+const ReplayedMetaKey = "io.github.idemkit/replayed"
+
 // replayBody is the JSON-RPC response the wrapper answers a call with when
 // it does not run it. replayed reports that it is the recorded response
 // (a readable [engine.Replay]); the wrapper's own errors are not replays
@@ -21,7 +31,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 		return wrapperError(c.rawID, rpcError{
 			Code:    CodeKeyReused,
 			Message: "_meta.idempotencyKey was already used for a different call (another tool or other arguments)",
-			Data:    errorData{Reason: ReasonKeyReused},
+			Data:    errorData{Reason: ReasonKeyReused, Type: TypeConflict},
 		})
 	case engine.InvalidKey:
 		return wrapperError(c.rawID, rpcError{
@@ -59,7 +69,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 		return wrapperError(c.rawID, rpcError{
 			Code:    CodeInFlight,
 			Message: "the same call is still running; retry it with the same id or _meta.idempotencyKey to get its result",
-			Data:    errorData{Reason: ReasonInFlight, RetryAfterMs: d.RetryAfter.Milliseconds()},
+			Data:    errorData{Reason: ReasonInFlight, Type: TypeInProgress, RetryAfterMs: d.RetryAfter.Milliseconds()},
 		})
 	}
 }

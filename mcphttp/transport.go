@@ -14,8 +14,10 @@ import (
 // [NewContext]) and leaves requests without one untouched.
 //
 //   - X-Session-Id and X-Idempotency-Key go on every request, wherever it
-//     goes: they identify the call, not the caller, and are what lets any
-//     upstream dedupe it.
+//     goes: they identify the call, and are what lets any upstream dedupe
+//     it. The key is the one the wrapper bound to the caller
+//     ([Meta.IdempotencyKey]), so it names one caller's call even at an
+//     upstream that cannot tell callers apart.
 //   - Authorization and X-Api-Key, the caller's credentials, go only to
 //     the origins in Upstreams, and never on a redirect that crossed to
 //     another origin: not to a host the tool (or a model choosing a URL)

@@ -87,8 +87,12 @@ func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 		n := h.runs.add("confirm")
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("confirmed %d #%d", in.Amount, n)}}}, nil, nil
 	})
+	// PropagateRequestCancellation as the package doc recommends behind
+	// mcphttp: a 2026-07-28 request's context is its tool's, so the
+	// wrapper's detached context keeps a keyed call running when its client
+	// goes away, and its cancellation (lease lost, shutdown) ends the tool.
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: v.stateless, PropagateRequestCancellation: wrap.CancelWithClient})
+		&mcp.StreamableHTTPOptions{Stateless: v.stateless, PropagateRequestCancellation: true})
 	if wrap.Observer == nil {
 		wrap.Observer = h.events.observe
 	}
@@ -226,6 +230,26 @@ func TestVersionsLostResponse(t *testing.T) {
 			t.Errorf("tool was cancelled %d times, want 0: it finishes by default", n)
 		}
 	})
+}
+
+// TestModernStreamCloseWithoutKey: at 2026-07-28 a client that closes a
+// call's response stream cancels it (the spec's rule). A keyed call is the
+// wrapper's and runs to completion for the retry the key announces
+// (TestVersionsLostResponse); a call without a key is not deduplicated, and
+// its cancellation is honoured: the tool's context ends, and the retry
+// runs it again, as it would without the wrapper.
+func TestModernStreamCloseWithoutKey(t *testing.T) {
+	t.Parallel()
+	h := newVHarness(t, versions[0], mcphttp.Options{})
+	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
+	unkeyed := &mcp.CallToolParams{Name: "charge", Arguments: chargeArgs{Amount: 9, DelayMs: 300}}
+	if _, err := lossy.CallTool(context.Background(), unkeyed); err == nil {
+		t.Fatal("the call got its answer; the drop did not happen")
+	}
+	waitRuns(t, h.runs, "charge:cancelled", 1, 5*time.Second)
+	if n, c := h.runs.get("charge"), h.runs.get("charge:cancelled"); n != 0 || c != 1 {
+		t.Errorf("the tool completed %d times and was cancelled %d times, want cancelled once", n, c)
+	}
 }
 
 // TestCancelWithClient: with Options.CancelWithClient, a client that goes

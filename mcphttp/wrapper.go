@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,6 +28,14 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
 	stateless bool
+	// sessions holds the calls running on each session, for a DELETE of
+	// the session to wait for (see sessionCalls).
+	sessions sessionCalls
+	// extension is the settings object of ExtensionID, advertised in the
+	// answers to initialize and server/discover (see advertise).
+	extension json.RawMessage
+	// newKeys is Options.NewKeyGuard at work; nil without one.
+	newKeys *keyMemory
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -71,7 +80,8 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
-			stateless: opts.Stateless,
+			stateless: opts.Stateless, extension: extensionSettings(methods, store),
+			newKeys: newKeyMemory(opts.NewKeyGuard),
 		}
 	}
 }
@@ -80,6 +90,9 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(DerivedKeyHeader) != "" {
 		r = r.Clone(r.Context())
 		r.Header.Del(DerivedKeyHeader)
+	}
+	if r.Method == http.MethodDelete {
+		m.holdDelete(r)
 	}
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || m.routedAround(r) {
 		m.next.ServeHTTP(w, r)
@@ -93,23 +106,35 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, ok := parseCall(body, m.methods)
+	if !ok {
+		if method, id, ok := advertised(body); ok {
+			m.advertise(w, r, method, id)
+			return
+		}
+	}
 	if !ok || !m.headersAgree(r, c) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	if !supportedID(c.id) {
-		b := errorResponse(c.rawID, rpcError{
-			Code:    CodeInvalidRequest,
-			Message: "a deduplicated call's id must be a string or an integer within int64",
-			Data:    errorData{Reason: ReasonUnsupportedID},
-		})
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write(b)
+	if c.refusal != "" {
+		m.refuseInvalid(w, c)
 		return
 	}
 	m.serveCall(w, r, c)
+}
+
+// refuseInvalid answers a call the wrapper will not run (see call.refusal)
+// with HTTP 400 and [CodeInvalidRequest], before the inner handler sees it.
+func (m *wrapper) refuseInvalid(w http.ResponseWriter, c call) {
+	msg := "a deduplicated call's id must be a string or an integer from -(2^53-1) to 2^53-1"
+	if c.refusal == ReasonDuplicateMember {
+		msg = "a deduplicated call must not repeat a member name in its envelope, params or _meta"
+	}
+	b := errorResponse(c.rawID, rpcError{Code: CodeInvalidRequest, Message: msg, Data: errorData{Reason: c.refusal}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(b)
 }
 
 // headersAgree reports whether the optional Mcp-Method and Mcp-Name headers
@@ -139,6 +164,13 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		m.answer(w, r, c, m.refusal(r, c, source, keyErr), false)
 		return
 	}
+	if source != "" {
+		var refusal []byte
+		if req, forward, refusal = m.guardKey(r, c, req, forward); refusal != nil {
+			m.answer(w, r, c, refusal, false)
+			return
+		}
+	}
 	ctx := r.Context()
 	ereq := &engine.Request{Claim: req}
 	if m.observer != nil {
@@ -147,7 +179,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	d := m.eng.TryClaim(ctx, ereq)
 	switch d.Outcome {
 	case engine.Run:
-		m.execute(w, r, c, ereq, d, forward, source)
+		m.execute(w, r, c, ereq, d, forward)
 		return
 	case engine.Gone:
 		return
@@ -162,7 +194,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	if d.Outcome == engine.InFlight && m.wait > 0 {
 		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
 		case engine.Run:
-			m.execute(w, r, c, ereq, d, forward, source)
+			m.execute(w, r, c, ereq, d, forward)
 			return
 		case engine.Gone:
 			return // the client went away while it waited

@@ -72,8 +72,9 @@ type Options struct {
 
 // Store is an in-memory [idem.Store]. It is safe for concurrent use.
 type Store struct {
-	now  func() time.Time
-	poll time.Duration
+	now       func() time.Time
+	poll      time.Duration
+	retention time.Duration // zero: until forgotten
 
 	mu    sync.Mutex
 	table *idem.Table
@@ -100,8 +101,9 @@ type waitKey struct {
 func New(opts Options) *Store {
 	opts = opts.withDefaults()
 	return &Store{
-		now:  opts.Now,
-		poll: opts.PollInterval,
+		now:       opts.Now,
+		poll:      opts.PollInterval,
+		retention: opts.Retention,
 		table: idem.NewTable(idem.TableConfig{
 			Capacity: opts.Capacity, MaxBytes: opts.MaxBytes,
 			Retention: opts.Retention, DefaultLease: opts.Lease,
@@ -316,4 +318,14 @@ func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.table.Bytes()
+}
+
+// Retention is how long a result is replayed after completion:
+// Options.Retention with its default applied, negative for a store that
+// keeps results until they are forgotten.
+func (s *Store) Retention() time.Duration {
+	if s.retention == 0 {
+		return -1
+	}
+	return s.retention
 }

@@ -35,6 +35,9 @@
 //	store unreachable or full                   503 problem+json
 //	                                            (TypeStoreUnavailable) with
 //	                                            Retry-After; handler not run
+//	the server cancels the request while it     503 problem+json
+//	  claims or waits (shutting down)           (TypeStoreUnavailable) with
+//	                                            Retry-After; handler not run
 //	response larger than MaxRecordBytes         sent in full; the key completes as
 //	                                            unreplayable: a retry is answered
 //	                                            410 problem+json (TypeUnreplayable)

@@ -137,7 +137,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeProblem(w, problem{Type: TypeStoreUnavailable, Status: http.StatusServiceUnavailable, Detail: detail}, retryAfterSeconds(d.RetryAfter))
 	case engine.Gone:
-		// The client left while claiming: nobody to answer, nothing claimed.
+		// The request's context ended while it claimed or waited, and
+		// nothing was claimed. Its client left, and this answer goes
+		// nowhere; or the server ended it (a shutdown cancelling what
+		// still runs), and the client, still connected, must be told to
+		// retry rather than read the empty 200 net/http would send.
+		writeProblem(w, problem{Type: TypeStoreUnavailable, Status: http.StatusServiceUnavailable,
+			Detail: "The request was cancelled before it was processed (the server may be shutting down). Retry with the same key."},
+			retryAfterSeconds(h.eng.RetryAfter()))
 	}
 }
 

@@ -35,7 +35,8 @@ const (
 	// "original_status" holds the original response's status.
 	TypeUnreplayable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeUnreplayable"
 	// TypeStoreUnavailable (503): the idempotency store could not be
-	// reached, or is full. The handler did not run. Retry after
+	// reached, or is full, or the server cancelled the request before it
+	// was processed (shutting down). The handler did not run. Retry after
 	// Retry-After seconds.
 	TypeStoreUnavailable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeStoreUnavailable"
 	// TypeCommitFailed (503): the handler's in-transaction completion

@@ -986,3 +986,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	st.OldestClaim, st.OldestAbandoned = orZero(oldest), orZero(oldestAband)
 	return st, nil
 }
+
+// Retention is how long a result is replayed after completion:
+// Options.Retention with its default applied, negative for a store that
+// keeps results until they are forgotten.
+func (s *Store) Retention() time.Duration { return s.retention }

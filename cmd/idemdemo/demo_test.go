@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,11 +243,12 @@ func toolText(res *mcp.CallToolResult) string {
 }
 
 // The MCP tool: the same _meta.idempotencyKey creates one invoice, and the
-// tool forwards _meta as X-Session-Id / X-Idempotency-Key, so the REST API
-// itself recognises the call, end to end.
+// tool forwards _meta.sessionId as X-Session-Id and the call's key, bound to
+// the caller, as X-Idempotency-Key, so the REST API itself recognises the
+// call, end to end.
 func TestMCPTool(t *testing.T) {
 	t.Parallel()
-	dbURL, _ := pgURL(t)
+	dbURL, conn := pgURL(t)
 	d := startDemo(t, dbURL)
 	const key = "4f1c0c5e0b8f2a1d9e7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e"
 	args := map[string]any{"customer": "mcp", "amount_cents": 4200}
@@ -267,17 +270,17 @@ func TestMCPTool(t *testing.T) {
 		t.Fatalf("%d invoices after two calls with one key, want 1: %+v", len(invs), invs)
 	}
 
-	// What the tool sent upstream, sent again by hand: replayed by the
-	// REST middleware, so the tool did forward both headers.
+	// The client's key as sent is not what the tool forwards: a REST call
+	// with it is another call, and cannot read the tool's invoice.
 	rest := d.do("POST", "/invoices", "", `{"customer":"mcp","amount_cents":4200}`,
 		"X-Session-Id", "conv-1", "X-Idempotency-Key", key)
-	mustStatus(t, "REST call with the tool's headers", rest, http.StatusCreated)
+	mustStatus(t, "REST call with the client's key", rest, http.StatusCreated)
 	var inv Invoice
 	if err := json.Unmarshal(rest.body, &inv); err != nil {
 		t.Fatal(err)
 	}
-	if rest.header.Get("Idempotent-Replayed") != "true" || inv.ID != out.ID {
-		t.Fatalf("REST call with the tool's headers: replayed %q, invoice %+v; want the tool's invoice %d replayed",
+	if rest.header.Get("Idempotent-Replayed") == "true" || inv.ID == out.ID {
+		t.Fatalf("REST call with the client's key: replayed %q, invoice %+v; want a new invoice, not the tool's %d",
 			rest.header.Get("Idempotent-Replayed"), inv, out.ID)
 	}
 
@@ -293,8 +296,8 @@ func TestMCPTool(t *testing.T) {
 	if res := callToolAt(t, d, "2026-07-28", map[string]any{"customer": "nokey", "amount_cents": 1}, nil); !res.IsError {
 		t.Fatalf("no key at 2026-07-28 created an invoice: %s", toolText(res))
 	}
-	if invs := d.invoices(); len(invs) != 3 {
-		t.Fatalf("%d invoices, want 3: %+v", len(invs), invs)
+	if invs := d.invoices(); len(invs) != 4 {
+		t.Fatalf("%d invoices, want 4: %+v", len(invs), invs)
 	}
 
 	// The API's 400 reaches the model as a tool error.
@@ -304,17 +307,77 @@ func TestMCPTool(t *testing.T) {
 	}
 
 	// Both layers counted: four calls ran the tool (each making one
-	// upstream request that claimed), one MCP call and one REST call were
-	// replays. mcphttp records a call after its response reached the
-	// client, so the last completion may still be on its way.
+	// upstream request that claimed), one MCP call was a replay, and the
+	// REST call by hand claimed. mcphttp records a call after its response
+	// reached the client, so the last completion may still be on its way.
 	for series, want := range map[string]string{
 		`idem_claimed_total{adapter="mcp"}`:   "4",
 		`idem_completed_total{adapter="mcp"}`: "4",
 		`idem_replayed_total{adapter="mcp"}`:  "1",
-		`idem_claimed_total{adapter="http"}`:  "4",
-		`idem_replayed_total{adapter="http"}`: "1",
+		`idem_claimed_total{adapter="http"}`:  "5",
 	} {
 		waitForMetric(t, d, series, want)
+	}
+
+	// The second layer: with mcphttp's record of the call gone (deleted,
+	// and the process restarted, so no cache holds it either), the retry
+	// runs the tool again, which forwards the same key, and the REST API
+	// replays the invoice it created for the first run.
+	if _, err := conn.Exec(context.Background(), `DELETE FROM idem_keys WHERE scope LIKE 'mcp:%'`); err != nil {
+		t.Fatal(err)
+	}
+	d.Stop()
+	d = startDemo(t, dbURL)
+	var again toolOutput
+	if err := json.Unmarshal([]byte(callTool(t, d, args, meta)), &again); err != nil {
+		t.Fatal(err)
+	}
+	if again.ID != out.ID || !again.Replayed {
+		t.Fatalf("the tool run again got %+v, want invoice %d replayed by the REST API", again, out.ID)
+	}
+
+	if invs := d.invoices(); len(invs) != 4 {
+		t.Fatalf("%d invoices after the second layer's replay, want still 4: %+v", len(invs), invs)
+	}
+	waitForMetric(t, d, `idem_replayed_total{adapter="http"}`, "1")
+}
+
+// TestMCPToolProgress: a call that asks for progress (a progressToken) gets
+// a notification before the invoice is created and one after, on the call's
+// stream, at both protocol versions; a retry is the replay of the result.
+func TestMCPToolProgress(t *testing.T) {
+	t.Parallel()
+	d := startDemo(t, "")
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		var mu sync.Mutex
+		var got []string
+		client := mcp.NewClient(&mcp.Implementation{Name: "progress", Version: "1"}, &mcp.ClientOptions{
+			ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, fmt.Sprintf("%v %.0f/%.0f %s", req.Params.ProgressToken, req.Params.Progress, req.Params.Total, req.Params.Message))
+			},
+		})
+		hc := &http.Client{Transport: &http.Transport{}}
+		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1},
+			&mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_invoice",
+			Arguments: map[string]any{"customer": "progress " + version, "amount_cents": 5},
+			Meta:      mcp.Meta{"progressToken": "p-" + version, "idempotencyKey": "progress-" + version}})
+		cs.Close()
+		hc.CloseIdleConnections()
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", version, err, res)
+		}
+		mu.Lock()
+		want := []string{"p-" + version + " 0/1 creating the invoice", "p-" + version + " 1/1 invoice created"}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("%s: progress %q, want %q", version, got, want)
+		}
+		mu.Unlock()
 	}
 }
 

@@ -25,10 +25,12 @@ type toolOutput struct {
 
 // invoiceTool is the create_invoice tool. Like a generated MCP server, it
 // does nothing itself: it calls the invoice REST API over HTTP, forwarding
-// the call's _meta.sessionId and _meta.idempotencyKey (or the key mcphttp
-// derived for the call) as X-Session-Id and X-Idempotency-Key, as MCP
-// servers generated from a REST API's description do, so that the API's own
-// Idempotency-Key middleware dedupes the call too.
+// the call's _meta.sessionId as X-Session-Id and its key as
+// X-Idempotency-Key, as MCP servers generated from a REST API's description
+// do, so that the API's own Idempotency-Key middleware dedupes the call too.
+// The key is the one mcphttp hands the tool: the call's key
+// (_meta.idempotencyKey, or the key mcphttp derived) bound to the caller, so
+// that two callers who pick one key never share an invoice.
 type invoiceTool struct {
 	url    string // the invoice API's POST endpoint
 	client *http.Client
@@ -45,6 +47,7 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 	if err != nil {
 		return nil, toolOutput{}, err
 	}
+	progress(ctx, req, 0, "creating the invoice")
 	// mcphttp.Transport sets X-Session-Id and X-Idempotency-Key from the
 	// Meta in the context, and the caller's credentials for the demo's own
 	// API.
@@ -82,7 +85,20 @@ func (t *invoiceTool) create(ctx context.Context, req *mcp.CallToolRequest, in i
 		return nil, toolOutput{}, fmt.Errorf("decoding the invoice API's answer: %w", err)
 	}
 	out.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	progress(ctx, req, 1, "invoice created")
 	return nil, out, nil
+}
+
+// progress sends the caller a progress notification for the call, when it
+// asked for them (a progressToken in _meta): the tool's answer then streams,
+// one event before the invoice API is called and one after.
+func progress(ctx context.Context, req *mcp.CallToolRequest, done float64, msg string) {
+	if req.Session == nil || req.Params == nil {
+		return
+	}
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: done, Total: 1, Message: msg})
+	}
 }
 
 // codeRetry is the JSON-RPC error code of a call that did not take effect
@@ -109,7 +125,8 @@ func newMCPServer(self string) *mcp.Server {
 		Name:  "create_invoice",
 		Title: "Create an invoice",
 		Description: "Creates an invoice through the invoice API. A repeated call with the same " +
-			"_meta.idempotencyKey creates nothing new and returns the first call's result.",
+			"_meta.idempotencyKey creates nothing new and returns the first call's result. " +
+			"With a progressToken it reports progress before and after creating it.",
 	}, tool.create)
 	return server
 }
@@ -125,7 +142,11 @@ func newMCPHandler(a *app, self string) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return server }
 	inner := mcphttp.ByVersion(
 		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger}),
-		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true}),
+		// PropagateRequestCancellation: a 2026-07-28 call's tool runs on its
+		// request's context, so that mcphttp's cancellation (lease lost,
+		// shutdown) ends it; a keyed call still runs on when its client
+		// goes away (mcphttp detaches it), an unkeyed one is cancelled.
+		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true, PropagateRequestCancellation: true}),
 	)
 	return mcphttp.New(a.be.store, mcphttp.Options{
 		Wait:           a.cfg.wait,

@@ -299,9 +299,10 @@ func TestHostileMCP(t *testing.T) {
 			t.Errorf("_meta %s: %+v, want -32602 invalid_idempotency_key", meta, msgs)
 		}
 	}
-	// Numeric ids go-sdk would answer under another id (a fraction, beyond
-	// int64) are refused before the tool runs, with the id echoed.
-	for _, id := range []string{"1.5", "123456789012345678901234567890"} {
+	// Numeric ids go-sdk would answer under another id (a fraction, an
+	// integer beyond 2^53 that its float64 rounds) are refused before the
+	// tool runs, with the id echoed.
+	for _, id := range []string{"1.5", "123456789012345678901234567890", "9007199254740993"} {
 		r := s.postRaw(toolCall(id, customer, 1, 0, ""), nil)
 		msgs := messages(r)
 		if r.status != http.StatusBadRequest || len(msgs) != 1 || msgs[0].Error == nil ||
@@ -325,7 +326,7 @@ func TestHostileMCP(t *testing.T) {
 
 	// Ids of every JSON-RPC type run the tool once, and their retry (same
 	// id, same session) replays with the id as sent.
-	for i, id := range []string{`"str-id"`, `""`, `"ключ \u0000 \"quoted\""`, `0`, `-7`, `42`, `9007199254740993`} {
+	for i, id := range []string{`"str-id"`, `""`, `"ключ \u0000 \"quoted\""`, `0`, `-7`, `42`, `9007199254740991`} {
 		cust := fmt.Sprintf("%s-id-%d", customer, i)
 		first := messages(s.postRaw(toolCall(id, cust, 1, 0, ""), nil))
 		again := messages(s.postRaw(toolCall(id, cust, 1, 0, ""), nil))

@@ -75,8 +75,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer cancelWatch()
 	go notifyWatched(watchCtx, server)
 
+	// PropagateRequestCancellation as mcphttp recommends for a stateless
+	// handler (it applies from 2026-07-28 only), bare and wrapped alike.
 	handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: cfg.stateless})
+		&mcp.StreamableHTTPOptions{Stateless: cfg.stateless, PropagateRequestCancellation: true})
 	if wrap {
 		store, closeStore, err := openStore(ctx, dbURL, log)
 		if err != nil {

@@ -1,0 +1,37 @@
+// Package robustness searches for counterexamples to idem's promise: it
+// runs several instances of a service built on idem (robustness/sut: both
+// adapters, an effect outside the database and one committed with the
+// answer) on one PostgreSQL, drives them with retrying clients over a small
+// key space, injects faults chosen by a seed, records every client's
+// history and every instance's store calls and events, and checks them:
+//
+//   - porcupine (github.com/anishathalye/porcupine), per key, against a
+//     model of the promise: a key is absent or done(answer), and every
+//     answer a client gets for it is that one answer, except the answers
+//     the documentation names as possibly lost (a completion that failed, a
+//     process killed before it recorded, an owner fenced after its lease
+//     ran out);
+//   - the effect logs: an effect outside the database runs at most once
+//     per key, unless the execution before it ended in one of those
+//     documented windows, with a fault to explain it; the effect in the
+//     database exactly once per answered key, and it is the answer;
+//   - the claims: no two live at once, no stale generation ever renewed or
+//     completed;
+//   - nothing left behind: once the faults stop and the sweepers ran, no
+//     key is claimed.
+//
+// The faults are network faults between each instance and PostgreSQL
+// (toxiproxy as a library: latency, a black hole, connections reset, a data
+// limit), SIGKILL and restart of an instance, SIGSTOP and SIGCONT for longer
+// than the lease, SIGTERM with a shutdown bound shorter than the work, a
+// PostgreSQL crash (stop -m immediate) and restart, and, from the clients,
+// hang-ups in the middle of a request or of its body, retries to another
+// instance, and the same key with another body.
+//
+// It runs with `make robustness` (SEED, DURATION, FAULTS); every run prints
+// its seed and fault schedule, and on a violation writes porcupine's
+// visualization and the offending keys' whole event sequences to an
+// artifacts directory. The tests in this package that do not need
+// ROBUSTNESS_DURATION check the checker itself on histories built by hand.
+// docs/reliability.md has the figures.
+package robustness

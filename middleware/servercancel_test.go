@@ -1,0 +1,67 @@
+package middleware_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
+)
+
+// waitSignal is memstore that says when a duplicate starts waiting.
+type waitSignal struct {
+	*memstore.Store
+	waiting chan struct{}
+}
+
+func (s waitSignal) Wait(ctx context.Context, scope string, key idem.Key) error {
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+	}
+	return s.Store.Wait(ctx, scope, key)
+}
+
+// TestServerCancelledWait: a duplicate waiting for the original, whose
+// request context the server ends while its client is still connected (a
+// shutdown that cancels its requests once its bound runs out, as the demo
+// and the robustness harness's service do), is told to retry: 503 with
+// Retry-After. Found by the robustness harness (integration/robustness,
+// a SIGTERM fault): the middleware took the ended context for a client that
+// had left and wrote nothing, so net/http answered the connected client
+// 200 OK with an empty body.
+func TestServerCancelledWait(t *testing.T) {
+	t.Parallel()
+	store := waitSignal{memstore.New(memstore.Options{}), make(chan struct{}, 1)}
+	key, _ := idem.ParseKey("k")
+	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: key, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	protect := middleware.New(store, middleware.Options{Wait: time.Minute, Scope: func(*http.Request) string { return "s" }})
+	handler := protect(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the handler ran for a key held by another request")
+	}))
+	shutdown, cancelRequests := context.WithCancel(context.Background())
+	srv := quietServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer context.AfterFunc(shutdown, cancel)()
+		handler.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	go func() {
+		<-store.waiting
+		cancelRequests()
+	}()
+	resp, err := postKey(context.Background(), srv.URL, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("answered %d (Retry-After %q) %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
