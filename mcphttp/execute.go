@@ -26,12 +26,17 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 	// The tool forwards this key, never the client's own: see forwardedKey.
 	ir.Header.Set(DerivedKeyHeader, forward)
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context()}
+	held := m.holdBack(rec, x, r, ir, c) // nil unless the call runs in a transaction (transaction.go)
+	defer held.forget()
+	var final engine.Verdict
 	x.Do(func(context.Context) engine.Verdict {
 		stop := m.cancelOnEngineStop(x.Context(), r, c)
 		defer stop()
 		end := m.sessions.start(r.Header.Get("Mcp-Session-Id"))
 		defer end()
 		m.next.ServeHTTP(rec, ir)
-		return rec.verdict()
+		final = rec.verdict()
+		return final
 	}, rec.verdict)
+	held.send(final)
 }

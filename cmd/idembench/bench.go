@@ -46,10 +46,14 @@ const (
 	modeDemoFloor     = "demo-floor"
 	modeHTTPDemoFloor = "http-demo-floor"
 	modeDemo          = "demo"
+	modeHTTPInsert    = "http-insert"
+	modeHTTPOnetxFlr  = "http-onetx-floor"
+	modeDemoOnetx     = "demo-onetx"
 	modeWait          = "wait"
 )
 
-var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed, modeDemoFloor, modeHTTPDemoFloor, modeDemo}
+var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed,
+	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx}
 
 // config is the parsed command line.
 type config struct {
@@ -181,13 +185,16 @@ func parseModes(s string) ([]string, error) {
 
 // The request every HTTP mode sends, and the response the handler gives.
 const (
-	requestBody   = `{"customer":"ACME","amount_cents":12345}`
-	responseBody  = `{"id":"inv_0000000000","customer":"ACME","amount_cents":12345}`
-	pathBare      = "/bare"
-	pathIdem      = "/idem"
-	pathDemo      = "/demo"
-	pathFloor     = "/floor"
-	pathDemoFloor = "/demo-floor"
+	requestBody    = `{"customer":"ACME","amount_cents":12345}`
+	responseBody   = `{"id":"inv_0000000000","customer":"ACME","amount_cents":12345}`
+	pathBare       = "/bare"
+	pathIdem       = "/idem"
+	pathDemo       = "/demo"
+	pathFloor      = "/floor"
+	pathDemoFloor  = "/demo-floor"
+	pathInsert     = "/insert"
+	pathOnetxFloor = "/onetx-floor"
+	pathDemoOnetx  = "/demo-onetx"
 )
 
 // handler is the service's side effect: a small JSON 201, the same bare and
@@ -210,14 +217,17 @@ var recordedResult = idem.Result{
 
 // bench is one invocation: a database table, a store, a service and a client.
 type bench struct {
-	cfg    config
-	pool   *pgxpool.Pool
-	store  *pgstore.Store
-	table  string
-	sql    floorSQL
-	base   string // http://127.0.0.1:port
-	client *http.Client
-	nonce  string // makes keys unique across invocations on one table
+	cfg  config
+	pool *pgxpool.Pool
+	// monitor reads pg_locks for the wait mode, beside pools its waiters
+	// may fill.
+	monitor *pgxpool.Pool
+	store   *pgstore.Store
+	table   string
+	sql     floorSQL
+	base    string // http://127.0.0.1:port
+	client  *http.Client
+	nonce   string // makes keys unique across invocations on one table
 }
 
 // result is one measured mode.
@@ -335,6 +345,13 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 		return fail(fmt.Errorf("connecting: %w", err))
 	}
 	undo = append(undo, pool.Close)
+	mcfg := pcfg.Copy()
+	mcfg.MaxConns, mcfg.MinConns = 2, 0
+	monitor, err := pgxpool.NewWithConfig(ctx, mcfg)
+	if err != nil {
+		return fail(fmt.Errorf("connecting: %w", err))
+	}
+	undo = append(undo, monitor.Close)
 
 	nonce := randomHex(4)
 	table := cfg.table
@@ -371,11 +388,15 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathBare, handler)
-	mux.Handle("POST "+pathFloor, floorHandler(pool, fsql, false))
-	mux.Handle("POST "+pathDemoFloor, floorHandler(pool, fsql, true))
+	mux.Handle("POST "+pathFloor, workHandler(func(ctx context.Context, key string) error { return floorWork(ctx, pool, fsql, key, false) }))
+	mux.Handle("POST "+pathDemoFloor, workHandler(func(ctx context.Context, key string) error { return floorWork(ctx, pool, fsql, key, true) }))
+	mux.Handle("POST "+pathInsert, workHandler(func(ctx context.Context, _ string) error { return insertWork(ctx, pool, fsql) }))
+	mux.Handle("POST "+pathOnetxFloor, workHandler(func(ctx context.Context, key string) error { return onetxFloorWork(ctx, pool, fsql, key) }))
 	mw := middleware.New(store, middleware.Options{Owner: "idembench"})
 	mux.Handle("POST "+pathIdem, mw(http.HandlerFunc(handler)))
 	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))
+	mwTx := middleware.New(store, middleware.Options{Owner: "idembench", InTransaction: true})
+	mux.Handle("POST "+pathDemoOnetx, mwTx(demoTxHandler(fsql)))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {
@@ -399,14 +420,15 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	}
 	undo = append(undo, transport.CloseIdleConnections)
 	return &bench{
-		cfg:    cfg,
-		pool:   pool,
-		store:  store,
-		table:  table,
-		sql:    fsql,
-		base:   "http://" + ln.Addr().String(),
-		client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
-		nonce:  nonce,
+		cfg:     cfg,
+		pool:    pool,
+		monitor: monitor,
+		store:   store,
+		table:   table,
+		sql:     fsql,
+		base:    "http://" + ln.Addr().String(),
+		client:  &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		nonce:   nonce,
 	}, cleanup, nil
 }
 
@@ -440,8 +462,9 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		return b.floorOp(false), nil
 	case modeDemoFloor:
 		return b.floorOp(true), nil
-	case modeHTTPFloor, modeHTTPDemoFloor:
-		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor}[mode]
+	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx:
+		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor,
+			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeDemoOnetx: pathDemoOnetx}[mode]
 		return func(ctx context.Context, w *worker) error {
 			return b.post(ctx, path, b.newKey(mode, w), false)
 		}, nil
@@ -696,9 +719,9 @@ func writeMemProfile(cfg config, mode string) error {
 	return f.Close()
 }
 
-// ratioBase names the mode each mode is compared with: the targets are
-// unique >= 80% of floor (the same database work without idem), demo >= 70%
-// of demo-floor, and replay >= 90% of http-bare.
+// ratioBase names the mode each mode is compared with first: the same
+// database work without idem and without HTTP (floor, demo-floor), and,
+// for replays, the same handler without idem (http-bare).
 var ratioBase = map[string]string{
 	modeStore:  modeFloor,
 	modeUnique: modeFloor,
@@ -707,12 +730,25 @@ var ratioBase = map[string]string{
 	modeReplay: modeHTTPBare,
 }
 
-// httpRatioBase names the second comparison: with the same database work
-// behind the same HTTP server and client, what idem alone costs.
+// httpRatioBase names the second comparison: the same database work by
+// hand behind the same HTTP server and client, without idem: what idem
+// alone costs. demo (two commits) against http-demo-floor, demo-onetx (one)
+// against http-onetx-floor.
 var httpRatioBase = map[string]string{
-	modeUnique: modeHTTPFloor,
-	modeMixed:  modeHTTPFloor,
-	modeDemo:   modeHTTPDemoFloor,
+	modeUnique:    modeHTTPFloor,
+	modeMixed:     modeHTTPFloor,
+	modeDemo:      modeHTTPDemoFloor,
+	modeDemoOnetx: modeHTTPOnetxFlr,
+}
+
+// insertRatioBase names the third comparison, for the invoice modes: the
+// invoice alone behind the same HTTP server, without idempotency
+// (http-insert): what idempotency costs the service.
+var insertRatioBase = map[string]string{
+	modeHTTPDemoFloor: modeHTTPInsert,
+	modeDemo:          modeHTTPInsert,
+	modeHTTPOnetxFlr:  modeHTTPInsert,
+	modeDemoOnetx:     modeHTTPInsert,
 }
 
 // ratio returns r's throughput as a share of the throughput of the mode
@@ -731,16 +767,16 @@ func printTable(w io.Writer, cfg config, results []result) {
 		byMode[r.mode] = r
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\trequests\terrors\treq/s\tp50\tp99\tallocs/req\tB/req\tratio\t\t")
+	fmt.Fprintln(tw, "mode\trequests\terrors\treq/s\tp50\tp99\tallocs/req\tB/req\tratio\t\t\t")
 	for _, r := range results {
-		var cols [2]string
-		for i, base := range []map[string]string{ratioBase, httpRatioBase} {
+		var cols [3]string
+		for i, base := range []map[string]string{ratioBase, httpRatioBase, insertRatioBase} {
 			if v, of, ok := ratio(byMode, r, base); ok {
 				cols[i] = fmt.Sprintf("%.0f%% of %s", 100*v, of)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
-			r.mode, r.ops, r.errors, r.throughput(), fmtDur(r.p50), fmtDur(r.p99), r.allocsPerOp, r.bytesPerOp, cols[0], cols[1])
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t\n",
+			r.mode, r.ops, r.errors, r.throughput(), fmtDur(r.p50), fmtDur(r.p99), r.allocsPerOp, r.bytesPerOp, cols[0], cols[1], cols[2])
 	}
 	tw.Flush()
 	if cfg.retryShare > 0 && slices.Contains(cfg.modes, modeMixed) {

@@ -99,7 +99,8 @@ func TestRunAllModes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
-	for _, want := range []string{"floor", "demo-floor", "http-bare", "% of floor", "% of demo-floor", "% of http-bare", "mixed: retry share 0.50", "wake p99"} {
+	for _, want := range []string{"floor", "demo-floor", "http-bare", "% of floor", "% of demo-floor", "% of http-bare", "mixed: retry share 0.50", "wake p99",
+		"% of http-insert", "% of http-onetx-floor", "one-commit"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -121,13 +122,24 @@ func TestRunAllModes(t *testing.T) {
 			}
 			continue
 		}
-		if _, err := strconv.ParseFloat(row[4], 64); err != nil || row[1] != "4" {
-			t.Errorf("CSV row %q: value not a number or clients not 4", row)
+		// The one-commit path's waits run as many keys at once as the
+		// pools have room for: a pool of 4 per instance, each key a
+		// holder and 2 waiters.
+		clients := "4"
+		if instances, _ := strconv.Atoi(row[2]); strings.Contains(row[0], "onetx-wake-") || strings.HasPrefix(row[0], "onetx-complete-") {
+			clients = strconv.Itoa(instances * 4 / 3)
+		}
+		if row[1] != clients {
+			t.Errorf("CSV row %q: clients not %s", row, clients)
+		}
+		if _, err := strconv.ParseFloat(row[4], 64); err != nil {
+			t.Errorf("CSV row %q: value not a number", row)
 		}
 		seen[row[0]+","+row[2]+","+row[3]+","+row[5]] = true
 	}
 	for _, want := range []string{"unique,1,throughput,req/s", "unique,1,ratio,of floor", "demo,1,ratio,of demo-floor",
-		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms"} {
+		"demo-onetx,1,ratio-http,of http-onetx-floor", "demo-onetx,1,ratio-insert,of http-insert",
+		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms", "wait-onetx-wake-2,2,p99,ms"} {
 		if !seen[want] {
 			t.Errorf("CSV lacks a row %q; has %v", want, seen)
 		}
