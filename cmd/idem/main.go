@@ -12,8 +12,6 @@
 // named by --table (default idem_keys). Every command takes --help.
 package main
 
-import (
-	"github.com/idemkit/idem/internal/cmdmain"
-)
+import "github.com/idemkit/idem/internal/cmdmain"
 
 func main() { cmdmain.Main("idem", run) }

@@ -65,15 +65,6 @@
 // See docs/performance.md ("Load tool") for the method and the numbers.
 package main
 
-import (
-	"context"
-	"io"
+import "github.com/idemkit/idem/internal/cmdmain"
 
-	"github.com/idemkit/idem/internal/cmdmain"
-)
-
-func main() {
-	cmdmain.Main("idembench", func(ctx context.Context, args []string, _ func(string) string, stdout, stderr io.Writer) error {
-		return run(ctx, args, stdout, stderr)
-	})
-}
+func main() { cmdmain.Main("idembench", run) }

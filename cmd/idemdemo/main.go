@@ -12,8 +12,6 @@
 // Run it with -help for the flags; docs/demo.md walks through it with curl.
 package main
 
-import (
-	"github.com/idemkit/idem/internal/cmdmain"
-)
+import "github.com/idemkit/idem/internal/cmdmain"
 
 func main() { cmdmain.Main("idemdemo", run) }
