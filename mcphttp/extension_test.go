@@ -13,7 +13,6 @@ import (
 // capabilities.experimental of initialize, under mcphttp.ExtensionID, with
 // the methods, the key sources, the retention the store reports and the
 // replay marker's name. The inner server's own capabilities are untouched.
-// Before, nothing said so.
 func TestExtensionAdvertised(t *testing.T) {
 	t.Parallel()
 	forEachVersion(t, func(t *testing.T, h *vharness) {

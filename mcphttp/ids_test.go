@@ -90,8 +90,8 @@ func TestUnsafeIntegerIDsRefused(t *testing.T) {
 // TestLongStringIDRuns: a valid call whose string id is long (1 KiB, within
 // what JSON-RPC allows and go-sdk answers under) is keyed by a digest of the
 // id, so its key stays within idem.MaxKeyLen: it runs once and its retry
-// replays. Before, the id went into the key as is, the key was longer than
-// MaxKeyLen, and the call was refused with -32602 without running.
+// replays. The id as is would make a key longer than MaxKeyLen, and the
+// call would be refused with -32602 without running.
 func TestLongStringIDRuns(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOptions{})

@@ -31,7 +31,7 @@ const leaseLostLease = time.Second
 // the session's context, so cancelling the call's HTTP request does not
 // reach them. When the lease is lost (renewals hang; lease 1 s), the wrapper
 // sends the session notifications/cancelled for the call, and the tool's
-// context ends within the lease. (It never did before: the tool ran on.)
+// context ends within the lease instead of running on.
 func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 	t.Parallel()
 	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{}, mcphttp.Options{})
@@ -50,7 +50,7 @@ func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 // request is cancelled. There the wrapper ends the inner request's context
 // instead (go-sdk ties the tool to it with PropagateRequestCancellation),
 // and sends no notification: the tool's context ends within the lease when
-// renewals hang. Before, the wrapper sent the notice, which went nowhere.
+// renewals hang.
 func TestLeaseLostCancelsStatelessGoSDKTool(t *testing.T) {
 	t.Parallel()
 	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true}, mcphttp.Options{Stateless: true})

@@ -19,8 +19,8 @@ import (
 // input schema), and clients send it. A tool whose idempotencyKey argument
 // is mirrored as "Idempotency-Key" gets its calls' key in
 // Mcp-Param-Idempotency-Key; go-sdk's client sends it, and its retry (a new
-// id, no other key) is a replay. Before, the wrapper did not read the
-// header: a 2026-07-28 call without another key passed through, and ran
+// id, no other key) is a replay; a wrapper that did not read the header
+// would pass a 2026-07-28 call without another key through, and run it
 // again.
 func TestParamHeaderKeyFromGoSDKClient(t *testing.T) {
 	t.Parallel()

@@ -149,7 +149,7 @@ func TestNewPanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"nil store":      func() { mcphttp.New(nil, mcphttp.Options{}) },
 		"negative lease": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: -1}) },
-		// A lease of 2ns renews every 0ns: time.NewTicker(0) used to panic
+		// A lease of 2ns renews every 0ns: time.NewTicker(0) would panic
 		// in the renewal goroutine of the first call, killing the process.
 		"lease under a millisecond": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: 2}) },
 		"session cookie name with a space": func() {

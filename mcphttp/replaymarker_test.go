@@ -11,8 +11,7 @@ import (
 // under mcphttp.ReplayedMetaKey, where an MCP client's application sees it
 // (SDK clients hand the result's members to the application, not the HTTP
 // headers, so Idempotent-Replayed alone is invisible there). A first run
-// carries no marker, and the tool's own _meta survives the replay. Before,
-// a replay was the recorded result with only its id changed.
+// carries no marker, and the tool's own _meta survives the replay.
 func TestReplayMarkerInMeta(t *testing.T) {
 	t.Parallel()
 	forEachVersion(t, func(t *testing.T, h *vharness) {

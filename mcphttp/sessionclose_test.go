@@ -28,11 +28,11 @@ func (h *harness) deleteSession(t *testing.T, session string) int {
 // closes the session (its connection dropped; the application terminates
 // the session, then retries from a new one). go-sdk lets the tool finish
 // but drops its result: the POST ends without a byte written. The wrapper
-// must not turn that into a second execution. Before, it took the silence
-// for a rejection ("the inner handler answered nothing"), released the key,
-// and the retry ran the tool again at once. Now the session's DELETE waits
-// (up to Options.Wait) for the calls the wrapper runs on it to answer, so
-// the result is recorded and the retry from the new session is its replay.
+// must not turn that into a second execution, as it would by taking the
+// silence for a rejection ("the inner handler answered nothing") and
+// releasing the key. The session's DELETE waits (up to Options.Wait) for
+// the calls the wrapper runs on it to answer, so the result is recorded and
+// the retry from the new session is its replay.
 //
 // With curl alone:
 //
@@ -59,8 +59,7 @@ func TestSessionClosedWhileCallRuns(t *testing.T) {
 // DELETE is not held, and go-sdk drops the answer of the call still running
 // on the closed session. The tool may have run, so its claim is left to its
 // lease: the retry from a new session is told the call is in flight, and
-// does not run the tool again. (Before, the key was released and the retry
-// ran the tool a second time.)
+// does not run the tool again.
 func TestSessionClosedWhileCallRunsNoWait(t *testing.T) {
 	t.Parallel()
 	h, deleting := newHarnessSignallingDelete(t, mcphttp.Options{Wait: -1})

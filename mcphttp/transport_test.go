@@ -64,10 +64,10 @@ func wantCredentials(t *testing.T, where string, h http.Header, want bool) {
 }
 
 // TestTransportCredentialsOnlyToUpstreams: a tool forwards the caller's
-// Authorization and X-Api-Key with the keys. The Transport used to set them
-// on every request whose context carried a Meta: to any host a tool (or a
-// model choosing a URL) called, and again on a redirect to another host,
-// after net/http had stripped Authorization from it.
+// Authorization and X-Api-Key with the keys, only to its Upstreams: never
+// to any host a tool (or a model choosing a URL) calls, and never again on
+// a redirect to another host, after net/http stripped Authorization from
+// it.
 func TestTransportCredentialsOnlyToUpstreams(t *testing.T) {
 	t.Parallel()
 	var atA, atB headerLog

@@ -60,9 +60,9 @@ func retry(t *testing.T, url, k string) (*http.Response, []byte) {
 // upstream takes 300 ms and answers 201 with 256 KiB. A client that hangs up
 // before the upstream answers, or after 4 KiB of its body, retries a second
 // later: the upstream ran once, and the retry gets the whole answer as a
-// replay. (Behind a proxy, a hang-up used to become a 502 or an
-// http.ErrAbortHandler panic, both of which released the key although the
-// upstream had run.)
+// replay. (Behind a proxy, a hang-up becomes a 502 or an
+// http.ErrAbortHandler panic; releasing the key on either would run the
+// upstream again.)
 func TestReverseProxyHangUp(t *testing.T) {
 	t.Parallel()
 	const size = 256 << 10

@@ -19,10 +19,10 @@ func cookie(name, value string) reqOpt {
 }
 
 // TestCookieUsersNeverShareAScope: a browser application whose users
-// authenticate by session cookie. With the default options the middleware
-// used to hash only Authorization, X-Api-Key and X-Session-Id, so every
-// cookie user shared one scope per route and user B, sending user A's key
-// and body, received A's recorded response. Now B never gets A's answer.
+// authenticate by session cookie. A scope of Authorization, X-Api-Key and
+// X-Session-Id alone would give every cookie user one scope per route, and
+// user B, sending user A's key and body, would receive A's recorded
+// response. B never gets A's answer.
 func TestCookieUsersNeverShareAScope(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(*testing.T) storeKit { return storeKit{store: memstore.New(memstore.Options{})} }, middleware.Options{}, nil)

@@ -61,10 +61,9 @@ func encodedDatabase(t *testing.T, encoding string) *pgxpool.Pool {
 // TestNonUTF8Database: pgstore needs a UTF8 database. One in LATIN1 or
 // SQL_ASCII is refused before any request runs, with a typed error naming
 // its encoding: by migrations.Up, which creates nothing, and, should a
-// table exist anyway, by the store's first claim, which claims nothing. On
-// a LATIN1
-// database, a large text body used to fail its completion (SQLSTATE 22P05)
-// after the work ran.
+// table exist anyway, by the store's first claim, which claims nothing.
+// Refusing early matters: on a LATIN1 database a large text body would
+// fail its completion (SQLSTATE 22P05) after the work ran.
 func TestNonUTF8Database(t *testing.T) {
 	t.Parallel()
 	for _, encoding := range []string{"LATIN1", "SQL_ASCII"} {

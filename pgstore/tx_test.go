@@ -522,7 +522,22 @@ func TestBeginClaimBounds(t *testing.T) {
 func TestBeginClaimPoolExhausted(t *testing.T) {
 	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
-	dups, _ := f.namedStore(t, "dup", 2, pgstore.Options{})
+	dups, pool := f.namedStore(t, "dup", 2, pgstore.Options{})
+	// Both connections open before the duplicates come, so that the
+	// first two spend their time waiting on the row, not connecting:
+	// on a loaded machine a connection can take longer to open than the
+	// duplicates' deadline.
+	conns := make([]*pgxpool.Conn, 2)
+	for i := range conns {
+		c, err := pool.Acquire(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
 	rollbackAtEnd(t, tx)
 	const n = 8
@@ -534,9 +549,11 @@ func TestBeginClaimPoolExhausted(t *testing.T) {
 	began := time.Now()
 	for range n {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(f.ctx, 400*time.Millisecond)
+			// Four rounds of two waits of 300 ms outlast the deadline:
+			// the last duplicates find no connection before it.
+			ctx, cancel := context.WithTimeout(f.ctx, time.Second)
 			defer cancel()
-			c, dtx, err := dups.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.TxLimits{Wait: 100 * time.Millisecond})
+			c, dtx, err := dups.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.TxLimits{Wait: 300 * time.Millisecond})
 			if dtx != nil {
 				_ = dtx.Rollback(f.ctx)
 			}

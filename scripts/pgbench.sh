@@ -5,7 +5,7 @@
 # (twophase.sql), by hand with the plainest SQL (onecommit-floor.sql), the
 # peer protocol (peer.sql) and the invoice without idempotency
 # (insert.sql). Each runs in a schema of its own (idem's table migrated by
-# cmd/idem), in ROUNDS turns of SECONDS/ROUNDS seconds, the scripts taking
+# cmd/idem), in ROUNDS turns of SECONDS_PER_SCRIPT/ROUNDS seconds, the scripts taking
 # turns, at each number of clients. A transaction that fails with a
 # serialization error is tried again (pgbench --max-tries), as the peer
 # protocol's SERIALIZABLE transactions need; the retries count in the
@@ -13,7 +13,7 @@
 #
 #   scripts/pgbench.sh DSN [CLIENTS ...]      (default clients: 1 16 64)
 #
-# SECONDS (default 15) and ROUNDS (default 3) set the time per script and
+# SECONDS_PER_SCRIPT (default 15) and ROUNDS (default 3) set the time per script and
 # the turns. DSN is a postgres:// URL of a role that may create a schema.
 # Prints transactions per second per script and clients, and the ratios
 # docs/performance.md reports. Needs pgbench and psql (PostgreSQL 14 or

@@ -18,6 +18,10 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
+// noEnv is an empty environment: every test names its database with
+// -database-url.
+func noEnv(string) string { return "" }
+
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
 func TestParseFlags(t *testing.T) {
@@ -46,7 +50,7 @@ func TestParseFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-database-url", "postgres://x/y"}, tt.args...)
-			cfg, err := parseFlags(args, io.Discard)
+			cfg, err := parseFlags(args, noEnv, io.Discard)
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("parseFlags(%q) = %v", args, err)
@@ -95,7 +99,7 @@ func TestRunAllModes(t *testing.T) {
 	var out, errOut bytes.Buffer
 	csvPath := filepath.Join(t.TempDir(), "bench.csv")
 	err := run(ctx, []string{"-database-url", url, "-mode", "all,wait", "-concurrency", "4", "-duration", "400ms", "-rounds", "2",
-		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5", "-instances", "1,2", "-waiters", "0,2", "-csv", csvPath}, &out, &errOut)
+		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5", "-instances", "1,2", "-waiters", "0,2", "-csv", csvPath}, noEnv, &out, &errOut)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
@@ -152,7 +156,7 @@ func TestRunAllModes(t *testing.T) {
 func TestRunReportsFailures(t *testing.T) {
 	url := testdb.URL(t)
 	// A table name migrations reject: setup fails before anything runs.
-	err := run(context.Background(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, noEnv, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "Bad-Name") {
 		t.Fatalf("run with an invalid table = %v, want an error naming it", err)
 	}

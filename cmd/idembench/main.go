@@ -65,20 +65,6 @@
 // See docs/performance.md ("Load tool") for the method and the numbers.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/idemkit/idem/internal/cmdmain"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "idembench:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("idembench", run) }

@@ -17,29 +17,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/middleware"
 )
-
-// errHelp is returned by run when -help was asked for: the usage was
-// printed and the process exits 0.
-var errHelp = errors.New("help requested")
-
-// usageError is a bad command line: the process exits 2.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func exitCode(err error) int {
-	var u *usageError
-	switch {
-	case err == nil, errors.Is(err, errHelp):
-		return 0
-	case errors.As(err, &u):
-		return 2
-	}
-	return 1
-}
 
 // config is the demo's command line, after the environment was applied.
 type config struct {
@@ -147,18 +127,18 @@ Flags:
 		}
 	})
 	if envErr != nil {
-		return cfg, &usageError{envErr}
+		return cfg, &cmdmain.UsageError{Err: envErr}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, _ = usage.WriteTo(stdout)
-			return cfg, errHelp
+			return cfg, cmdmain.ErrHelp
 		}
 		_, _ = usage.WriteTo(stderr)
-		return cfg, &usageError{err}
+		return cfg, &cmdmain.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return cfg, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+		return cfg, cmdmain.Usagef("unexpected arguments: %q", fs.Args())
 	}
 	cfg.sessionCookies = []string{} // non-nil: the demo names its session cookies, possibly none
 	for name := range strings.SplitSeq(*cookies, ",") {
@@ -168,15 +148,15 @@ Flags:
 	}
 	switch {
 	case cfg.lease < time.Millisecond:
-		return cfg, &usageError{errors.New("-lease must be at least 1ms")}
+		return cfg, cmdmain.Usagef("-lease must be at least 1ms")
 	case cfg.retention <= 0:
-		return cfg, &usageError{errors.New("-retention must be positive")}
+		return cfg, cmdmain.Usagef("-retention must be positive")
 	case cfg.replayCache < 0:
-		return cfg, &usageError{errors.New("-replay-cache must not be negative")}
+		return cfg, cmdmain.Usagef("-replay-cache must not be negative")
 	case cfg.sweepEvery <= 0:
-		return cfg, &usageError{errors.New("-sweep-interval must be positive")}
+		return cfg, cmdmain.Usagef("-sweep-interval must be positive")
 	case cfg.shutdownTimeout <= 0:
-		return cfg, &usageError{errors.New("-shutdown-timeout must be positive")}
+		return cfg, cmdmain.Usagef("-shutdown-timeout must be positive")
 	}
 	return cfg, nil
 }
@@ -245,7 +225,7 @@ func probe(ctx context.Context, url string) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return &usageError{fmt.Errorf("-probe: %w", err)}
+		return cmdmain.Usagef("-probe: %w", err)
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)

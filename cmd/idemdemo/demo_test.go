@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/middleware"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 const acme = `{"customer":"acme","amount_cents":1200}`

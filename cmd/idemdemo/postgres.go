@@ -10,13 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/internal/pgconnect"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // invoicesDDL is the demo's own table. It is not an idem migration: it stands
@@ -34,7 +36,7 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 	if err != nil {
 		// pgx's message quotes the URL, password included: say only
 		// what is wrong.
-		return nil, &usageError{errors.New("-database-url / DATABASE_URL is not a valid PostgreSQL URL or DSN (want postgres://user:password@host:port/db?sslmode=disable)")}
+		return nil, cmdmain.Usagef("-database-url / DATABASE_URL is not a valid PostgreSQL URL or DSN (want postgres://user:password@host:port/db?sslmode=disable)")
 	}
 	pool, err := pgconnect.Open(ctx, pcfg, 15*time.Second)
 	if err != nil {
@@ -49,7 +51,7 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		dcfg, err := pgxpool.ParseConfig(cfg.directURL)
 		if err != nil {
 			pool.Close()
-			return nil, &usageError{errors.New("-direct-url / IDEMDEMO_DIRECT_URL is not a valid PostgreSQL URL or DSN")}
+			return nil, cmdmain.Usagef("-direct-url / IDEMDEMO_DIRECT_URL is not a valid PostgreSQL URL or DSN")
 		}
 		listenConfig = dcfg.ConnConfig.Copy()
 		if cfg.migrate {

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
-	"github.com/jackc/pgx/v5"
 )
 
 // demoBinary is the idemdemo binary TestMain builds once for every test
@@ -24,7 +25,7 @@ import (
 var demoBinary string
 
 func TestMain(m *testing.M) {
-	os.Exit(demoproc.Main(m, true, &demoBinary))
+	os.Exit(demoproc.Main(testdb.Main(m), true, &demoBinary))
 }
 
 // demo is a running idemdemo process and a client for it.

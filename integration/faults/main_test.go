@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,7 @@ var demoBinary string
 func TestMain(m *testing.M) {
 	// Without -race: the storm runs three instances on two cores, and the
 	// demo's own tests run it with the race detector already.
-	os.Exit(demoproc.Main(m, false, &demoBinary))
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
 }
 
 // demo is one idemdemo process, with the configuration it was started

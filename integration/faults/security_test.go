@@ -380,7 +380,11 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 
 	// The two-phase path: renewals, takeovers and sweeps as the runtime
 	// role.
-	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-two-phase", "-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
+	// A 4 s lease: renewals come every lease/3 and the work is cancelled
+	// when none was confirmed by lease minus its margin (lease/5), a bound
+	// a loaded machine overran with a 2 s lease. The slow request outlasts
+	// several renewals.
+	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-two-phase", "-lease", "4s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
 	p := startDemo(t, cfg)
 	key = uniq("k")
 	first = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
@@ -392,7 +396,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	// A slow request (its lease renewed as the runtime role), killed; the
 	// restarted process takes the key over and the sweeper runs.
 	slowKey, slowCustomer := uniq("slow"), uniq("c")
-	slowBody := invoiceBody(slowCustomer, 10, 3000)
+	slowBody := invoiceBody(slowCustomer, 10, 6000)
 	inFlight := sendInBackground(p.URL(), slowKey, slowBody)
 	waitFor(t, "the slow request to be claimed", time.Minute, func() bool {
 		rs := d.keyRows(slowKey)

@@ -11,12 +11,12 @@
 -- statement returns no row; Claim then runs it again, on a newer
 -- snapshot.
 --
--- This statement replaced one that read the row in a CTE and took
--- expired rows over with ON CONFLICT DO UPDATE, in one round trip for
--- every case: PostgreSQL set up that larger plan on every execution,
--- and a new key's claim cost the server about 30 µs more (pgbench, one
--- client), where taking a row over is rare (a crashed owner, or a
--- retention run out before the sweeper came).
+-- Taking a row over is rare (a crashed owner, or a retention run out
+-- before the sweeper came), so it is a second statement rather than a
+-- branch of this one: PostgreSQL sets a statement's plan up on every
+-- execution, and a claim that also read the row in a CTE and took
+-- expired rows over with ON CONFLICT DO UPDATE costs the server about
+-- 30 µs more for every new key (pgbench, one client).
 WITH ins AS (
     INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
     VALUES ($1::bytea, $2::text, nextval('{{.Sequence}}'), 'claimed', $3::text, $4::text, false,

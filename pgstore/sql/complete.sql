@@ -8,10 +8,9 @@
 -- transaction (CompleteTx) that error aborts it. The rare stale case
 -- takes a second statement so that every completion does not pay for a
 -- larger one: PostgreSQL sets a statement's plan up on every execution,
--- and this one measured store at 86-88% of idembench's floor against
--- 73-79% for a CTE that checked staleness and notified in one statement
--- (which had replaced a call of the migrations' completion function,
--- costlier still).
+-- and a CTE that checks staleness and notifies in one statement, or a
+-- call of the migrations' completion function, costs more to set up
+-- than this plain UPDATE.
 --
 -- The statement is rendered twice. With .Large false (the common case),
 -- $4 is the whole result as idem.Result encodes it (jsonb-safe: bytes
@@ -21,13 +20,12 @@
 -- the body: $4 is the result without its body (small JSON, as text), $7
 -- the body as bytea, $8 whether it is text (idem.IsText). A large body is
 -- then sent as it is, in one parameter, instead of being escaped into a
--- second copy in Go: with the whole JSON built in Go, a 10 MiB result was
--- held 4 times at the peak of its first request; this way, twice. For
--- small bodies building the JSON here costs more than the copy saves
--- (store at 78-82% of idembench's floor, against 88-89% with the JSON
--- built in Go, in side-by-side runs). The JSON built here is the shape
--- idem.Result reads: "body" as a string, or "body_base64" (PostgreSQL's
--- base64 breaks lines, which are removed).
+-- second copy in Go: with the whole JSON built in Go, a 10 MiB result
+-- would be held 4 times at the peak of its first request; this way,
+-- twice. For small bodies building the JSON here costs PostgreSQL more
+-- than the copy saves, so they take the plain form. The JSON built here
+-- is the shape idem.Result reads: "body" as a string, or "body_base64"
+-- (PostgreSQL's base64 breaks lines, which are removed).
 --
 -- With .Tx true (a claim's transaction, pgstore.BeginClaim), the UPDATE is
 -- in a CTE and the statement raises the stale-claim error itself when it

@@ -16,8 +16,8 @@
 //	             its answers itself)
 //	floor + pg_notify per invoice
 //	             the same, with a pg_notify in each invoice transaction
-//	             (as idem's completion function did before it notified
-//	             only when someone waits): what NOTIFY costs PostgreSQL
+//	             (as a completion with a waiter sends one): what a
+//	             notifying commit costs PostgreSQL
 //	instances=N  N demo processes on the same database (each with its own
 //	             pool of up to -clients connections, and its own sweeper),
 //	             -clients HTTP clients sending each request to the next
@@ -306,8 +306,9 @@ func loop(ctx context.Context, clients int, d time.Duration, share float64, op f
 
 // setupFloor prepares the floor: a schema with the demo's invoices table and
 // a pool of -clients connections. With notify, each invoice transaction
-// also calls pg_notify, as idem's completion does today: what that costs
-// PostgreSQL alone. The returned function drops them.
+// also calls pg_notify, as a completion whose row a waiter marked does:
+// what notifying on every commit costs PostgreSQL alone. The returned
+// function drops them.
 func setupFloor(ctx context.Context, cfg config, notify bool) (target, func(), error) {
 	dbURL, _, drop, err := freshSchema(ctx, cfg)
 	if err != nil {
