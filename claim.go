@@ -48,6 +48,14 @@ func (req ClaimRequest) Validate() error {
 	return req.Key.Validate()
 }
 
+// Mismatches reports whether a key whose claim or result was recorded with
+// fingerprint refuses req with a [*MismatchError]: both fingerprints are
+// set and they differ. An empty fingerprint on either side matches
+// anything.
+func (req ClaimRequest) Mismatches(fingerprint string) bool {
+	return fingerprint != "" && req.Fingerprint != "" && fingerprint != req.Fingerprint
+}
+
 // ClaimStatus is what a claim found.
 type ClaimStatus int
 

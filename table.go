@@ -182,7 +182,7 @@ func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 		switch e.State {
 		case StateClaimed:
 			if !e.leaseOver(now) {
-				if mismatch(e.Fingerprint, req.Fingerprint) {
+				if req.Mismatches(e.Fingerprint) {
 					return Claim{}, &MismatchError{Scope: req.Scope, Key: req.Key}
 				}
 				return Claim{Status: InFlight, LeaseEnd: e.LeaseEnd}, nil
@@ -190,7 +190,7 @@ func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 			takeover = true
 		case StateCompleted:
 			if !e.expired(now) {
-				if mismatch(e.Fingerprint, req.Fingerprint) {
+				if req.Mismatches(e.Fingerprint) {
 					return Claim{}, &MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
 				}
 				return Claim{Status: Completed, Result: e.Result}, nil
@@ -228,10 +228,6 @@ func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 		LeaseEnd: now.Add(lease),
 		Takeover: takeover,
 	}, nil
-}
-
-func mismatch(stored, asked string) bool {
-	return stored != "" && asked != "" && stored != asked
 }
 
 func (t *Table) lease(d time.Duration) time.Duration {

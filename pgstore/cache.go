@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgschema"
 )
 
 // replayCache holds completed results in process, so that a replay is
@@ -225,4 +226,97 @@ func entrySize(id, fingerprint string, res idem.Result) int {
 		}
 	}
 	return n
+}
+
+// cacheNotified is the listener's notified: the cache forgets the key a
+// notification names.
+func (s *Store) cacheNotified(payload string) {
+	s.cache.invalidate(payload)
+	if f := s.cacheInvalidated.Load(); f != nil {
+		(*f)(payload)
+	}
+}
+
+// cacheListening is the listener's listening: the cache is used only while
+// the LISTEN is in effect, and dropped when it is lost.
+func (s *Store) cacheListening(up bool) {
+	s.cache.setReady(up)
+	if f := s.cacheDropped.Load(); f != nil && !up {
+		(*f)()
+	}
+}
+
+// ReplayCacheHits is how many claims the replay cache has answered without a
+// round trip to the database since the store was made: replays, and
+// mismatches found against a cached result. Zero without a cache. It is
+// cheap (an atomic load), for a metrics callback such as idemotel's
+// Options.ReplayCacheHits.
+func (s *Store) ReplayCacheHits() int64 {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.hits.Load()
+}
+
+// claimCache is what a claim needs of the replay cache: where a result read
+// from the table goes, and the ticket that says whether it may.
+type claimCache struct {
+	s                *Store
+	cacheID, payload string
+	tk               ticket
+	sent             time.Time
+}
+
+// startClaim sets up a claim of req: a replay straight from the replay
+// cache (ok true, with the cache's answer), or the cache bookkeeping for a
+// claim that goes to the table.
+func (s *Store) startClaim(req idem.ClaimRequest) (rc claimCache, c idem.Claim, ok bool, err error) {
+	rc.s = s
+	if s.cache == nil {
+		return rc, idem.Claim{}, false, nil
+	}
+	rc.cacheID = replayCacheID(req.Scope, req.Key)
+	if c, ok, err := s.claimFromCache(rc.cacheID, req); ok {
+		return rc, c, true, err
+	}
+	s.listener.start()
+	rc.payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
+	return rc, idem.Claim{}, false, nil
+}
+
+// ticket is taken before each claim statement is sent: its answer is
+// cached only if no notification for the key (nor a lost LISTEN) came in
+// between.
+func (rc *claimCache) ticket() {
+	if rc.s.cache != nil {
+		rc.tk, rc.sent = rc.s.cache.ticket(rc.payload), time.Now()
+	}
+}
+
+// ClaimFromCache answers req from the replay cache alone, without I/O, as
+// [Store.Claim] would: the result, or a [*idem.MismatchError] for another
+// fingerprint. ok is false when the cache cannot answer (no cache, a miss,
+// an expired entry, or a scope or key that Claim would refuse): call Claim.
+//
+// Claim asks the cache first itself; engine.Engine (and so the middleware
+// and mcphttp) calls ClaimFromCache before it sets up the store timeout
+// for Claim, which a replay from memory does not need.
+func (s *Store) ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
+	if s.cache == nil || req.Validate() != nil {
+		return idem.Claim{}, false, nil
+	}
+	return s.claimFromCache(replayCacheID(req.Scope, req.Key), req)
+}
+
+// claimFromCache answers a claim of a key whose result the replay cache
+// holds: the replay, or a mismatch error. ok is false on a miss.
+func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
+	fp, res, ok := s.cache.get(cacheID, s.now)
+	switch {
+	case !ok:
+		return idem.Claim{}, false, nil
+	case req.Mismatches(fp):
+		return idem.Claim{}, true, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+	}
+	return idem.Claim{Status: idem.Completed, Result: res}, true, nil
 }

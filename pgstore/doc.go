@@ -50,6 +50,32 @@
 // mechanism the migrations use too (package internal/pgschema): the clock,
 // {{now "$6"}}, and the NOTIFY payload naming a key,
 // {{payload "scope" "key"}}, are written there once for both packages.
+// Keys (sql/keys.sql) lists rows for operators.
+//
+// Each statement is bound to Go types, by hand: a parameters struct whose
+// args method lists $1, $2, ... in order, and a row struct whose targets
+// method lists the scan targets of its columns in order, both in
+// queries.go; the field holding the rendered statement is typed by them
+// (rowQuery, rowsQuery or execQuery, in scan.go), so a statement can only
+// be sent with its parameters and read into its row. The tests hold the
+// three places together: every file of sql/ must be registered (sql.go),
+// its placeholders must be exactly $1 to the number of arguments, and
+// PostgreSQL's description of it, on a migrated table, must agree with the
+// types of those arguments and of the row's targets.
+//
+// The bindings are written by hand, not generated with sqlc (which river
+// uses). sqlc reads plain SQL against a schema file, and these files are
+// templates: the table and its objects are named per Store, the clock and
+// the payload are template functions, complete.sql and forget.sql render
+// in several forms, and the sweep writes its batch size in. Even rendered,
+// sqlc v1.30 rejects five of them (four whose CTEs name the key twice, as
+// 'column reference "scope" is ambiguous'; the sweep, for ctid). It would
+// scan the result column into a []byte, a copy of every recorded body,
+// where resultColumn decodes it from pgx's read buffer. And its batches
+// repeat one statement, so the one-commit path (a claim between its
+// transaction's bounds, in one pgx batch) would stay written by hand, as
+// would the large-body completion (through pgconn, with its own encoding). What sqlc would check when generating, the tests check
+// against PostgreSQL itself.
 //
 // # Claim: one statement, two to take over
 //

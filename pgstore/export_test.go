@@ -17,7 +17,7 @@ func SetWaitBlocked(s *Store, f func()) { s.waitBlocked = f }
 func SetWaitPolled(s *Store, f func()) { s.waitPolled = f }
 
 // ChannelSQL is the SQL expression of the store's LISTEN channel.
-func ChannelSQL(s *Store) string { return s.sql.channel }
+func ChannelSQL(s *Store) string { return s.sql.channel.sql }
 
 // PayloadSQL is the SQL expression of a row's NOTIFY payload, over columns
 // scope and key.
@@ -64,11 +64,11 @@ func SetCacheDropped(s *Store, f func()) { s.cacheDropped.Store(&f) }
 // SweepSQL is the store's sweep statement for a batch of batch rows ($1 is
 // the test clock).
 func SweepSQL(s *Store, batch int) string {
-	sql, err := s.sql.sweepSQL(batch)
+	sweep, err := s.sql.sweepFor(batch)
 	if err != nil {
 		panic(err)
 	}
-	return sql
+	return sweep.sql
 }
 
 // Heartbeats is the number of heartbeats the store's LISTEN connections
@@ -77,4 +77,47 @@ func Heartbeats(s *Store) int {
 	s.listener.mu.Lock()
 	defer s.listener.mu.Unlock()
 	return s.listener.heartbeats
+}
+
+// Statement is one statement of sql/ as a store renders it, with the Go
+// values it is bound to: the arguments of zero parameters and the scan
+// targets of a zero row (none for a statement whose rows are not read).
+type Statement struct {
+	// File is the file's name without .sql; Variant says what varies in
+	// the data it was rendered with ("" for the file as New renders it
+	// first, ".Tx" for complete.sql's variant for a claim's transaction).
+	File, Variant, SQL string
+	Args, Targets      []any
+	// OIDs are the parameter types the statement's sender declares itself
+	// (the large-body completion's); nil when pgx chooses.
+	OIDs []uint32
+}
+
+// Statements are every statement of sql/ rendered for table, as New
+// renders them.
+func Statements(table string) ([]Statement, error) {
+	o, err := pgschema.ObjectsFor(table)
+	if err != nil {
+		return nil, err
+	}
+	st, err := buildStatements(o)
+	if err != nil {
+		return nil, err
+	}
+	var all []Statement
+	add := func(file, variant string, q statement) {
+		args, targets := q.binding()
+		s := Statement{File: file, Variant: variant, SQL: q.text(), Args: args, Targets: targets}
+		if q == statement(&st.completeLarge) {
+			s.OIDs = completeLargeOIDs[:]
+		}
+		all = append(all, s)
+	}
+	for _, f := range st.files() {
+		add(f.name, "", f.dst)
+		for _, v := range f.variants {
+			add(f.name, v.name, v.dst)
+		}
+	}
+	return all, nil
 }

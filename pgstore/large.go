@@ -27,7 +27,7 @@ const largeBody = 64 << 10
 // connection's tracer sees it as a query as usual. A connection set to the
 // simple protocol (which never sends typed parameters) gets the statement
 // through pgx instead.
-func execLarge(ctx context.Context, db execer, sql string, a completeArgs) (tag pgconn.CommandTag, err error) {
+func execLarge(ctx context.Context, db execer, q execQuery[completeLargeParams], a completeLargeParams) (tag pgconn.CommandTag, err error) {
 	var conn *pgx.Conn
 	switch d := db.(type) {
 	case *pgxpool.Pool:
@@ -43,17 +43,17 @@ func execLarge(ctx context.Context, db execer, sql string, a completeArgs) (tag 
 		return tag, fmt.Errorf("pgstore: no connection behind %T", db)
 	}
 	if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
-		return conn.Exec(ctx, sql, a.list()...)
+		return q.exec(ctx, conn, a)
 	}
-	values, oids, formats := a.params()
+	values, formats := a.encode()
 	if tr := conn.Config().Tracer; tr != nil {
-		ctx = tr.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: sql, Args: a.list()})
+		ctx = tr.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: q.sql, Args: a.args()})
 		defer func() { tr.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}
-	return conn.PgConn().ExecParams(ctx, sql, values, oids, formats, nil).Close()
+	return conn.PgConn().ExecParams(ctx, q.sql, values, completeLargeOIDs[:], formats, nil).Close()
 }
 
-// PostgreSQL type oids of the complete statement's parameters.
+// PostgreSQL type oids of the large-body completion's parameters.
 const (
 	oidBool        = 16
 	oidBytea       = 17
@@ -62,32 +62,30 @@ const (
 	oidTimestamptz = 1184
 )
 
-// completeArgs are the large-body completion statement's parameters, $1 to $8.
-type completeArgs struct {
-	scope     []byte
-	key       string
-	gen       int64
-	meta      string // the result without its body, JSON
-	retention int64  // microseconds, negative: forever
-	now       any    // nil or time.Time
-	body      []byte
-	text      bool // idem.IsText(body)
+// completeLargeParams are the large-body completion statement's parameters
+// (sql/complete.sql with .Large), $1 to $8: sql/complete.sql's, then the
+// body and whether it is text. result is the result without its body.
+type completeLargeParams struct {
+	completeParams
+	body []byte
+	text bool // idem.IsText(body)
 }
 
-func (a completeArgs) list() []any {
-	return []any{a.scope, a.key, a.gen, a.meta, a.retention, a.now, a.body, a.text}
-}
+func (a completeLargeParams) args() []any { return append(a.completeParams.args(), a.body, a.text) }
 
-// params encodes a for pgconn: bytea in the binary format (the bytes as
-// they are), everything else as text.
-func (a completeArgs) params() (values [][]byte, oids []uint32, formats []int16) {
+// completeLargeOIDs are the types execLarge declares for
+// completeLargeParams, $1 to $8.
+var completeLargeOIDs = [8]uint32{oidBytea, oidText, oidInt8, oidText, oidInt8, oidTimestamptz, oidBytea, oidBool}
+
+// encode encodes a for pgconn, as completeLargeOIDs declares it: bytea in
+// the binary format (the bytes as they are), everything else as text.
+func (a completeLargeParams) encode() (values [][]byte, formats []int16) {
 	var now []byte
-	if t, ok := a.now.(time.Time); ok {
-		now = t.AppendFormat(nil, time.RFC3339Nano)
+	if a.now != nil {
+		now = a.now.AppendFormat(nil, time.RFC3339Nano)
 	}
-	values = [][]byte{a.scope, []byte(a.key), strconv.AppendInt(nil, a.gen, 10), []byte(a.meta),
-		strconv.AppendInt(nil, a.retention, 10), now, a.body, strconv.AppendBool(nil, a.text)}
-	oids = []uint32{oidBytea, oidText, oidInt8, oidText, oidInt8, oidTimestamptz, oidBytea, oidBool}
+	values = [][]byte{a.scope, []byte(a.key), strconv.AppendInt(nil, a.generation, 10), []byte(a.result),
+		strconv.AppendInt(nil, a.retentionMicros, 10), now, a.body, strconv.AppendBool(nil, a.text)}
 	formats = []int16{1, 0, 0, 0, 0, 0, 1, 0}
-	return values, oids, formats
+	return values, formats
 }

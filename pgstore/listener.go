@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // listener is the one LISTEN connection of a Store, shared by all its
@@ -41,10 +43,7 @@ import (
 // waiting; Options.ListenConfig connects it directly instead, past a
 // transaction-mode pooler.
 type listener struct {
-	s *Store
-	// off: Options.NoListen. subscribe and start do nothing, and waiters
-	// only poll.
-	off bool
+	listenerConfig
 
 	mu         sync.Mutex
 	started    bool
@@ -64,8 +63,31 @@ type waitSet struct {
 	n  int
 }
 
-func newListener(s *Store, off bool) *listener {
-	return &listener{s: s, off: off, ready: make(chan struct{}), waiters: make(map[string]*waitSet)}
+// listenerConfig is what the listener needs of its store.
+type listenerConfig struct {
+	// pool is where the channel is looked up and heartbeats are sent, and
+	// the connection is hijacked from without direct.
+	pool *pgxpool.Pool
+	// sql holds the channel and heartbeat statements.
+	sql *statements
+	log *slog.Logger
+	// direct is Options.ListenConfig; nil hijacks a pool connection.
+	direct    *pgx.ConnConfig
+	heartbeat time.Duration
+	// off is Options.NoListen: subscribe and start do nothing, and
+	// waiters only poll.
+	off bool
+	// notified, when not nil, is called with each notification's payload
+	// before its waiters are woken (the replay cache forgets the key).
+	notified func(payload string)
+	// listening, when not nil, is called with whether the LISTEN is in
+	// effect each time the listener sets it up or loses it (the replay
+	// cache is used only while it is).
+	listening func(up bool)
+}
+
+func newListener(cfg listenerConfig) *listener {
+	return &listener{listenerConfig: cfg, ready: make(chan struct{}), waiters: make(map[string]*waitSet)}
 }
 
 // subscribe registers a waiter for payload. ch is closed when a
@@ -138,7 +160,7 @@ func (l *listener) follow(channel string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.channel != "" && l.channel != channel && l.dropConn != nil {
-		l.s.log.Warn("pgstore: the table's notification channel changed (was it dropped and created again?); listening again",
+		l.log.Warn("pgstore: the table's notification channel changed (was it dropped and created again?); listening again",
 			"listening", l.channel, "statements", channel)
 		l.dropConn()
 		l.dropConn = nil
@@ -146,11 +168,8 @@ func (l *listener) follow(channel string) {
 }
 
 func (l *listener) dispatch(payload string) {
-	if c := l.s.cache; c != nil {
-		c.invalidate(payload)
-		if f := l.s.cacheInvalidated.Load(); f != nil {
-			(*f)(payload)
-		}
+	if l.notified != nil {
+		l.notified(payload)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -173,11 +192,8 @@ func (l *listener) wakeAll() {
 // "" when it is not).
 func (l *listener) setReady(channel string, dropConn context.CancelFunc) {
 	up := channel != ""
-	if c := l.s.cache; c != nil {
-		c.setReady(up)
-		if f := l.s.cacheDropped.Load(); f != nil && !up {
-			(*f)()
-		}
+	if l.listening != nil {
+		l.listening(up)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -206,7 +222,7 @@ func (l *listener) run(ctx context.Context) {
 		// Notifications may have been lost while the connection was down
 		// or deaf: wake everyone to look again.
 		l.wakeAll()
-		l.s.log.Warn("pgstore: LISTEN connection lost; waiters poll until it is back", "err", err, "retry_in", backoff)
+		l.log.Warn("pgstore: LISTEN connection lost; waiters poll until it is back", "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -228,10 +244,10 @@ var errDeaf = errors.New("pgstore: the LISTEN connection did not hear its heartb
 // connect opens the LISTEN connection: a direct one with
 // Options.ListenConfig, else one taken out of the pool.
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	if l.s.listenConfig != nil {
-		return pgx.ConnectConfig(ctx, l.s.listenConfig.Copy())
+	if l.direct != nil {
+		return pgx.ConnectConfig(ctx, l.direct.Copy())
 	}
-	pc, err := l.s.pool.Acquire(ctx)
+	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -245,10 +261,11 @@ func (l *listener) listen(ctx context.Context) (connected bool, err error) {
 	// through the pool (where the statements run), so that a re-created
 	// table is followed, and so that a direct LISTEN connection's
 	// search_path does not matter.
-	var channel string
-	if err := l.s.pool.QueryRow(ctx, l.s.sql.channel).Scan(&channel); err != nil {
+	row, err := l.sql.channel.query(ctx, l.pool, noParams{})
+	if err != nil {
 		return false, err
 	}
+	channel := row.channel
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return false, err
@@ -272,8 +289,8 @@ func (l *listener) listen(ctx context.Context) (connected bool, err error) {
 	// heartbeat's own payload counts.
 	var (
 		beat      string
-		deadline  = time.Now().Add(l.s.heartbeat)
-		heartbeat = l.s.heartbeat
+		deadline  = time.Now().Add(l.heartbeat)
+		heartbeat = l.heartbeat
 	)
 	for {
 		wctx, cancel := context.WithDeadline(connCtx, deadline)
@@ -317,7 +334,7 @@ func (l *listener) sendHeartbeat(ctx context.Context, timeout time.Duration) (st
 	beat := heartbeatPrefix + hex.EncodeToString(b[:])
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := l.s.pool.Exec(ctx, l.s.sql.heartbeat, beat); err != nil {
+	if _, err := l.sql.heartbeat.exec(ctx, l.pool, heartbeatParams{beat}); err != nil {
 		return "", fmt.Errorf("pgstore: sending the LISTEN heartbeat: %w", err)
 	}
 	return beat, nil

@@ -18,31 +18,44 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// statements holds the SQL of every operation, with the table's object
-// names filled in (they are validated identifiers; see pgschema.ObjectsFor).
-//
-// Parameters common to all: scope is bytea (the exact bytes of the Go
-// string), key is text, and the "now" parameter is a nullable timestamptz:
-// null means the database clock, statement_timestamp().
+// statements holds every statement of sql/, with the table's object names
+// filled in (they are validated identifiers; see pgschema.ObjectsFor), each
+// bound to the types of its parameters and row (scan.go, queries.go).
 type statements struct {
-	claim, takeover, complete, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	claim     rowQuery[claimParams, claimRow, *claimRow]
+	takeover  rowQuery[takeoverParams, takeoverRow, *takeoverRow]
+	complete  execQuery[completeParams]
+	stale     execQuery[tokenParams]
+	renew     rowQuery[renewParams, renewRow, *renewRow]
+	release   rowQuery[tokenParams, releaseRow, *releaseRow]
+	waitCheck rowQuery[lookParams, lookRow, *lookRow]
+	pollCheck rowQuery[lookParams, lookRow, *lookRow]
+	inspect   rowQuery[keyParams, inspectRow, *inspectRow]
+	forget    rowQuery[forgetParams, forgetRow, *forgetRow]
+	stats     rowQuery[clockParams, statsRow, *statsRow]
+	channel   rowQuery[noParams, channelRow, *channelRow]
+	heartbeat execQuery[heartbeatParams]
 	// txLimits, txRestore and txComplete are for a claim's transaction
 	// (BeginClaim): its bounds, the session's lock_timeout put back after
 	// a claim statement, and the completion that raises the stale-claim
 	// error itself (sql/complete.sql with .Tx).
-	txLimits, txRestore, txComplete string
+	txLimits   execQuery[txLimitsParams]
+	txRestore  execQuery[noParams]
+	txComplete execQuery[completeParams]
 	// keys lists rows for operators (Store.Keys).
-	keys string
+	keys rowsQuery[keysParams, keysRow, *keysRow]
 	// completeLarge is complete for a large body, the JSON built in SQL
-	// around it (sql/complete.sql with .Large).
-	completeLarge string
+	// around it (sql/complete.sql with .Large), sent by execLarge.
+	completeLarge execQuery[completeLargeParams]
 	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
 	// nobody LISTENs, and the engine may have no pg_notify.
-	forgetQuiet string
-	// sweep is rendered by Sweep, which writes in the batch size
-	// (see sweepSQL).
-	sweep *template.Template
-	obj   pgschema.Objects
+	forgetQuiet rowQuery[forgetParams, forgetRow, *forgetRow]
+	// sweep is the sweep for DefaultSweepBatch rows; sweepTemplate is
+	// rendered by Sweep for other batch sizes, which it writes in (see
+	// sweepFor).
+	sweep         rowQuery[clockParams, sweepRow, *sweepRow]
+	sweepTemplate *template.Template
+	obj           pgschema.Objects
 }
 
 // statementData is what the statement templates see.
@@ -58,72 +71,88 @@ type statementData struct {
 	Batch int
 }
 
+// sqlFile is one file of sql/ and the statements rendered from it: dst
+// with the data every statement sees, and each variant with that data
+// changed by vary.
+type sqlFile struct {
+	name     string
+	dst      statement
+	variants []variant
+}
+
+type variant struct {
+	name string // what varies, for messages: ".Tx"
+	dst  statement
+	vary func(*statementData)
+}
+
+// files is the registry of sql/: every file, and where its statements go.
+// A file that is not here is not rendered (TestEverySQLFileIsRegistered).
+func (st *statements) files() []sqlFile {
+	return []sqlFile{
+		{name: "claim", dst: &st.claim},
+		{name: "takeover", dst: &st.takeover},
+		{name: "complete", dst: &st.complete, variants: []variant{
+			{".Large", &st.completeLarge, func(d *statementData) { d.Large = true }},
+			{".Tx", &st.txComplete, func(d *statementData) { d.Tx = true }},
+		}},
+		{name: "stale", dst: &st.stale},
+		{name: "renew", dst: &st.renew},
+		{name: "release", dst: &st.release},
+		{name: "wait_check", dst: &st.waitCheck},
+		{name: "poll_check", dst: &st.pollCheck},
+		{name: "inspect", dst: &st.inspect},
+		{name: "forget", dst: &st.forget, variants: []variant{
+			{"without .Notify", &st.forgetQuiet, func(d *statementData) { d.Notify = false }},
+		}},
+		{name: "stats", dst: &st.stats},
+		{name: "keys", dst: &st.keys},
+		{name: "channel", dst: &st.channel},
+		{name: "heartbeat", dst: &st.heartbeat},
+		{name: "tx_limits", dst: &st.txLimits},
+		{name: "tx_restore", dst: &st.txRestore},
+		{name: "sweep", dst: &st.sweep},
+	}
+}
+
 func buildStatements(o pgschema.Objects) (statements, error) {
 	st := statements{obj: o}
-	data := statementData{Objects: o, Notify: true}
-	type variant struct {
-		dst  *string
-		vary func(*statementData)
-	}
-	for _, s := range []struct {
-		file string
-		dst  *string
-		// variants each receive the file rendered once more, with vary
-		// applied to the data.
-		variants []variant
-	}{
-		{file: "claim", dst: &st.claim},
-		{file: "takeover", dst: &st.takeover},
-		{file: "complete", dst: &st.complete, variants: []variant{
-			{&st.completeLarge, func(d *statementData) { d.Large = true }},
-			{&st.txComplete, func(d *statementData) { d.Tx = true }},
-		}},
-		{file: "stale", dst: &st.stale},
-		{file: "renew", dst: &st.renew},
-		{file: "release", dst: &st.release},
-		{file: "wait_check", dst: &st.waitCheck},
-		{file: "poll_check", dst: &st.pollCheck},
-		{file: "inspect", dst: &st.inspect},
-		{file: "forget", dst: &st.forget, variants: []variant{{&st.forgetQuiet, func(d *statementData) { d.Notify = false }}}},
-		{file: "stats", dst: &st.stats},
-		{file: "keys", dst: &st.keys},
-		{file: "channel", dst: &st.channel},
-		{file: "heartbeat", dst: &st.heartbeat},
-		{file: "tx_limits", dst: &st.txLimits},
-		{file: "tx_restore", dst: &st.txRestore},
-	} {
-		t, err := pgschema.ParseStatement(sqlFiles, "sql/"+s.file+".sql")
+	data := statementData{Objects: o, Notify: true, Batch: DefaultSweepBatch}
+	for _, f := range st.files() {
+		t, err := pgschema.ParseStatement(sqlFiles, "sql/"+f.name+".sql")
 		if err != nil {
 			return statements{}, fmt.Errorf("pgstore: %w", err)
 		}
-		if *s.dst, err = pgschema.Execute(t, data); err != nil {
+		if f.name == "sweep" {
+			st.sweepTemplate = t
+		}
+		sql, err := pgschema.Execute(t, data)
+		if err != nil {
 			return statements{}, fmt.Errorf("pgstore: %w", err)
 		}
-		for _, v := range s.variants {
+		f.dst.setSQL(sql)
+		for _, v := range f.variants {
 			alt := data
 			v.vary(&alt)
-			if *v.dst, err = pgschema.Execute(t, alt); err != nil {
+			if sql, err = pgschema.Execute(t, alt); err != nil {
 				return statements{}, fmt.Errorf("pgstore: %w", err)
 			}
+			v.dst.setSQL(sql)
 		}
-	}
-	var err error
-	if st.sweep, err = pgschema.ParseStatement(sqlFiles, "sql/sweep.sql"); err != nil {
-		return statements{}, fmt.Errorf("pgstore: %w", err)
-	}
-	if _, err := st.sweepSQL(DefaultSweepBatch); err != nil {
-		return statements{}, err
 	}
 	return st, nil
 }
 
-// sweepSQL is the sweep statement for batches of batch rows. The batch size
-// is written in as an integer literal, not sent as a parameter, so that the
-// planner knows how few rows the scans return (see sql/sweep.sql).
-func (st statements) sweepSQL(batch int) (string, error) {
-	sql, err := pgschema.Execute(st.sweep, statementData{Objects: st.obj, Batch: batch})
-	if err != nil {
-		return "", fmt.Errorf("pgstore: %w", err)
+// sweepFor is the sweep statement for batches of batch rows. The batch
+// size is written in as an integer literal, not sent as a parameter, so
+// that the planner knows how few rows the scans return (see sql/sweep.sql).
+func (st *statements) sweepFor(batch int) (rowQuery[clockParams, sweepRow, *sweepRow], error) {
+	if batch == DefaultSweepBatch {
+		return st.sweep, nil
 	}
-	return sql, nil
+	sql, err := pgschema.Execute(st.sweepTemplate, statementData{Objects: st.obj, Batch: batch})
+	if err != nil {
+		return rowQuery[clockParams, sweepRow, *sweepRow]{}, fmt.Errorf("pgstore: %w", err)
+	}
+	return rowQuery[clockParams, sweepRow, *sweepRow]{sql: sql}, nil
 }

@@ -1,0 +1,179 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgschema"
+)
+
+// maxClaimAttempts bounds the claim statement's retries in the race where
+// the conflicting row committed after the statement's snapshot. Each retry
+// sees a newer snapshot, so in practice the second attempt decides.
+const maxClaimAttempts = 100
+
+// checkEncoding returns an [*EncodingError] unless the database is UTF8.
+// It asks the database once: the first claim pays one more round trip, and
+// a database's encoding never changes.
+func (s *Store) checkEncoding(ctx context.Context) error {
+	if s.utf8.Load() {
+		return nil
+	}
+	if err := s.notUTF8.Load(); err != nil {
+		return err
+	}
+	var encoding string
+	if err := s.pool.QueryRow(ctx, pgschema.EncodingQuery).Scan(&encoding); err != nil {
+		return unavailable("claim", err)
+	}
+	if err := pgschema.CheckEncoding(encoding); err != nil {
+		s.notUTF8.Store(err.(*EncodingError))
+		return err
+	}
+	s.utf8.Store(true)
+	return nil
+}
+
+// Claim implements [idem.Store]. It sends one statement (sql/claim.sql) for a
+// new key, a replay or a duplicate in flight, and a second
+// (sql/takeover.sql) to take over a row whose lease or retention ran out;
+// see the package documentation.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := req.Validate(); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := s.checkEncoding(ctx); err != nil {
+		return idem.Claim{}, err
+	}
+	rc, c, ok, err := s.startClaim(req)
+	if ok {
+		return c, err
+	}
+	lease := s.leaseOf(req.Lease).Microseconds()
+	serializationFailures := 0
+	for range maxClaimAttempts {
+		rc.ticket()
+		row, err := s.sql.claim.query(ctx, s.pool, s.claimParams(req, lease))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// The conflicting row is not in our snapshot: it committed
+			// after the statement began. Look again.
+			continue
+		case retryable(err) && serializationFailures < maxSerializationAttempts:
+			// The same race under a stricter isolation level: the
+			// statement was rolled back. Look again.
+			serializationFailures++
+			if pauseBeforeRetry(ctx, serializationFailures) {
+				continue
+			}
+			return idem.Claim{}, unavailable("claim", err)
+		case err != nil:
+			return idem.Claim{}, unavailable("claim", err)
+		case row.inserted:
+			return row.acquired(req), nil
+		case row.superseded():
+			// The claim's lease or the result's retention ran out: take
+			// the row over, in a second statement.
+			c, ok, err := s.takeOver(ctx, s.pool, req, lease, row.generation)
+			switch {
+			case ok:
+				return c, nil
+			case retryable(err) && serializationFailures < maxSerializationAttempts:
+				serializationFailures++
+				if !pauseBeforeRetry(ctx, serializationFailures) {
+					return idem.Claim{}, unavailable("claim", err)
+				}
+			case err != nil:
+				return idem.Claim{}, unavailable("claim", err)
+			}
+			// The row changed since the claim statement saw it: look
+			// again.
+			continue
+		}
+		return s.answer(rc, req, row)
+	}
+	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
+}
+
+// acquired is the claim of a row the statement inserted.
+func (r claimRow) acquired(req idem.ClaimRequest) idem.Claim {
+	return idem.Claim{
+		Status:   idem.Acquired,
+		Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: r.generation},
+		LeaseEnd: *r.leaseEnd,
+	}
+}
+
+// answer is the claim of a key whose row the claim statement found live: a
+// duplicate in flight, a replay (cached, if the cache may take it), or a
+// mismatch.
+func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem.Claim, error) {
+	switch row.state {
+	case "claimed":
+		if req.Mismatches(row.fingerprint) {
+			return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
+		}
+		return idem.Claim{Status: idem.InFlight, LeaseEnd: *row.leaseEnd}, nil
+	case "completed":
+		if req.Mismatches(row.fingerprint) {
+			return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+		}
+		res, err := row.result.result()
+		if err != nil {
+			return idem.Claim{}, unavailable("claim", err)
+		}
+		if s.cache != nil {
+			s.cache.put(rc.tk, rc.cacheID, rc.payload, row.fingerprint, res, rc.sent, row.now, row.expiresAt)
+		}
+		return idem.Claim{Status: idem.Completed, Result: res}, nil
+	}
+	return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
+}
+
+// claimParams are the claim statement's parameters for req.
+func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64) claimParams {
+	return claimParams{scope: []byte(req.Scope), key: req.Key.String(), fingerprint: req.Fingerprint, owner: req.Owner,
+		leaseMicros: leaseMicros, now: s.nowArg()}
+}
+
+// takeOver sends sql/takeover.sql for the row of generation gen, which the
+// claim statement found with its lease or retention run out. ok is false,
+// with no error, if the row changed since.
+func (s *Store) takeOver(ctx context.Context, db querier, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
+	r, err := s.sql.takeover.query(ctx, db, takeoverParams{s.claimParams(req, leaseMicros), gen})
+	return takenOver(req, r, err)
+}
+
+// takenOver reads sql/takeover.sql's answer r for req: ok is false, with no
+// error, if the row changed since the claim statement saw it.
+func takenOver(req idem.ClaimRequest, r takeoverRow, err error) (c idem.Claim, ok bool, _ error) {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return idem.Claim{}, false, nil
+	case err != nil:
+		return idem.Claim{}, false, err
+	}
+	return idem.Claim{
+		Status:   idem.Acquired,
+		Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: r.generation},
+		LeaseEnd: r.leaseEnd,
+		Takeover: r.takeover,
+	}, true, nil
+}
+
+// superseded reports whether a row the statement did not insert lets the
+// claim take it over, by the statement's clock: its lease or its retention
+// has run out.
+func (r claimRow) superseded() bool {
+	switch r.state {
+	case "claimed":
+		return !r.now.Before(*r.leaseEnd)
+	case "completed":
+		return r.expiresAt != nil && !r.now.Before(*r.expiresAt)
+	}
+	return false
+}

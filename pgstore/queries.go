@@ -1,0 +1,254 @@
+package pgstore
+
+import (
+	"time"
+)
+
+// The parameters and rows of the statements of sql/, file by file, in the
+// order of their placeholders and columns (see scan.go). A change of a
+// statement's parameters or columns is made here and in its file;
+// TestStatementsMatchTheirTypes fails until both agree with each other and
+// with the table.
+//
+// now is every statement's clock parameter: nil means the database clock
+// (see Store.nowArg). scope is bytea, the exact bytes of the Go string.
+
+// noParams are the parameters of a statement that has none.
+type noParams struct{}
+
+func (noParams) args() []any { return nil }
+
+// keyParams are sql/inspect.sql's: the key.
+type keyParams struct {
+	scope []byte
+	key   string
+}
+
+func (p keyParams) args() []any { return []any{p.scope, p.key} }
+
+// clockParams are sql/stats.sql's and sql/sweep.sql's: the clock alone.
+type clockParams struct{ now *time.Time }
+
+func (p clockParams) args() []any { return []any{p.now} }
+
+// tokenParams are sql/release.sql's and sql/stale.sql's: a claim's token.
+type tokenParams struct {
+	scope      []byte
+	key        string
+	generation int64
+}
+
+func (p tokenParams) args() []any { return []any{p.scope, p.key, p.generation} }
+
+// claimParams are sql/claim.sql's.
+type claimParams struct {
+	scope              []byte
+	key                string
+	fingerprint, owner string
+	leaseMicros        int64
+	now                *time.Time
+}
+
+func (p claimParams) args() []any {
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now}
+}
+
+// claimRow is sql/claim.sql's: the claim inserted, or the row as the
+// statement's snapshot saw it.
+type claimRow struct {
+	inserted            bool
+	generation          int64
+	leaseEnd, expiresAt *time.Time
+	now                 time.Time // the statement's clock
+	state, fingerprint  string
+	result              resultColumn // completed: the recorded result
+}
+
+func (r *claimRow) targets() []any {
+	return []any{&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now}
+}
+
+// takeoverParams are sql/takeover.sql's: the claim's, then the generation
+// the claim statement saw.
+type takeoverParams struct {
+	claimParams
+	generation int64
+}
+
+func (p takeoverParams) args() []any { return append(p.claimParams.args(), p.generation) }
+
+// takeoverRow is sql/takeover.sql's: the claim taken over.
+type takeoverRow struct {
+	generation int64
+	leaseEnd   time.Time
+	takeover   bool
+}
+
+func (r *takeoverRow) targets() []any { return []any{&r.generation, &r.leaseEnd, &r.takeover} }
+
+// completeParams are sql/complete.sql's, rendered with .Large false (and
+// with .Tx, for a claim's transaction).
+type completeParams struct {
+	scope      []byte
+	key        string
+	generation int64
+	// result is the whole result as JSON, sent as text so that no query
+	// exec mode sends it as bytea.
+	result          string
+	retentionMicros int64 // negative: forever
+	now             *time.Time
+}
+
+func (p completeParams) args() []any {
+	return []any{p.scope, p.key, p.generation, p.result, p.retentionMicros, p.now}
+}
+
+// The parameters of sql/complete.sql rendered with .Large are
+// completeLargeParams, in large.go, which encodes them itself.
+
+// renewParams are sql/renew.sql's.
+type renewParams struct {
+	scope       []byte
+	key         string
+	generation  int64
+	leaseMicros int64
+	now         *time.Time
+}
+
+func (p renewParams) args() []any {
+	return []any{p.scope, p.key, p.generation, p.leaseMicros, p.now}
+}
+
+// renewRow is sql/renew.sql's: the new lease end, or null and the key's
+// current generation (null if it has no row).
+type renewRow struct {
+	leaseEnd *time.Time
+	current  *int64
+}
+
+func (r *renewRow) targets() []any { return []any{&r.leaseEnd, &r.current} }
+
+// releaseRow is sql/release.sql's: the rows deleted, and the key's current
+// generation. The third column, the notifications sent, is not read.
+type releaseRow struct {
+	deleted int64
+	current *int64
+}
+
+func (r *releaseRow) targets() []any { return []any{&r.deleted, &r.current, nil} }
+
+// lookParams are sql/wait_check.sql's and sql/poll_check.sql's: the key
+// and the clock.
+type lookParams struct {
+	scope []byte
+	key   string
+	now   *time.Time
+}
+
+func (p lookParams) args() []any { return []any{p.scope, p.key, p.now} }
+
+// lookRow is sql/wait_check.sql's and sql/poll_check.sql's: the channel
+// the statements notify on, and the microseconds left on a live claim's
+// lease (null if the key is not held by a live claim).
+type lookRow struct {
+	channel   string
+	remaining *int64
+}
+
+func (r *lookRow) targets() []any { return []any{&r.channel, &r.remaining} }
+
+// inspectRow is sql/inspect.sql's: the row as stored.
+type inspectRow struct {
+	state                            string
+	generation                       int64
+	fingerprint, owner               string
+	createdAt                        time.Time
+	leaseEnd, completedAt, expiresAt *time.Time
+	result                           resultColumn
+}
+
+func (r *inspectRow) targets() []any {
+	return []any{&r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result}
+}
+
+// forgetParams are sql/forget.sql's.
+type forgetParams struct {
+	scope []byte
+	key   string
+	force bool
+	now   *time.Time
+}
+
+func (p forgetParams) args() []any { return []any{p.scope, p.key, p.force, p.now} }
+
+// forgetRow is sql/forget.sql's: the rows deleted, and whether the key
+// still has one (a live claim, refused).
+type forgetRow struct {
+	deleted int64
+	present bool
+}
+
+func (r *forgetRow) targets() []any { return []any{&r.deleted, &r.present} }
+
+// statsRow is sql/stats.sql's.
+type statsRow struct {
+	claimed, abandoned, completed, expired int64
+	oldestClaim, oldestAbandoned           *time.Time
+	tableBytes                             int64
+}
+
+func (r *statsRow) targets() []any {
+	return []any{&r.claimed, &r.abandoned, &r.completed, &r.expired, &r.oldestClaim, &r.oldestAbandoned, &r.tableBytes}
+}
+
+// keysParams are sql/keys.sql's.
+type keysParams struct {
+	scope   []byte  // nil: every scope
+	keyLike string  // a LIKE pattern on the key
+	status  *string // nil: every status
+	limit   int
+	now     *time.Time
+}
+
+func (p keysParams) args() []any { return []any{p.scope, p.keyLike, p.status, p.limit, p.now} }
+
+// keysRow is one of sql/keys.sql's rows.
+type keysRow struct {
+	scope                            []byte
+	key, status, state               string
+	generation                       int64
+	fingerprint, owner               string
+	createdAt                        time.Time
+	leaseEnd, completedAt, expiresAt *time.Time
+}
+
+func (r *keysRow) targets() []any {
+	return []any{&r.scope, &r.key, &r.status, &r.state, &r.generation, &r.fingerprint, &r.owner,
+		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt}
+}
+
+// sweepRow is sql/sweep.sql's: the abandoned claims and the expired results
+// deleted. The third column, the notifications sent, is not read.
+type sweepRow struct{ abandoned, expired int }
+
+func (r *sweepRow) targets() []any { return []any{&r.abandoned, &r.expired, nil} }
+
+// channelRow is sql/channel.sql's.
+type channelRow struct{ channel string }
+
+func (r *channelRow) targets() []any { return []any{&r.channel} }
+
+// heartbeatParams are sql/heartbeat.sql's: the heartbeat's payload.
+type heartbeatParams struct{ payload string }
+
+func (p heartbeatParams) args() []any { return []any{p.payload} }
+
+// txLimitsParams are sql/tx_limits.sql's, in milliseconds as text (the
+// values of set_config).
+type txLimitsParams struct {
+	lockTimeout, idleTimeout, statementTimeout string
+}
+
+func (p txLimitsParams) args() []any {
+	return []any{p.lockTimeout, p.idleTimeout, p.statementTimeout}
+}

@@ -1,0 +1,48 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/internal/pause"
+)
+
+// maxSerializationAttempts bounds the runs of a statement that keeps failing
+// with a serialization failure or a deadlock (see [retryable]).
+const maxSerializationAttempts = 20
+
+// retryable reports whether err is a serialization failure (SQLSTATE 40001)
+// or a deadlock (40P01). Either rolled the statement's transaction back, so
+// nothing of it committed and running it again is safe. pgstore's statements
+// are written for READ COMMITTED, where a race on a row is settled by waiting
+// for the other writer; a connection whose default_transaction_isolation is
+// REPEATABLE READ or SERIALIZABLE (a role or database setting some teams use)
+// settles it with 40001 instead, and the statement, run again on a new
+// snapshot, decides as it would have. It is not used inside a caller's
+// transaction (CompleteTx): there the caller must roll back and retry.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// pauseBeforeRetry waits a short random time before the attempt-th retry
+// of a statement that failed [retryable], so that the writers that collided
+// do not collide again in step. It reports false if ctx is done first.
+func pauseBeforeRetry(ctx context.Context, attempt int) bool {
+	return pause.For(ctx, time.Duration(rand.N(int64(time.Millisecond)<<min(attempt, 5))))
+}
+
+// retrying runs op, a single statement outside any caller's transaction,
+// again while it fails [retryable], up to maxSerializationAttempts times.
+func retrying(ctx context.Context, op func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || !retryable(err) || attempt == maxSerializationAttempts || !pauseBeforeRetry(ctx, attempt) {
+			return err
+		}
+	}
+}
