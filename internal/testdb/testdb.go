@@ -280,6 +280,30 @@ func NewPool(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("testdb: open pool: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { closePool(t, pool, poolCloseWait) })
 	return pool
+}
+
+// poolCloseWait bounds how long a test's end waits for its pool to close.
+const poolCloseWait = 30 * time.Second
+
+// closePool closes pool, failing t if that takes longer than wait.
+// pgxpool's Close waits for every acquired connection to be released, so a
+// connection a test left acquired (a transaction it never ended, after a
+// Fatal) would otherwise hang the test binary until go test's timeout,
+// with nothing to say which test it was.
+func closePool(t testing.TB, pool *pgxpool.Pool, wait time.Duration) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		pool.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		t.Errorf("testdb: the pool did not close within %v: %d connection(s) still acquired (a transaction or a connection the test never released)",
+			wait, pool.Stat().AcquiredConns())
+		// The close goes on in the background; the binary's goroutine
+		// check reports it if it never ends.
+	}
 }
