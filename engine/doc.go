@@ -40,7 +40,10 @@
 // reports [idem.EventLeaseLost]. Each renewal is bounded by the time left
 // until that moment as well as by Options.StoreTimeout, so a renewal that
 // hangs (a partitioned database, an exhausted pool) cannot hold the work
-// past it. A renewal that finds the claim stale cancels the work at once.
+// past it. A renewal that fails is tried again after half the time left
+// until then (at most a third of the lease, at least 10 ms, so that a store
+// failing at once is not retried in a loop). A renewal that finds the
+// claim stale cancels the work at once.
 //
 // The margin is min(lease/5, [MaxLeaseMargin]): 200 ms for a 1 s lease,
 // 2 s for the 30 s default. It exists because the two ends of the lease are

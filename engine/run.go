@@ -413,10 +413,19 @@ func (x *Execution) renew() {
 	x.e.log(x.logCtx, slog.LevelWarn, "could not renew idempotency lease; retrying", x.req, slog.Any("err", err))
 	x.mu.Lock()
 	if !x.finished && !x.lost {
-		x.renewTimer.Reset(min(next, left/2))
+		// Half the time left, so that a few more tries fit before the
+		// deadline, but never sooner than minRenewRetry: a store that fails
+		// at once (a pool that refuses without a round trip) would
+		// otherwise be retried in a loop as the time left shrinks to
+		// nothing.
+		x.renewTimer.Reset(max(min(next, left/2), minRenewRetry))
 	}
 	x.mu.Unlock()
 }
+
+// minRenewRetry is the shortest wait before a failed renewal is tried
+// again.
+const minRenewRetry = 10 * time.Millisecond
 
 // pastDeadline reports whether the work's deadline has passed.
 func (x *Execution) pastDeadline() bool {

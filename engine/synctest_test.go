@@ -314,6 +314,46 @@ func TestSynctestFailingRenewalsRetry(t *testing.T) {
 	})
 }
 
+// TestSynctestInstantRenewalFailuresDoNotSpin: a store that fails every
+// renewal at once (a pool that refuses without a round trip) is retried
+// at most every minRenewRetry (10 ms) as the deadline nears, not in a loop.
+// Before, the retry came after half the time left, with no floor: the
+// last ones came ever faster, and once half of it rounded to nothing, the
+// retry timer fired at once, the renewal failed at once, and on the
+// bubble's clock, which stands still while anything runs, the retries
+// never stopped (the store below gives up failing after 1000 of them).
+func TestSynctestInstantRenewalFailuresDoNotSpin(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		store := newTimedStore()
+		var failed int
+		store.renew = func(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
+			if failed++; failed > 1000 {
+				return store.Store.Renew(ctx, tok, lease)
+			}
+			return time.Time{}, &idem.UnavailableError{Op: "renew", Err: errors.New("pool exhausted")}
+		}
+		ev := &events{start: store.start}
+		var ended time.Duration
+		var cause error
+		execute(t, engine.New(store, engine.Options{Lease: 3 * time.Second}), ev, waitEnd(store.start, time.Minute, &ended, &cause))
+		if !errors.Is(cause, idem.ErrLeaseLost) || ended != 2400*time.Millisecond {
+			t.Errorf("the work's context ended at %v (%v), want at the 2.4s deadline", ended, cause)
+		}
+		// Renewals at 1s, then half the time left before the 2.4s deadline
+		// each time (1.7s, 2.05s, ...), until half of it is under 10 ms.
+		if n := len(store.renews); n > 12 {
+			t.Errorf("%d renewals before the deadline, want about 10: a failure at once must not be retried at once", n)
+		}
+		for i := 1; i < len(store.renews); i++ {
+			if gap := store.renews[i] - store.renews[i-1]; gap < 10*time.Millisecond {
+				t.Errorf("renewal %d came %v after the one before, want at least 10ms", i, gap)
+				break
+			}
+		}
+	})
+}
+
 // TestSynctestStaleRenewalEndsAtOnce: a renewal that finds the claim stale
 // (taken over) ends the work at once, not at the deadline, and nothing is
 // completed or released.
