@@ -401,6 +401,43 @@ func TestSynctestShutdown(t *testing.T) {
 	})
 }
 
+// TestSynctestLeftAfterACutOff: work cut off (Shutdown, its lease lost)
+// whose adapter cannot tell whether it answered (Verdict Leave: mcphttp saw
+// the call's stream end without its response, which the tool may yet have
+// sent) is left to its lease, not released: a release would let a retry
+// run the work again at once, beside or after the work that may have done
+// its effect. Before, the engine released any work cut off without a whole
+// answer, whatever its verdict said.
+func TestSynctestLeftAfterACutOff(t *testing.T) {
+	t.Parallel()
+	for _, cut := range []string{"shutdown", "lease lost"} {
+		t.Run(cut, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := newTimedStore()
+				opts := engine.Options{Lease: 3 * time.Second}
+				if cut == "shutdown" {
+					shutdown, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(500*time.Millisecond, cancel)
+					opts.Shutdown = shutdown
+				} else {
+					store.renew = hang
+				}
+				ev := &events{start: store.start}
+				execute(t, engine.New(store, opts), ev, func(ctx context.Context) engine.Verdict {
+					<-ctx.Done()
+					return engine.Verdict{Action: engine.Leave, Why: "the stream ended without the call's response"}
+				})
+				if len(store.calls) != 0 {
+					t.Errorf("the engine called %v, want nothing: the claim left to its lease", store.calls)
+				}
+				if got := ev.of(idem.EventLeft); len(got) != 1 {
+					t.Errorf("%d EventLeft, want 1", len(got))
+				}
+			})
+		})
+	}
+}
+
 // TestSynctestWaitAndRetryAfter: a duplicate waits Options.Wait for the
 // holder, no longer, then is answered in flight with Retry-After the time
 // left on the holder's lease; a holder that completes within the wait is

@@ -28,6 +28,8 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
 	stateless bool
+	// cancelWithClient is Options.CancelWithClient.
+	cancelWithClient bool
 	// sessions holds the calls running on each session, for a DELETE of
 	// the session to wait for (see sessionCalls).
 	sessions sessionCalls
@@ -80,8 +82,9 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
-			stateless: opts.Stateless, extension: extensionSettings(methods, store),
-			newKeys: newKeyMemory(opts.NewKeyGuard),
+			stateless: opts.Stateless, cancelWithClient: opts.CancelWithClient,
+			extension: extensionSettings(methods, store),
+			newKeys:   newKeyMemory(opts.NewKeyGuard),
 		}
 	}
 }
