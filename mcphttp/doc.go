@@ -299,7 +299,9 @@
 // A duplicate of a call still in flight waits up to [Options.Wait]
 // ([idem.ClaimWait]) and gets the replay; past the wait it gets
 // [CodeInFlight], whose message says to retry. If the original released its
-// claim in the meantime, the duplicate runs the call itself.
+// claim in the meantime, the duplicate runs the call itself. One whose
+// request's context the server ends while it waits (a shutdown cancelling
+// what still runs) gets [CodeUnavailable], to retry elsewhere.
 //
 // # Order of checks
 //

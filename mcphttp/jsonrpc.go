@@ -400,9 +400,11 @@ const (
 	// so it is neither run again nor replayed. data.reason is
 	// "unreplayable".
 	CodeUnreplayable = -31092
-	// CodeUnavailable: the store could not be reached or is full, so the call was not
-	// run (it never runs without a claim). data.reason is
-	// "store_unavailable"; data.retryAfterMs suggests when to retry.
+	// CodeUnavailable: the store could not be reached or is full, or the
+	// server is shutting down (it claims nothing more, or cancelled the
+	// call's request while it waited), so the call was not run (it never
+	// runs without a claim). data.reason is "store_unavailable";
+	// data.retryAfterMs suggests when to retry.
 	CodeUnavailable = -31093
 	// CodeInvalidParams is JSON-RPC's invalid params, answered with
 	// data.reason "invalid_idempotency_key" for a _meta.idempotencyKey that

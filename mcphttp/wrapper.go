@@ -185,6 +185,12 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		m.execute(w, r, c, ereq, d, forward)
 		return
 	case engine.Gone:
+		// Too late to probe (the request's context ended): a JSON body,
+		// which every client accepts.
+		body := m.cancelledBody(c)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
@@ -200,7 +206,8 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 			m.execute(w, r, c, ereq, d, forward)
 			return
 		case engine.Gone:
-			return // the client went away while it waited
+			m.answer(w, r, c, m.cancelledBody(c), false, probe)
+			return
 		}
 	} else {
 		m.eng.Report(ctx, ereq, d)
