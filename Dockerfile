@@ -20,13 +20,23 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
-# Dependencies first, so that a source change does not download them again.
+# Each command is a module of its own; the image builds each from its
+# go.mod alone, as `go install` would, not in the repository's workspace
+# (go.work names integration/, which is not in the build context).
+ENV GOWORK=off
+# Dependencies first, so that a source change does not download them again:
+# the go.mod files of the two commands and of the modules they use.
 COPY go.mod go.sum ./
-RUN go mod download
+COPY mcphttp/go.mod mcphttp/go.sum mcphttp/
+COPY idemotel/go.mod idemotel/go.sum idemotel/
+COPY idemprom/go.mod idemprom/go.sum idemprom/
+COPY cmd/idemdemo/go.mod cmd/idemdemo/go.sum cmd/idemdemo/
+COPY cmd/idem/go.mod cmd/idem/go.sum cmd/idem/
+RUN cd cmd/idemdemo && go mod download && cd ../idem && go mod download
 COPY . .
 ENV CGO_ENABLED=0
-RUN go build -trimpath -ldflags="-s -w" -o /out/idemdemo ./cmd/idemdemo \
- && go build -trimpath -ldflags="-s -w" -o /out/idem ./cmd/idem
+RUN cd cmd/idemdemo && go build -trimpath -ldflags="-s -w" -o /out/idemdemo . \
+ && cd ../idem && go build -trimpath -ldflags="-s -w" -o /out/idem .
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/idemdemo /out/idem /usr/local/bin/

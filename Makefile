@@ -8,6 +8,10 @@ export PATH := $(TOOLS)/bin:$(TOOLS)/node/bin:$(PATH)
 
 .DEFAULT_GOAL := help
 
+# Every module of the workspace (go.work) as package patterns: in a
+# workspace, ./... is still the root module's packages only.
+MODULES = $(shell $(GO) list -m -f '{{.Dir}}/...' | sed 's|^$(CURDIR)|.|')
+
 .PHONY: help
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -39,16 +43,16 @@ test-ha: ## Run the Patroni suite (integration/ha: etcd, three Patroni members, 
 	cd integration && IDEM_TEST_HA=1 $(GO) test -race -count=1 -timeout 30m -v -run '$(HA_RUN)' ./ha/
 
 .PHONY: lint
-lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck, shellcheck on every shell script, scripts/images.sh on a cold machine and scripts/test.sh (both stubbed).
+lint: $(TOOLS)/bin/staticcheck ## gofmt, go vet, staticcheck (every module), shellcheck on every shell script, scripts/images.sh on a cold machine and scripts/test.sh (both stubbed), each module tidy on its own and the library's module graph against pgx+goose's (scripts/check/modules.sh).
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	staticcheck ./...
-	@if [ -f integration/go.mod ]; then cd integration && $(GO) vet ./... && staticcheck ./...; fi
+	$(GO) vet $(MODULES)
+	staticcheck $(MODULES)
 	@command -v shellcheck >/dev/null || { echo "lint: shellcheck is needed (apt-get install shellcheck)"; exit 1; }
 	@scripts=$$(git ls-files -co --exclude-standard | while read -r f; do [ -f "$$f" ] && head -n1 "$$f" | grep -qE '^#!.*\b(ba)?sh\b' && echo "$$f"; done); \
 	echo "shellcheck $$(echo $$scripts | wc -w) scripts"; shellcheck $$scripts
 	@bash scripts/check/images.sh
 	@bash scripts/check/test-sh.sh
+	@bash scripts/check/modules.sh
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -59,7 +63,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 20s); a finding fails, see s
 
 .PHONY: bench
 bench: ## Run the benchmarks (PostgreSQL ones need TEST_DATABASE_URL).
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(MODULES)
 
 CSV ?= docs/performance.csv
 

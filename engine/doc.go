@@ -125,7 +125,8 @@
 // effect anyway may have sent where the wrapper cannot see it.
 //
 //	the work ...                                          engine does
-//	recorded its result itself (in its own transaction)  reports the completion
+//	recorded its result itself (in its own transaction,   reports the completion
+//	  or through Execution.Commit)
 //	lost its claim to a takeover (a renewal found it      nothing: the key is the new
 //	  stale)                                              owner's
 //	returned a whole answer to record (Verdict Record),   records it (fenced: nothing if
@@ -162,6 +163,33 @@
 // [idem.EventStale]; one that fails (for a complete, still when both bounds
 // ran out) reports [idem.EventStoreError] and leaves the claim to its
 // lease.
+//
+// # In a transaction
+//
+// A request with Request.InTransaction is claimed inside a transaction of
+// the store's database ([idem.TxStore]: pgstore), for work whose side
+// effects are rows in that database. The work runs in the transaction (its
+// context carries it; [Execution.TxContext] grafts it onto another
+// context), and the verdict ends it: Record commits the result with the
+// work's writes in one commit ([idem.TxClaim].Commit), everything else
+// rolls all of it back, so a retry runs at once. Nothing is renewed: until
+// the commit nobody else can see the claim, and a duplicate waits in the
+// database for the transaction to end, up to Options.Wait, then finds the
+// result (in flight with no lease end if the wait ran out: Retry-After is
+// Options.RetryAfter). There is no lease to lose: the work's deadline
+// (Options.MaxExecution) bounds it as it bounds any work, and, as a claim in
+// a transaction shows it is alive by its statements, the store ends a
+// transaction left idle for a whole lease (and a statement running past
+// MaxExecution) even if this process cannot. A whole answer to record after
+// the deadline still commits, as for any work; one that answered nothing to
+// record is rolled back.
+// Leave (an MCP stream that ended without its response) rolls back
+// too: there is no lease to leave the claim to. A key held by a two-phase
+// claim is waited for with the store's Wait, then claimed again in a new
+// transaction. An adapter that holds the work's answer back until the
+// commit sends it only if [Execution.Committed], or if it was a failure
+// not to be recorded; [Execution.Commit] commits early, for an adapter that
+// answers before the work returns.
 //
 // # Retry-After
 //

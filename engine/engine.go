@@ -141,6 +141,7 @@ type Options struct {
 type Engine struct {
 	store        idem.Store
 	cache        cacheClaimer // store, if it is one; nil otherwise
+	txs          idem.TxStore // store, if it is one; nil otherwise
 	adapter      string
 	lease        time.Duration
 	renewEvery   time.Duration
@@ -167,6 +168,7 @@ func New(store idem.Store, opts Options) *Engine {
 		owner: opts.Owner, logger: opts.Logger,
 	}
 	e.cache, _ = store.(cacheClaimer)
+	e.txs, _ = store.(idem.TxStore)
 	e.lease = orDefault("Lease", opts.Lease, idem.DefaultLease)
 	if e.lease < time.Millisecond {
 		panic(fmt.Sprintf("engine: Options.Lease %v is shorter than a millisecond", e.lease))
@@ -211,6 +213,11 @@ type Request struct {
 	// It runs on the request's goroutine or the lease renewal's, and
 	// must be fast and safe for concurrent use.
 	Observe func(idem.Event)
+	// InTransaction claims the key inside a transaction of the store's
+	// database, which the work runs in ([idem.TxStore]; see "In a
+	// transaction" in the package documentation). False means the
+	// two-phase claim: committed on its own, then completed or released.
+	InTransaction bool
 
 	start  time.Time     // when the first claim was sent
 	sent   time.Time     // when the last claim was sent: its lease starts after
@@ -282,6 +289,8 @@ type Decision struct {
 	// RetryAfter is the suggested retry delay for InFlight and
 	// Unavailable; see "Retry-After" in the package documentation.
 	RetryAfter time.Duration
+
+	tx idem.TxClaim // Run, for a request InTransaction: the claim's transaction
 }
 
 // Claim claims req's key, waiting up to Options.Wait for a duplicate still
@@ -321,16 +330,21 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		claim  idem.Claim
 		err    error
 		cached bool
+		tx     idem.TxClaim
 	)
 	if e.cache != nil {
 		claim, cached, err = e.cache.ClaimFromCache(req.Claim)
 	}
-	if !cached {
+	switch {
+	case cached:
+	case req.InTransaction:
+		claim, tx, err = e.claimInTx(ctx, req, wait)
+	default:
 		cctx, cancel := context.WithTimeout(ctx, e.storeTimeout)
 		claim, err = e.store.Claim(cctx, req.Claim)
 		cancel()
 	}
-	if err == nil && claim.Status == idem.InFlight && wait > 0 {
+	if err == nil && claim.Status == idem.InFlight && wait > 0 && !req.InTransaction {
 		began := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, wait+e.storeTimeout)
 		claim, err = idem.ClaimWait(cctx, sendTimer{e.store, &req.sent}, req.Claim, wait)
@@ -358,7 +372,7 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 	}
 	switch claim.Status {
 	case idem.Acquired:
-		return Decision{Outcome: Run, Claim: claim}
+		return Decision{Outcome: Run, Claim: claim, tx: tx}
 	case idem.Completed:
 		return Decision{Outcome: Replay, Claim: claim}
 	case idem.InFlight:

@@ -91,6 +91,10 @@ type Execution struct {
 	renewTimer *time.Timer
 	renewing   sync.WaitGroup
 	stopRenew  context.CancelFunc // cancels a renewal in progress
+
+	tx        idem.TxClaim // the claim's transaction, for a request InTransaction
+	committed bool         // the transaction committed with the result
+	txEnded   bool         // the transaction is over (committed or rolled back)
 }
 
 // Start begins the work of a request whose claim d acquired (Outcome Run).
@@ -100,7 +104,7 @@ type Execution struct {
 // could run out unrenewed, and with cause [ErrShutdown] when
 // Options.Shutdown is done. The lease is renewed until [Execution.Finish].
 func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Execution {
-	x := &Execution{e: e, req: req, tok: d.Claim.Token, logCtx: clientCtx, store: context.WithoutCancel(clientCtx), began: time.Now()}
+	x := &Execution{e: e, req: req, tok: d.Claim.Token, logCtx: clientCtx, store: context.WithoutCancel(clientCtx), began: time.Now(), tx: d.tx}
 	base := x.store
 	if e.cancelWithCl {
 		base = clientCtx
@@ -118,6 +122,9 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 	if !x.deadline.IsZero() {
 		x.ctx, x.stopDeadline = context.WithDeadlineCause(x.ctx, x.deadline, ErrExecutionTimeout)
 	}
+	if x.tx != nil {
+		x.ctx = x.tx.Context(x.ctx)
+	}
 	if e.shutdown != nil {
 		x.stopOff = context.AfterFunc(e.shutdown, func() { x.cancel(ErrShutdown) })
 	}
@@ -128,6 +135,14 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 	// to notice.
 	x.leaseEnd = req.sent.Add(e.lease - e.margin)
 	x.mu.Lock()
+	if x.tx != nil {
+		// A claim in a transaction has no lease to renew or lose: nobody
+		// else sees it, and the store ends a transaction whose process
+		// stopped (see "In a transaction").
+		x.leaseTimer, x.renewTimer = idleTimer, idleTimer
+		x.mu.Unlock()
+		return x
+	}
 	x.leaseTimer = time.AfterFunc(time.Until(x.leaseEnd), func() {
 		why := "the lease was about to run out without a confirmed renewal"
 		if x.pastDeadline() {
@@ -200,6 +215,10 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 // neither recorded nor released: the key is the new owner's. Call Finish
 // exactly once, after the work returned.
 func (x *Execution) Finish(v Verdict) {
+	if x.tx != nil {
+		defer x.endTx()
+		v = x.txVerdict(v)
+	}
 	x.mu.Lock()
 	x.finished = true
 	lost, lostStale, leaseEnd := x.lost, x.lostStale, x.leaseEnd
@@ -270,6 +289,10 @@ func (x *Execution) storeCtx() (context.Context, context.CancelFunc) {
 // the key completed by this very generation, which the next attempt finds
 // stale.
 func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale bool, leaseEnd time.Time) {
+	if x.tx != nil {
+		x.completeTx(res, ran, reportStale)
+		return
+	}
 	until := time.Now().Add(x.e.storeTimeout)
 	if leaseEnd.After(until) {
 		until = leaseEnd
@@ -327,6 +350,10 @@ func pauseBeforeRetry(ctx context.Context, attempt int) bool {
 // was. A release that finds the claim stale reports EventStale only if
 // reportStale.
 func (x *Execution) release(why string, cause error, reportStale bool, ran time.Duration) {
+	if x.tx != nil {
+		x.rollbackTx(why, cause, ran)
+		return
+	}
 	ctx, cancel := x.storeCtx()
 	err := x.e.store.Release(ctx, x.tok)
 	cancel()

@@ -10,6 +10,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -21,7 +23,7 @@ type deadlineEnv struct {
 	key    idem.Key
 	req    *engine.Request
 	d      engine.Decision
-	events eventLog
+	events idemtest.Events
 }
 
 func newDeadlineEnv(t *testing.T, opts engine.Options) *deadlineEnv {
@@ -29,7 +31,7 @@ func newDeadlineEnv(t *testing.T, opts engine.Options) *deadlineEnv {
 	e := &deadlineEnv{store: memstore.New(memstore.Options{})}
 	e.eng = engine.New(e.store, opts)
 	e.key, _ = idem.ParseKey("k")
-	e.req = &engine.Request{Claim: idem.ClaimRequest{Key: e.key}, Observe: e.events.observe}
+	e.req = &engine.Request{Claim: idem.ClaimRequest{Key: e.key}, Observe: e.events.Observe}
 	if e.d = e.eng.Claim(context.Background(), e.req); e.d.Outcome != engine.Run {
 		t.Fatalf("claim: %v, want run", e.d.Outcome)
 	}
@@ -68,10 +70,10 @@ func TestHungWorkDoesNotHoldItsKeyForever(t *testing.T) {
 		close(hung)
 		<-done
 		if c.Status != idem.Acquired || !c.Takeover {
-			t.Fatalf("a retry an hour after the work hung: %v (takeover %v), want the key taken over; events %v", c.Status, c.Takeover, e.events.kinds())
+			t.Fatalf("a retry an hour after the work hung: %v (takeover %v), want the key taken over; events %v", c.Status, c.Takeover, e.events.Kinds())
 		}
-		if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 0 {
-			t.Fatalf("events %v, want one lease lost and no completion", e.events.kinds())
+		if e.events.Count(idem.EventLeaseLost) != 1 || e.events.Count(idem.EventCompleted) != 0 {
+			t.Fatalf("events %v, want one lease lost and no completion", e.events.Kinds())
 		}
 		if err := e.store.Complete(context.Background(), c.Token, idem.Result{Status: 202}); err != nil {
 			t.Fatalf("the new owner could not complete: %v", err)
@@ -107,10 +109,10 @@ func TestWorkKeepsTheRequestsDeadline(t *testing.T) {
 			return engine.Verdict{Action: engine.Release, Why: "it failed"}
 		}, nil)
 		if c := e.claimAgain(t); c.Status != idem.Acquired || c.Takeover {
-			t.Fatalf("a retry after the deadline: %v (takeover %v), want the key released; events %v", c.Status, c.Takeover, e.events.kinds())
+			t.Fatalf("a retry after the deadline: %v (takeover %v), want the key released; events %v", c.Status, c.Takeover, e.events.Kinds())
 		}
-		if got := e.events.released(); len(got) != 1 || !errors.Is(got[0].Err, engine.ErrExecutionTimeout) {
-			t.Fatalf("events %v, want one release with cause ErrExecutionTimeout", e.events.kinds())
+		if got := e.events.Of(idem.EventReleased); len(got) != 1 || !errors.Is(got[0].Err, engine.ErrExecutionTimeout) {
+			t.Fatalf("events %v, want one release with cause ErrExecutionTimeout", e.events.Kinds())
 		}
 	})
 }
@@ -165,7 +167,7 @@ func TestMaxExecution(t *testing.T) {
 					return engine.Verdict{Action: engine.Release, Why: "it failed"}
 				}, nil)
 				if c := e.claimAgain(t); c.Status != idem.Acquired {
-					t.Fatalf("a retry: %v, want the key released; events %v", c.Status, e.events.kinds())
+					t.Fatalf("a retry: %v, want the key released; events %v", c.Status, e.events.Kinds())
 				}
 			})
 		})
@@ -180,8 +182,8 @@ func TestWorkPastItsDeadlineFinishes(t *testing.T) {
 		store := &countRenew{Store: memstore.New(memstore.Options{})}
 		eng := engine.New(store, engine.Options{Lease: 30 * time.Second, MaxExecution: time.Minute})
 		k, _ := idem.ParseKey("k")
-		var events eventLog
-		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.observe}
+		var events idemtest.Events
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
 		d := eng.Claim(context.Background(), req)
 		eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
 			<-ctx.Done()
@@ -194,7 +196,7 @@ func TestWorkPastItsDeadlineFinishes(t *testing.T) {
 		}, nil)
 		c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
 		if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
-			t.Fatalf("a retry: %v %q %v, want the charge replayed; events %v", c.Status, c.Result.Body, err, events.kinds())
+			t.Fatalf("a retry: %v %q %v, want the charge replayed; events %v", c.Status, c.Result.Body, err, events.Kinds())
 		}
 	})
 }
@@ -257,8 +259,8 @@ func TestCompleteRetried(t *testing.T) {
 				store := &flakyComplete{Store: memstore.New(memstore.Options{}), fails: tc.fails, committed: tc.committed}
 				eng := engine.New(store, engine.Options{StoreTimeout: storeTimeout})
 				k, _ := idem.ParseKey("k")
-				var events eventLog
-				req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.observe}
+				var events idemtest.Events
+				req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
 				d := eng.Claim(context.Background(), req)
 				var returned time.Time
 				eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
@@ -266,7 +268,7 @@ func TestCompleteRetried(t *testing.T) {
 					return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 				}, nil)
 				took := time.Since(returned)
-				if kinds := events.kinds(); len(kinds) != 2 || kinds[1] != tc.want.String() {
+				if kinds := events.Kinds(); len(kinds) != 2 || kinds[1] != tc.want.String() {
 					t.Fatalf("events %v after %d completion attempts, want claimed, %v", kinds, store.calls.Load(), tc.want)
 				}
 				if tc.want == idem.EventStoreError {
@@ -295,18 +297,18 @@ func TestCompleteRetried(t *testing.T) {
 // bounded by StoreTimeout.
 func TestCompleteRetriedThroughAFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &completeFailsFor{Store: memstore.New(memstore.Options{})}
+		store := &teststore.CompleteFailsUntil{Store: memstore.New(memstore.Options{})}
 		eng := engine.New(store, engine.Options{Lease: 30 * time.Second, StoreTimeout: 10 * time.Second})
 		k, _ := idem.ParseKey("k")
-		var events eventLog
-		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.observe}
+		var events idemtest.Events
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
 		d := eng.Claim(context.Background(), req)
 		eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
-			store.up = time.Now().Add(15 * time.Second)
+			store.Up = time.Now().Add(15 * time.Second)
 			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 		}, nil)
-		if kinds := events.kinds(); len(kinds) != 2 || kinds[1] != idem.EventCompleted.String() {
-			t.Fatalf("events %v after %d completion attempts, want claimed, completed", kinds, store.attempts.Load())
+		if kinds := events.Kinds(); len(kinds) != 2 || kinds[1] != idem.EventCompleted.String() {
+			t.Fatalf("events %v after %d completion attempts, want claimed, completed", kinds, store.Attempts.Load())
 		}
 		c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
 		if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {

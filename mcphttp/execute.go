@@ -38,18 +38,22 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 	// The tool forwards this key, never the client's own: see forwardedKey.
 	ir.Header.Set(DerivedKeyHeader, forward)
 	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context(), inner: ctx}
+	held := m.holdBack(rec, x, r, ir, c) // nil unless the call runs in a transaction (transaction.go)
+	defer held.forget()
+	var final engine.Verdict
 	x.Do(func(context.Context) engine.Verdict {
 		stop := m.onCutOff(x.Context(), r, c, tool, endInner)
 		defer stop()
 		end := m.sessions.start(r.Header.Get("Mcp-Session-Id"))
 		defer end()
 		m.next.ServeHTTP(rec, ir)
-		v := rec.verdict()
-		if v.Action == engine.Leave && x.Err() != nil {
+		final = rec.verdict()
+		if final.Action == engine.Leave && x.Err() != nil {
 			// Cut off, and no answer came: the client must not take the
 			// silence for one.
 			rec.cutOff(c.rawID, x.Err(), m.eng.RetryAfter())
 		}
-		return v
+		return final
 	}, rec.verdict)
+	held.send(final)
 }

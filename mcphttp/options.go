@@ -145,6 +145,19 @@ type Options struct {
 	// retry), reports it and handles it as its Action says: see
 	// [NewKeyGuard] for the trade-off. Nil means no guard.
 	NewKeyGuard *NewKeyGuard
+	// InTransaction reports the tools whose side effects are rows in the
+	// store's database. A call of one is claimed inside a transaction of
+	// that database, which the tool writes in (through [TxContext]); its
+	// response is recorded in the same transaction, and the claim, the
+	// rows and the response commit in one commit, or not at all, as
+	// package middleware's Options.InTransaction does for HTTP. The
+	// response is held back until the commit; a response that outgrows
+	// MaxRecordBytes commits the call as unreplayable at that point and
+	// streams on. Nil means none: every call is claimed on its own before
+	// its tool runs, as a tool whose side effects are elsewhere (an HTTP
+	// call) must be. Non-nil with a store that is not an [idem.TxStore]
+	// panics.
+	InTransaction func(tool string) bool
 }
 
 // validate names the first field of o that is wrong. SessionCookies is

@@ -3,6 +3,7 @@ package mcphttp
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -38,6 +39,8 @@ type wrapper struct {
 	extension json.RawMessage
 	// newKeys is Options.NewKeyGuard at work; nil without one.
 	newKeys *keyMemory
+	// inTx is Options.InTransaction.
+	inTx func(tool string) bool
 }
 
 // New returns middleware that deduplicates MCP calls (by default
@@ -52,6 +55,9 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	// net/http's constructors do (and package middleware's New).
 	if err := opts.validate(); err != nil {
 		panic(err.Error())
+	}
+	if _, ok := store.(idem.TxStore); opts.InTransaction != nil && !ok {
+		panic(fmt.Sprintf("mcphttp: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
 	}
 	opts = opts.withDefaults()
 	methods := map[string]bool{}
@@ -85,14 +91,16 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			stateless: opts.Stateless, cancelWithClient: opts.CancelWithClient,
 			extension: extensionSettings(methods, store),
 			newKeys:   newKeyMemory(opts.NewKeyGuard),
+			inTx:      opts.InTransaction,
 		}
 	}
 }
 
 func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get(DerivedKeyHeader) != "" {
+	if r.Header.Get(DerivedKeyHeader) != "" || r.Header.Get(txHeader) != "" {
 		r = r.Clone(r.Context())
 		r.Header.Del(DerivedKeyHeader)
+		r.Header.Del(txHeader) // only the wrapper names a call's transaction
 	}
 	if r.Method == http.MethodDelete {
 		m.holdDelete(r)
@@ -175,7 +183,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		}
 	}
 	ctx := r.Context()
-	ereq := &engine.Request{Claim: req}
+	ereq := &engine.Request{Claim: req, InTransaction: m.inTransaction(c)}
 	if m.observer != nil {
 		ereq.Observe = func(e idem.Event) { m.observer(r, e) }
 	}

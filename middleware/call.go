@@ -32,6 +32,57 @@ type call struct {
 	// Set on the handler's goroutine (by Commit), read after it returns.
 	commit          commitState
 	committedStatus int
+	// final is the verdict the handler's return gave.
+	final engine.Verdict
+}
+
+// holdBack holds the response back until the claim's transaction commits
+// (Options.InTransaction).
+func (c *call) holdBack() {
+	var before http.Header
+	if h := c.rec.w.Header(); len(h) > 0 {
+		before = h.Clone()
+	}
+	c.rec.held = &held{before: before, spill: func(res idem.Result) error {
+		if err := c.x.Commit(res); err != nil {
+			c.commit = commitFailed
+			return err
+		}
+		c.commit, c.committedStatus = committed, res.Status
+		return nil
+	}}
+}
+
+// sendHeld sends the response held back, once the handler returned and the
+// engine finished: the handler's answer if its transaction committed with
+// it, or if it was a failure the middleware does not record (rolled back
+// with everything else, it is true); otherwise, a response that should
+// have been recorded did not commit, and the client gets 503 instead, with
+// none of the handler's headers.
+func (c *call) sendHeld() {
+	rec, h := &c.rec, c.rec.held
+	switch {
+	case h.sent:
+	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release):
+		h.sent = true
+		rec.w.WriteHeader(rec.status)
+		_, _ = rec.w.Write(rec.body)
+	default:
+		h.sent = true
+		hd := rec.w.Header()
+		clear(hd)
+		for name, vs := range h.before {
+			hd[name] = vs
+		}
+		c.commitFailed(rec.w)
+	}
+}
+
+// commitFailed answers 503: the request's transaction did not commit, so
+// nothing of it took effect.
+func (c *call) commitFailed(w http.ResponseWriter) {
+	writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
+		Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, retryAfterSeconds(c.h.eng.RetryAfter()))
 }
 
 // verdict reads how the handler ended from what it answered.
@@ -103,6 +154,12 @@ var (
 	ErrResponseStarted = errors.New("middleware: the response was started before Commit")
 )
 
+// ErrRecordFunc: Commit was given a record function under
+// Options.InTransaction, where the claim's transaction records and commits
+// (pass nil), or a nil one without it. Commit answered 503, and nothing of
+// the request is recorded.
+var ErrRecordFunc = errors.New("middleware: Commit's record must be nil under Options.InTransaction, where the claim's transaction records the result, and a function without it")
+
 // RecordFunc records res for tok inside the handler's own transaction and
 // commits it, for example:
 //
@@ -146,6 +203,14 @@ type RecordFunc func(ctx context.Context, tok idem.Token, res idem.Result) error
 //     retry replays it. The handler must write nothing more.
 //   - Without a claim it returns [ErrNoClaim] and does nothing.
 //
+// Under Options.InTransaction record must be nil: Commit records the
+// result in the claim's transaction and commits it, with the handler's
+// writes (a record function there is refused with [ErrRecordFunc]).
+// A handler there may as well just write its response, which the
+// middleware holds back until it committed; Commit is for one that wants
+// to know, before it returns, whether the commit succeeded. Without
+// InTransaction, a nil record is refused the same way.
+//
 // w and r are the ones the handler was given; call Commit from the handler's
 // goroutine, at most once, before writing anything else.
 func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Header, body []byte, record RecordFunc) error {
@@ -170,8 +235,18 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 		res = idem.Result{Status: status, Unreplayable: true}
 	}
 
+	inTx := c.x.InTransaction()
+	if c.rec.held != nil {
+		c.rec.held.sent = true // Commit answers, after the commit
+	}
 	err := c.x.Err()
-	if err == nil {
+	switch {
+	case err != nil:
+	case inTx && record != nil, !inTx && record == nil:
+		err = ErrRecordFunc
+	case inTx:
+		err = c.x.Commit(res)
+	default:
 		err = record(c.x.Context(), c.x.Token(), res)
 	}
 	if err != nil {
@@ -181,8 +256,7 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 		for name := range header {
 			hd.Del(name)
 		}
-		writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
-			Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, retryAfterSeconds(c.h.eng.RetryAfter()))
+		c.commitFailed(w)
 		return fmt.Errorf("middleware: recording the result: %w", err)
 	}
 	c.commit, c.committedStatus = committed, status

@@ -84,8 +84,40 @@
 // that moment that lasts longer than Options.StoreTimeout (a shorter one
 // is retried) leaves the key claimed until its lease runs out, after which
 // a retry runs the handler again. A handler whose side effects live in the
-// store's database closes that window with [Commit]: it records the response
-// inside its own transaction before sending it (exactly-once).
+// store's database closes that window: in a transaction (below), or with
+// [Commit], which records the response inside the handler's own
+// transaction before sending it.
+//
+// # In a transaction
+//
+// With Options.InTransaction (and a store that is an [idem.TxStore], such
+// as pgstore) the middleware claims the key inside a transaction of the
+// store's database and runs the handler in it: the handler writes its rows
+// through that transaction (pgstore.TxFrom(r.Context())) and answers as
+// usual. A response the record policy records is recorded in the same
+// transaction, which then commits: the claim, the rows and the response
+// commit in one commit. The response is held back until then, and sent
+// only if the commit succeeded; a recorded answer that did not commit is
+// replaced by 503 problem+json ([TypeCommitFailed]) with none of the
+// handler's headers. Every other ending rolls the transaction back and
+// leaves nothing: an answer not recorded (5xx, 408, 429: sent as the
+// handler wrote it), a panic, a handler cut off (its deadline,
+// Options.MaxExecution, or Shutdown) that answered nothing to record, a
+// crash of the process or a lost connection (PostgreSQL also ends a
+// transaction left idle longer than the lease: with nothing to renew, its
+// statements are its signs of life). A retry then runs at once: there is
+// no claim to wait out.
+//
+// While the transaction is open the claim is invisible to everyone else; a
+// duplicate waits in the database for the transaction to end, up to
+// Options.Wait, and gets the recorded response, or, if the wait runs out,
+// 409 with Retry-After (Options.RetryAfter: the transaction's end is not
+// known). A response larger than Options.MaxRecordBytes cannot be held:
+// when it outgrows the limit the transaction commits with the key completed
+// as unreplayable, and the rest streams (write the rows before the body).
+// Flushing does nothing until the commit. docs/design.md compares the two
+// paths; the two-phase one, the default, is for side effects outside the
+// database.
 //
 // # Execution
 //

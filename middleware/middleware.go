@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -26,6 +27,9 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		panic("middleware: New with a nil store")
 	}
 	cfg := newConfig(opts)
+	if _, ok := store.(idem.TxStore); cfg.inTx && !ok {
+		panic(fmt.Sprintf("middleware: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
+	}
 	eng := engine.New(store, engine.Options{
 		Adapter:          idem.AdapterHTTP,
 		Lease:            cfg.lease,
@@ -101,7 +105,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Scope:       scope,
 		Key:         key,
 		Fingerprint: h.cfg.fingerprint(r, body),
-	}}
+	}, InTransaction: h.cfg.inTx}
 	if obs := h.cfg.observer; obs != nil {
 		req.Observe = func(e idem.Event) { obs(r, e) }
 	}
@@ -241,10 +245,17 @@ func replay(w http.ResponseWriter, res idem.Result) {
 func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Request, body []byte, d engine.Decision) {
 	x := h.eng.Start(r.Context(), req, d)
 	c := &call{h: h, x: x, rec: recorder{w: w, cfg: h.cfg}}
+	if x.InTransaction() {
+		c.holdBack()
+	}
 	inner := r.WithContext(context.WithValue(x.Context(), callKey{}, c))
 	withBody(inner, body)
 	x.Do(func(context.Context) engine.Verdict {
 		h.next.ServeHTTP(&c.rec, inner)
-		return c.verdict()
+		c.final = c.verdict()
+		return c.final
 	}, c.aborted)
+	if c.rec.held != nil {
+		c.sendHeld()
+	}
 }

@@ -255,6 +255,18 @@ type Options struct {
 	// request's goroutine (or the lease renewal's) and must be fast and
 	// safe for concurrent use. Nil means none.
 	Observer Observer
+
+	// InTransaction takes each claim inside a transaction of the store's
+	// database, which the handler writes its side effects in (pgstore:
+	// pgstore.TxFrom(r.Context())), and commits that transaction with the
+	// recorded response: the claim, the handler's writes and the response
+	// commit in one commit, or not at all (see "In a transaction" in the
+	// package documentation). The response is held back until then. False
+	// means the two-phase claim, for side effects outside the database:
+	// the claim commits on its own before the handler runs, and the
+	// response streams to the client as it is written. True with a store
+	// that is not an [idem.TxStore] panics.
+	InTransaction bool
 }
 
 // config is Options with the defaults applied and lookups precomputed.
@@ -277,6 +289,7 @@ type config struct {
 	owner            string
 	logger           *slog.Logger
 	observer         Observer
+	inTx             bool
 }
 
 func newConfig(o Options) *config {
@@ -290,6 +303,7 @@ func newConfig(o Options) *config {
 		owner:            o.Owner,
 		logger:           o.Logger,
 		observer:         o.Observer,
+		inTx:             o.InTransaction,
 	}
 	methods := o.Methods
 	if methods == nil {

@@ -9,8 +9,9 @@ import (
 )
 
 // recorder is the response writer the handler sees. Everything the handler
-// writes goes straight through to the client (nothing is held back), and is
-// captured on the way for the record: the status, the allow-listed headers as
+// writes goes straight through to the client (nothing is held back, except
+// with Options.InTransaction: see held), and is captured on the way for the
+// record: the status, the allow-listed headers as
 // they were when the header was sent, and the body up to the record limit.
 // The captured body is the only copy the middleware makes of it; it becomes
 // the recorded Result's body as is.
@@ -27,7 +28,34 @@ type recorder struct {
 	// gone is the error of the first write to the client that failed:
 	// the client hung up. Later writes are not sent.
 	gone error
+	// held, with Options.InTransaction, holds the response back from the
+	// client until the claim's transaction has committed.
+	held *held
 }
+
+// held is a response held back until the claim's transaction commits
+// (Options.InTransaction): the client must not see an answer whose side
+// effects and record may still roll back. The status and body are the
+// recorder's capture; the headers are in the writer's header map.
+type held struct {
+	// before is the writer's header map as it was before the handler ran,
+	// put back for the failure answer that replaces a response whose
+	// transaction did not commit.
+	before http.Header
+	// spill commits the claim's transaction with res, an unreplayable
+	// result, when the response outgrows the record limit and cannot be
+	// held any longer.
+	spill func(res idem.Result) error
+	// sent: the hold is over and the response passes through (it was
+	// spilled, or Commit answered).
+	sent bool
+	// failed: the spill's commit failed; nothing the handler writes may
+	// reach the client.
+	failed bool
+}
+
+// holding reports whether what the handler writes is held back.
+func (rw *recorder) holding() bool { return rw.held != nil && !rw.held.sent }
 
 var (
 	_ http.Flusher                              = (*recorder)(nil)
@@ -58,6 +86,9 @@ func (rw *recorder) WriteHeader(code int) {
 				}
 			}
 		}
+		if rw.holding() {
+			return
+		}
 	}
 	rw.w.WriteHeader(code)
 }
@@ -74,6 +105,15 @@ func (rw *recorder) Write(p []byte) (int, error) {
 		rw.WriteHeader(http.StatusOK)
 	}
 	rw.written += int64(len(p))
+	if rw.holding() {
+		if !rw.held.failed && len(rw.body)+len(p) <= rw.cfg.maxRecord {
+			rw.body = append(rw.body, p...)
+			return len(p), nil
+		}
+		if rw.spill(); rw.held.failed {
+			return len(p), nil
+		}
+	}
 	if !rw.overflow {
 		if len(rw.body)+len(p) > rw.cfg.maxRecord {
 			rw.overflow, rw.body = true, nil
@@ -101,6 +141,9 @@ func (rw *recorder) FlushError() error {
 	if rw.status == 0 {
 		rw.WriteHeader(http.StatusOK)
 	}
+	if rw.holding() {
+		return nil // sent with the rest, after the commit
+	}
 	if rw.gone == nil {
 		if err := http.NewResponseController(rw.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			rw.gone = err
@@ -112,6 +155,25 @@ func (rw *recorder) FlushError() error {
 		return rw.gone
 	}
 	return nil
+}
+
+// spill ends the hold of a response that outgrew the record limit: the
+// claim's transaction commits with an unreplayable result (the side effect
+// happened; the answer cannot be replayed), then what was held goes to the
+// client and the rest passes through. If the commit fails, nothing reaches
+// the client: the middleware answers 503 once the handler returns.
+func (rw *recorder) spill() {
+	if err := rw.held.spill(idem.Result{Status: rw.status, Unreplayable: true}); err != nil {
+		rw.held.failed = true
+		return
+	}
+	rw.held.sent = true
+	body := rw.body
+	rw.overflow, rw.body = true, nil
+	rw.w.WriteHeader(rw.status)
+	if _, err := rw.w.Write(body); err != nil {
+		rw.gone = err
+	}
 }
 
 // Flush implements [http.Flusher].

@@ -41,7 +41,9 @@
 // Complete's and CompleteTx's (in two forms, the second for bodies of 64 KiB
 // or more; and sql/stale.sql), then renew, release,
 // sweep, wait_check and poll_check (Wait), inspect, forget, stats, channel
-// and heartbeat (the LISTEN connection). Each file starts with a comment
+// and heartbeat (the LISTEN connection). BeginClaim sends claim.sql and
+// takeover.sql between tx_limits.sql and tx_restore.sql, and completes with
+// complete.sql's third form (.Tx). Each file starts with a comment
 // explaining the statement; the comment is not sent.
 // The files are embedded in the binary and rendered once, by New, with the
 // names of the table's objects ({{.Table}} and the others) by the template
@@ -96,6 +98,44 @@
 // generation is still current: nobody took the key over and no sweeper
 // removed it.
 //
+// # Exactly once, in one commit: BeginClaim
+//
+// A handler whose side effect is a write to the same database can take the
+// claim inside the transaction that writes it: [Store.BeginClaim] (the
+// [idem.TxStore] the adapters' InTransaction option uses) begins a
+// transaction and claims the key in it; the work writes through [TxFrom];
+// [idem.TxClaim].Commit records the result and commits. The claim, the
+// business rows and the result commit in one commit, or nothing does:
+//
+//	c, tx, err := store.BeginClaim(ctx, req, idem.TxLimits{Wait: 5 * time.Second})
+//	// c.Status == idem.Acquired: tx is open
+//	_, err = pgstore.TxFrom(tx.Context(ctx)).Exec(ctx, `INSERT INTO invoices …`)
+//	err = tx.Commit(ctx, result) // or tx.Rollback(ctx): nothing is left
+//
+// A new key costs three round trips, as BEGIN, INSERT, COMMIT alone would:
+// the BEGIN travels with the transaction's bounds, the claim and the
+// statement restoring lock_timeout (one pipeline), the completion with the
+// COMMIT (TestTxRoundTrips counts them). Until the commit the claim is
+// invisible: a duplicate's INSERT waits, on the primary key, for the
+// holder's transaction to end, bounded by TxLimits.Wait (lock_timeout, set
+// for the claim statement only); then it finds the result (the look that
+// follows the wait goes with its ROLLBACK), or, after a rollback, takes the
+// key. No NOTIFY and no polling is involved, and a duplicate holds a
+// connection while it waits. A crash, a lost connection or any rollback
+// leaves no row at all: no lease to wait out, nothing to sweep.
+// TxLimits bound the transaction on the server too, for a process frozen
+// with it open: TxLimits.Idle is its idle_in_transaction_session_timeout,
+// TxLimits.Execution its statement_timeout (unless the session has one). Keys
+// claimed or completed by Claim are answered as Claim answers them (a live
+// two-phase claim is InFlight with its lease end, at once), an expired row
+// is taken over inside the transaction, and a two-phase Claim of a key
+// held in a transaction waits for it too: the two never hold a key at once.
+// Under REPEATABLE READ and SERIALIZABLE (Options.TxOptions) a duplicate
+// that waited fails with a serialization error instead of finding the row;
+// BeginClaim begins a new transaction and finds it there
+// (TestBeginClaimStrictIsolation). It works through a transaction-mode
+// pooler: everything is in one transaction.
+//
 // # Exactly once, with CompleteTx
 //
 // A handler whose side effect is a write to the same database can make it
@@ -126,7 +166,7 @@
 //   - The claim itself commits before the handler runs, so a crash between
 //     claim and commit leaves a claim that blocks retries until its lease
 //     runs out; then the work runs again, which is safe because nothing of
-//     it committed.
+//     it committed. BeginClaim has no such window.
 //   - Do not call CompleteTx inside a savepoint (a pgx nested transaction)
 //     that the caller may roll back to: rolling back to the savepoint
 //     discards the error, and the outer transaction could commit business
@@ -231,6 +271,9 @@
 // and InFlight for the others, never in unavailable
 // (TestStrictDefaultIsolation). CompleteTx runs in the caller's
 // transaction and is never retried: its 40001 is the caller's to roll back.
+// BeginClaim retries its claim in a new transaction; a 40001 at the commit
+// of a transaction it began is the caller's (the adapters answer 503, and
+// nothing of the request is left).
 //
 // # Errors
 //

@@ -21,7 +21,8 @@ import (
 
 // TestStatementsOnOneKeyUseThePrimaryKey checks the plans of the statements
 // that touch one key (the claim, the takeover, the wait's mark, renewal,
-// completion, release) on a table whose statistics say what a
+// completion, release; the claim, takeover and completion in a
+// transaction) on a table whose statistics say what a
 // busy table's say: almost every row completed, hardly any claimed.
 //
 // The partial index on lease_end (WHERE state = 'claimed') then looks tiny
@@ -116,11 +117,25 @@ func TestStatementsOnOneKeyUseThePrimaryKey(t *testing.T) {
 	if c := mustClaim(t, ctx, s, req("c"), idem.Acquired); !c.Takeover {
 		t.Fatal("the claim of an expired key did not take it over")
 	}
+	// The one-commit path: a claim and its completion in a transaction,
+	// and a takeover in one.
+	limits := idem.TxLimits{Wait: time.Second}
+	_, tx := beginClaim(t, ctx, s, "d", limits, idem.Acquired)
+	if err := tx.Commit(ctx, idem.Result{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("e"), Fingerprint: "fp", Lease: time.Second}, idem.Acquired)
+	clock.Advance(2 * time.Second)
+	if c, tx := beginClaim(t, ctx, s, "e", limits, idem.Acquired); !c.Takeover {
+		t.Fatal("the claim in a transaction of an expired key did not take it over")
+	} else if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(plans) < 7 {
-		t.Fatalf("auto_explain reported %d plans, want one per statement (at least 7)", len(plans))
+	if len(plans) < 10 {
+		t.Fatalf("auto_explain reported %d plans, want one per statement (at least 10)", len(plans))
 	}
 	partial := regexp.MustCompile(`idem_keys_(lease_end|expires_at)_idx`)
 	for _, p := range plans {

@@ -26,6 +26,11 @@ var sqlFiles embed.FS
 // null means the database clock, statement_timestamp().
 type statements struct {
 	claim, takeover, complete, stale, renew, release, waitCheck, pollCheck, inspect, forget, stats, channel, heartbeat string
+	// txLimits, txRestore and txComplete are for a claim's transaction
+	// (BeginClaim): its bounds, the session's lock_timeout put back after
+	// a claim statement, and the completion that raises the stale-claim
+	// error itself (sql/complete.sql with .Tx).
+	txLimits, txRestore, txComplete string
 	// keys lists rows for operators (Store.Keys).
 	keys string
 	// completeLarge is complete for a large body, the JSON built in SQL
@@ -47,6 +52,8 @@ type statementData struct {
 	Notify bool
 	// Large is true for completeLarge.
 	Large bool
+	// Tx is true for txComplete.
+	Tx bool
 	// Batch is the sweep's batch size.
 	Batch int
 }
@@ -54,28 +61,36 @@ type statementData struct {
 func buildStatements(o pgschema.Objects) (statements, error) {
 	st := statements{obj: o}
 	data := statementData{Objects: o, Notify: true}
+	type variant struct {
+		dst  *string
+		vary func(*statementData)
+	}
 	for _, s := range []struct {
 		file string
 		dst  *string
-		// variant, if set, receives the file rendered once more, with
-		// vary applied to the data.
-		variant *string
-		vary    func(*statementData)
+		// variants each receive the file rendered once more, with vary
+		// applied to the data.
+		variants []variant
 	}{
 		{file: "claim", dst: &st.claim},
 		{file: "takeover", dst: &st.takeover},
-		{file: "complete", dst: &st.complete, variant: &st.completeLarge, vary: func(d *statementData) { d.Large = true }},
+		{file: "complete", dst: &st.complete, variants: []variant{
+			{&st.completeLarge, func(d *statementData) { d.Large = true }},
+			{&st.txComplete, func(d *statementData) { d.Tx = true }},
+		}},
 		{file: "stale", dst: &st.stale},
 		{file: "renew", dst: &st.renew},
 		{file: "release", dst: &st.release},
 		{file: "wait_check", dst: &st.waitCheck},
 		{file: "poll_check", dst: &st.pollCheck},
 		{file: "inspect", dst: &st.inspect},
-		{file: "forget", dst: &st.forget, variant: &st.forgetQuiet, vary: func(d *statementData) { d.Notify = false }},
+		{file: "forget", dst: &st.forget, variants: []variant{{&st.forgetQuiet, func(d *statementData) { d.Notify = false }}}},
 		{file: "stats", dst: &st.stats},
 		{file: "keys", dst: &st.keys},
 		{file: "channel", dst: &st.channel},
 		{file: "heartbeat", dst: &st.heartbeat},
+		{file: "tx_limits", dst: &st.txLimits},
+		{file: "tx_restore", dst: &st.txRestore},
 	} {
 		t, err := pgschema.ParseStatement(sqlFiles, "sql/"+s.file+".sql")
 		if err != nil {
@@ -84,10 +99,10 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 		if *s.dst, err = pgschema.Execute(t, data); err != nil {
 			return statements{}, fmt.Errorf("pgstore: %w", err)
 		}
-		if s.variant != nil {
+		for _, v := range s.variants {
 			alt := data
-			s.vary(&alt)
-			if *s.variant, err = pgschema.Execute(t, alt); err != nil {
+			v.vary(&alt)
+			if *v.dst, err = pgschema.Execute(t, alt); err != nil {
 				return statements{}, fmt.Errorf("pgstore: %w", err)
 			}
 		}

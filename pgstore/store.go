@@ -135,6 +135,12 @@ type Options struct {
 	// result is shared by every replay: callers must not modify it. See
 	// the package documentation for what the cache does not see.
 	ReplayCacheBytes int
+	// TxOptions are the options of the transactions [Store.BeginClaim]
+	// begins (the isolation level, above all). The zero value begins them
+	// with the connection's defaults: READ COMMITTED, unless the role or
+	// the database sets default_transaction_isolation. BeginQuery and
+	// CommitQuery must be empty: the store commits with its own statement.
+	TxOptions pgx.TxOptions
 	// Now is a test hook: when set, every statement uses its value as
 	// "now" instead of the database clock. Nil (production) means the
 	// database clock, statement_timestamp(); the application's clock is
@@ -155,6 +161,7 @@ type Store struct {
 
 	listenConfig *pgx.ConnConfig // nil: hijack a pool connection
 	now          func() time.Time
+	txOptions    pgx.TxOptions
 
 	sql      statements
 	listener *listener
@@ -203,6 +210,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		heartbeat: opts.Heartbeat,
 		log:       opts.Logger,
 		now:       opts.Now,
+		txOptions: opts.TxOptions,
 	}
 	if s.sql, err = buildStatements(obj); err != nil {
 		return nil, err
@@ -229,6 +237,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("pgstore: Options.ReplayCacheBytes %d is negative", o.ReplayCacheBytes)
 	case o.Heartbeat < 0:
 		return fmt.Errorf("pgstore: Options.Heartbeat %v is negative", o.Heartbeat)
+	case o.TxOptions.BeginQuery != "" || o.TxOptions.CommitQuery != "":
+		return errors.New("pgstore: Options.TxOptions.BeginQuery and CommitQuery must be empty")
 	case o.NoListen && o.ReplayCacheBytes > 0:
 		return errors.New("pgstore: Options.ReplayCacheBytes needs LISTEN (the cache hears other instances' Forget): set it to 0 with NoListen")
 	}
@@ -371,29 +381,15 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if err := s.checkEncoding(ctx); err != nil {
 		return idem.Claim{}, err
 	}
-	var (
-		cacheID, payload string
-		tk               ticket
-		sent             time.Time
-	)
-	if s.cache != nil {
-		cacheID = replayCacheID(req.Scope, req.Key)
-		if c, ok, err := s.claimFromCache(cacheID, req); ok {
-			return c, err
-		}
-		s.listener.start()
-		payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
+	rc, c, ok, err := s.startClaim(req)
+	if ok {
+		return c, err
 	}
 	lease := s.leaseOf(req.Lease).Microseconds()
 	serializationFailures := 0
 	for range maxClaimAttempts {
-		if s.cache != nil {
-			// Taken before the statement is sent: its answer is cached
-			// only if no notification for the key (nor a lost LISTEN)
-			// came in between.
-			tk, sent = s.cache.ticket(payload), time.Now()
-		}
-		row, err := s.queryClaim(ctx, req, lease)
+		rc.ticket()
+		row, err := s.queryClaim(ctx, s.pool, req, lease)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The conflicting row is not in our snapshot: it committed
@@ -410,15 +406,11 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		case err != nil:
 			return idem.Claim{}, unavailable("claim", err)
 		case row.inserted:
-			return idem.Claim{
-				Status:   idem.Acquired,
-				Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: row.generation},
-				LeaseEnd: *row.leaseEnd,
-			}, nil
+			return row.acquired(req), nil
 		case row.superseded():
 			// The claim's lease or the result's retention ran out: take
 			// the row over, in a second statement.
-			c, ok, err := s.takeOver(ctx, req, lease, row.generation)
+			c, ok, err := s.takeOver(ctx, s.pool, req, lease, row.generation)
 			switch {
 			case ok:
 				return c, nil
@@ -434,29 +426,79 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			// again.
 			continue
 		}
-		switch row.state {
-		case "claimed":
-			if mismatch(row.fingerprint, req.Fingerprint) {
-				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
-			}
-			return idem.Claim{Status: idem.InFlight, LeaseEnd: *row.leaseEnd}, nil
-		case "completed":
-			if mismatch(row.fingerprint, req.Fingerprint) {
-				return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
-			}
-			res, err := row.result.result()
-			if err != nil {
-				return idem.Claim{}, unavailable("claim", err)
-			}
-			if s.cache != nil {
-				s.cache.put(tk, cacheID, payload, row.fingerprint, res, sent, row.now, row.expiresAt)
-			}
-			return idem.Claim{Status: idem.Completed, Result: res}, nil
-		default:
-			return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
-		}
+		return s.answer(rc, req, row)
 	}
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
+}
+
+// claimCache is what a claim needs of the replay cache: where a result read
+// from the table goes, and the ticket that says whether it may.
+type claimCache struct {
+	s                *Store
+	cacheID, payload string
+	tk               ticket
+	sent             time.Time
+}
+
+// startClaim sets up a claim of req: a replay straight from the replay
+// cache (ok true, with the cache's answer), or the cache bookkeeping for a
+// claim that goes to the table.
+func (s *Store) startClaim(req idem.ClaimRequest) (rc claimCache, c idem.Claim, ok bool, err error) {
+	rc.s = s
+	if s.cache == nil {
+		return rc, idem.Claim{}, false, nil
+	}
+	rc.cacheID = replayCacheID(req.Scope, req.Key)
+	if c, ok, err := s.claimFromCache(rc.cacheID, req); ok {
+		return rc, c, true, err
+	}
+	s.listener.start()
+	rc.payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
+	return rc, idem.Claim{}, false, nil
+}
+
+// ticket is taken before each claim statement is sent: its answer is
+// cached only if no notification for the key (nor a lost LISTEN) came in
+// between.
+func (rc *claimCache) ticket() {
+	if rc.s.cache != nil {
+		rc.tk, rc.sent = rc.s.cache.ticket(rc.payload), time.Now()
+	}
+}
+
+// acquired is the claim of a row the statement inserted.
+func (r claimRow) acquired(req idem.ClaimRequest) idem.Claim {
+	return idem.Claim{
+		Status:   idem.Acquired,
+		Token:    idem.Token{Scope: req.Scope, Key: req.Key, Generation: r.generation},
+		LeaseEnd: *r.leaseEnd,
+	}
+}
+
+// answer is the claim of a key whose row the claim statement found live: a
+// duplicate in flight, a replay (cached, if the cache may take it), or a
+// mismatch.
+func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem.Claim, error) {
+	switch row.state {
+	case "claimed":
+		if mismatch(row.fingerprint, req.Fingerprint) {
+			return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key}
+		}
+		return idem.Claim{Status: idem.InFlight, LeaseEnd: *row.leaseEnd}, nil
+	case "completed":
+		if mismatch(row.fingerprint, req.Fingerprint) {
+			return idem.Claim{}, &idem.MismatchError{Scope: req.Scope, Key: req.Key, Completed: true}
+		}
+		res, err := row.result.result()
+		if err != nil {
+			return idem.Claim{}, unavailable("claim", err)
+		}
+		if s.cache != nil {
+			s.cache.put(rc.tk, rc.cacheID, rc.payload, row.fingerprint, res, rc.sent, row.now, row.expiresAt)
+		}
+		return idem.Claim{Status: idem.Completed, Result: res}, nil
+	}
+	return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
 }
 
 // ClaimFromCache answers req from the replay cache alone, without I/O, as
@@ -533,23 +575,41 @@ func (c *resultColumn) result() (idem.Result, error) {
 	return c.res, nil
 }
 
+// querier is what sends a claim statement: the pool, or the connection of
+// a claim's transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // queryClaim sends the claim statement once.
-func (s *Store) queryClaim(ctx context.Context, req idem.ClaimRequest, leaseMicros int64) (claimRow, error) {
+func (s *Store) queryClaim(ctx context.Context, db querier, req idem.ClaimRequest, leaseMicros int64) (claimRow, error) {
+	return scanClaim(db.QueryRow(ctx, s.sql.claim, s.claimArgs(req, leaseMicros)...))
+}
+
+// claimArgs are the claim statement's parameters.
+func (s *Store) claimArgs(req idem.ClaimRequest, leaseMicros int64) []any {
+	return []any{[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg()}
+}
+
+// scanClaim reads the claim statement's answer.
+func scanClaim(row pgx.Row) (claimRow, error) {
 	var r claimRow
-	err := s.pool.QueryRow(ctx, s.sql.claim,
-		[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg(),
-	).Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
+	err := row.Scan(&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
 	return r, err
 }
 
 // takeOver sends sql/takeover.sql for the row of generation gen, which the
 // claim statement found with its lease or retention run out. ok is false,
 // with no error, if the row changed since.
-func (s *Store) takeOver(ctx context.Context, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
+func (s *Store) takeOver(ctx context.Context, db querier, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
+	return scanTakeover(req, db.QueryRow(ctx, s.sql.takeover, append(s.claimArgs(req, leaseMicros), gen)...))
+}
+
+// scanTakeover reads sql/takeover.sql's answer: ok is false, with no
+// error, if the row changed since the claim statement saw it.
+func scanTakeover(req idem.ClaimRequest, row pgx.Row) (c idem.Claim, ok bool, err error) {
 	c = idem.Claim{Status: idem.Acquired, Token: idem.Token{Scope: req.Scope, Key: req.Key}}
-	err = s.pool.QueryRow(ctx, s.sql.takeover,
-		[]byte(req.Scope), req.Key.String(), req.Fingerprint, req.Owner, leaseMicros, s.nowArg(), gen,
-	).Scan(&c.Token.Generation, &c.LeaseEnd, &c.Takeover)
+	err = row.Scan(&c.Token.Generation, &c.LeaseEnd, &c.Takeover)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return idem.Claim{}, false, nil

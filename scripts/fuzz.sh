@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the module for FUZZTIME each (make fuzz).
+# Runs every fuzz target of every module of the workspace (go.work) for
+# FUZZTIME each (make fuzz).
 #
 # A finding fails the run: Go writes its input under testdata/fuzz/ and
 # says "Failing input written to". One failure is not a finding: Go 1.26's
@@ -26,7 +27,9 @@ run() { # pkg target
 }
 
 flakes=0
-for pkg in $("$GO" list ./...); do
+# ./... alone is the root module's packages only, even in a workspace.
+mapfile -t modules < <("$GO" list -m -f '{{.Dir}}/...')
+for pkg in $("$GO" list "${modules[@]}"); do
 	dir=$("$GO" list -f '{{.Dir}}' "$pkg")
 	while read -r target; do
 		echo "== $pkg $target"

@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testdb"
-	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cmdmain"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/pgstore"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +30,7 @@ type result struct {
 	stderr string
 }
 
-func (r result) code() int { return exitCode(r.err) }
+func (r result) code() int { return cmdmain.ExitCode(r.err) }
 
 // idemCLI runs the CLI in-process with DATABASE_URL set to dbURL (empty:
 // unset).
@@ -387,10 +389,10 @@ func TestConnectionErrors(t *testing.T) {
 	check := func(t *testing.T, url string, code int, want string) {
 		t.Helper()
 		r := idemCLI(ctx, url, "stats")
-		if r.code() != code || r.err == nil || !strings.Contains(errorMessage(r.err), want) {
+		if r.code() != code || r.err == nil || !strings.Contains(r.err.Error(), want) {
 			t.Fatalf("exit %d, %v; want exit %d and %q", r.code(), r.err, code, want)
 		}
-		msg := errorMessage(r.err)
+		msg := r.err.Error()
 		if strings.Contains(msg, "secret") || strings.Contains(msg, "certainly-wrong-password") || strings.Contains(msg, "\n") {
 			t.Fatalf("the message leaks the password or spans lines: %q", msg)
 		}
@@ -459,7 +461,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("idem %v: exit %d (%v), want 2", tc.args, r.code(), r.err)
 			continue
 		}
-		if got := errorLine(r.err); got != tc.want {
+		if got := cmdmain.Message("idem", r.err); got != tc.want {
 			t.Errorf("idem %v:\n got %q\nwant %q", tc.args, got, tc.want)
 		}
 		if r.stderr != "" || r.stdout != "" {

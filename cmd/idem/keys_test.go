@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/middleware"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestKeys(t *testing.T) {
@@ -59,7 +61,7 @@ func TestInspectStoredKeyAsKey(t *testing.T) {
 	dbURL, _ := fixture(t)
 	r := idemCLI(context.Background(), dbURL, "inspect", "--scope", "tenant-1", "--key", "key/done")
 	const want = `idem: no such key: scope "tenant-1", key "key/key%2Fdone" is absent (never claimed, released, swept or forgotten); if "key/done" is the key as stored (as "idem keys" prints it), pass --stored-key key/done`
-	if got := errorLine(r.err); r.code() != 1 || got != want {
+	if got := cmdmain.Message("idem", r.err); r.code() != 1 || got != want {
 		t.Errorf("exit %d\n got %s\nwant %s", r.code(), got, want)
 	}
 }
@@ -192,7 +194,7 @@ func TestScopeOutput(t *testing.T) {
 	}
 	r = idemCLI(context.Background(), "", "scope", "-H", "Cookie: session=x", "--route", "POST /invoices")
 	const want = "idem: the request carries cookies but no credential, and --session-cookies is not given: name the service's session cookies (--session-cookies session), or --session-cookies '' if none identifies a caller"
-	if got := errorLine(r.err); r.code() != 1 || got != want {
+	if got := cmdmain.Message("idem", r.err); r.code() != 1 || got != want {
 		t.Errorf("cookie only: exit %d\n got %s\nwant %s", r.code(), got, want)
 	}
 }

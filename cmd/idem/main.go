@@ -12,23 +12,6 @@
 // named by --table (default idem_keys). Every command takes --help.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/idemkit/idem/internal/cmdmain"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	if code := exitCode(err); code != 0 {
-		if line := errorLine(err); line != "" {
-			fmt.Fprintln(os.Stderr, line)
-		}
-		stop()
-		os.Exit(code)
-	}
-}
+func main() { cmdmain.Main("idem", run) }

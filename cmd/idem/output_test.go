@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/internal/demoproc"
 )
 
@@ -80,7 +81,7 @@ func TestErrorLines(t *testing.T) {
 		{[]string{"scope", "-H", "Authorization", "--route", "/x"}, `idem: scope: invalid value "Authorization" for flag -H: want "Name: value" (see idem scope --help)`},
 	} {
 		r := idemCLI(context.Background(), "", tc.args...)
-		if got := errorLine(r.err); got != tc.want || r.code() != 2 {
+		if got := cmdmain.Message("idem", r.err); got != tc.want || r.code() != 2 {
 			t.Errorf("idem %q: exit %d\n got %s\nwant %s", tc.args, r.code(), got, tc.want)
 		}
 	}
@@ -90,7 +91,7 @@ func TestErrorLines(t *testing.T) {
 func TestUnresolvableHost(t *testing.T) {
 	t.Parallel()
 	r := idemCLI(context.Background(), "postgres://idem:secret@nonexistent.invalid:5432/x?connect_timeout=5", "stats")
-	line := errorLine(r.err)
+	line := cmdmain.Message("idem", r.err)
 	if r.code() != 1 || strings.Contains(line, "\n") || strings.Count(line, "nonexistent.invalid") != 2 ||
 		!strings.HasPrefix(line, `idem: cannot connect to PostgreSQL at nonexistent.invalid:5432 (user "idem", database "x"): cannot resolve host "nonexistent.invalid": `) {
 		t.Errorf("exit %d, %q", r.code(), line)
@@ -136,7 +137,7 @@ VERSION  STATE    APPLIED AT
 		},
 	} {
 		r := idemCLI(context.Background(), dbURL, "migrate", "down")
-		if got := errorLine(r.err); r.code() != 2 || got != step.confirm || r.stdout != "" {
+		if got := cmdmain.Message("idem", r.err); r.code() != 2 || got != step.confirm || r.stdout != "" {
 			t.Fatalf("migrate down: exit %d, stdout %q\n got %s\nwant %s", r.code(), r.stdout, got, step.confirm)
 		}
 		checkOutput(t, "migrate down --yes", mustRun(t, dbURL, "migrate", "down", "--yes"),

@@ -18,6 +18,10 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
+// noEnv is an empty environment: every test names its database with
+// -database-url.
+func noEnv(string) string { return "" }
+
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
 func TestParseFlags(t *testing.T) {
@@ -46,7 +50,7 @@ func TestParseFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-database-url", "postgres://x/y"}, tt.args...)
-			cfg, err := parseFlags(args, io.Discard)
+			cfg, err := parseFlags(args, noEnv, io.Discard)
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("parseFlags(%q) = %v", args, err)
@@ -95,11 +99,12 @@ func TestRunAllModes(t *testing.T) {
 	var out, errOut bytes.Buffer
 	csvPath := filepath.Join(t.TempDir(), "bench.csv")
 	err := run(ctx, []string{"-database-url", url, "-mode", "all,wait", "-concurrency", "4", "-duration", "400ms", "-rounds", "2",
-		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5", "-instances", "1,2", "-waiters", "0,2", "-csv", csvPath}, &out, &errOut)
+		"-warmup", "100ms", "-replay-keys", "10", "-retry-share", "0.5", "-instances", "1,2", "-waiters", "0,2", "-csv", csvPath}, noEnv, &out, &errOut)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
-	for _, want := range []string{"floor", "demo-floor", "http-bare", "% of floor", "% of demo-floor", "% of http-bare", "mixed: retry share 0.50", "wake p99"} {
+	for _, want := range []string{"floor", "demo-floor", "http-bare", "% of floor", "% of demo-floor", "% of http-bare", "mixed: retry share 0.50", "wake p99",
+		"% of http-insert", "% of http-onetx-floor", "one-commit"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -121,13 +126,24 @@ func TestRunAllModes(t *testing.T) {
 			}
 			continue
 		}
-		if _, err := strconv.ParseFloat(row[4], 64); err != nil || row[1] != "4" {
-			t.Errorf("CSV row %q: value not a number or clients not 4", row)
+		// The one-commit path's waits run as many keys at once as the
+		// pools have room for: a pool of 4 per instance, each key a
+		// holder and 2 waiters.
+		clients := "4"
+		if instances, _ := strconv.Atoi(row[2]); strings.Contains(row[0], "onetx-wake-") || strings.HasPrefix(row[0], "onetx-complete-") {
+			clients = strconv.Itoa(instances * 4 / 3)
+		}
+		if row[1] != clients {
+			t.Errorf("CSV row %q: clients not %s", row, clients)
+		}
+		if _, err := strconv.ParseFloat(row[4], 64); err != nil {
+			t.Errorf("CSV row %q: value not a number", row)
 		}
 		seen[row[0]+","+row[2]+","+row[3]+","+row[5]] = true
 	}
 	for _, want := range []string{"unique,1,throughput,req/s", "unique,1,ratio,of floor", "demo,1,ratio,of demo-floor",
-		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms"} {
+		"demo-onetx,1,ratio-http,of http-onetx-floor", "demo-onetx,1,ratio-insert,of http-insert",
+		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms", "wait-onetx-wake-2,2,p99,ms"} {
 		if !seen[want] {
 			t.Errorf("CSV lacks a row %q; has %v", want, seen)
 		}
@@ -140,7 +156,7 @@ func TestRunAllModes(t *testing.T) {
 func TestRunReportsFailures(t *testing.T) {
 	url := testdb.URL(t)
 	// A table name migrations reject: setup fails before anything runs.
-	err := run(context.Background(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, noEnv, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "Bad-Name") {
 		t.Fatalf("run with an invalid table = %v, want an error naming it", err)
 	}

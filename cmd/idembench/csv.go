@@ -13,12 +13,15 @@ import (
 //	unique,16,1,throughput,2150,req/s
 //	unique,16,1,ratio,0.85,of floor
 //	unique,16,1,ratio-http,0.9,of http-floor
+//	demo-onetx,16,1,ratio-insert,0.85,of http-insert
 //	wait-wake-8,16,3,p99,4.2,ms
 //
 // series is the mode; the wait mode writes "wait-wake-W" (a waiter's wake
 // after the commit) and "complete-waiters-W" (Complete's own latency) for W
-// waiters per key, so that charts of wait* series show wake latencies only.
-// clients is -concurrency; instances is 1 except in the wait mode. A nil
+// waiters per key, so that charts of wait* series show wake latencies only,
+// and "wait-onetx-wake-W" and "onetx-complete-waiters-W" for the one-commit
+// path. clients is -concurrency, or, for the one-commit path's waits, the
+// keys in flight at once; instances is 1 except in the wait mode. A nil
 // *csvOut (no -csv) writes nothing.
 type csvOut struct {
 	f   *os.File
@@ -63,7 +66,7 @@ func (o *csvOut) results(cfg config, rs []result) {
 		for _, c := range []struct {
 			metric string
 			base   map[string]string
-		}{{"ratio", ratioBase}, {"ratio-http", httpRatioBase}} {
+		}{{"ratio", ratioBase}, {"ratio-http", httpRatioBase}, {"ratio-insert", insertRatioBase}} {
 			if v, of, ok := ratio(byMode, r, c.base); ok {
 				o.measure(r.mode, cfg.concurrency, 1, c.metric, float64(int64(1000*v+0.5))/1000, "of "+of)
 			}
@@ -73,13 +76,17 @@ func (o *csvOut) results(cfg config, rs []result) {
 
 func (o *csvOut) wait(cfg config, rs []waitResult) {
 	for _, r := range rs {
-		series := "complete-waiters-" + strconv.Itoa(r.waiters)
-		o.measure(series, cfg.concurrency, r.instances, "p50", ms(percentile(r.complete, 0.50)), "ms")
-		o.measure(series, cfg.concurrency, r.instances, "p99", ms(percentile(r.complete, 0.99)), "ms")
+		complete, wake := "complete-waiters-", "wait-wake-"
+		if r.onetx {
+			complete, wake = "onetx-complete-waiters-", "wait-onetx-wake-"
+		}
+		series := complete + strconv.Itoa(r.waiters)
+		o.measure(series, r.clients, r.instances, "p50", ms(percentile(r.complete, 0.50)), "ms")
+		o.measure(series, r.clients, r.instances, "p99", ms(percentile(r.complete, 0.99)), "ms")
 		if r.waiters > 0 {
-			series = "wait-wake-" + strconv.Itoa(r.waiters)
-			o.measure(series, cfg.concurrency, r.instances, "p50", ms(percentile(r.wake, 0.50)), "ms")
-			o.measure(series, cfg.concurrency, r.instances, "p99", ms(percentile(r.wake, 0.99)), "ms")
+			series = wake + strconv.Itoa(r.waiters)
+			o.measure(series, r.clients, r.instances, "p50", ms(percentile(r.wake, 0.50)), "ms")
+			o.measure(series, r.clients, r.instances, "p99", ms(percentile(r.wake, 0.99)), "ms")
 		}
 	}
 }

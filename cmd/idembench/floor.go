@@ -93,15 +93,67 @@ func (b *bench) floorOp(invoice bool) op {
 	}
 }
 
-// floorHandler is the floor behind HTTP (http-floor, http-demo-floor):
-// floorWork for the request's Idempotency-Key, then handler's answer, in
-// the same server and through the same client as unique and demo, without
-// idem. Compared with it, unique and demo show what idem costs; compared
-// with floor, what idem and HTTP cost together.
-func floorHandler(pool *pgxpool.Pool, fsql floorSQL, invoice bool) http.Handler {
+// insertWork is the invoice alone, without idempotency: BEGIN; INSERT
+// invoice; COMMIT (http-insert). It is what every invoice mode is compared
+// with: what the service costs without idem.
+func insertWork(ctx context.Context, pool *pgxpool.Pool, fsql floorSQL) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var id int64
+		return tx.QueryRow(ctx, fsql.insertInvoice, "ACME", 12345).Scan(&id)
+	})
+}
+
+// onetxFloorWork is the database work of a new key claimed inside the
+// business transaction, without idem (http-onetx-floor): the plain claim
+// INSERT travelling with the BEGIN, the invoice, and the plain completion
+// UPDATE travelling with the COMMIT, so the same round trips as
+// demo-onetx's (and as insertWork's) with the plainest SQL: no bounds, no
+// restore, no guard, no existing-row check.
+func onetxFloorWork(ctx context.Context, pool *pgxpool.Pool, fsql floorSQL, key string) (err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "rollback")
+		}
+	}()
+	scope := []byte("idembench")
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(fsql.claim, scope, key, benchFingerprint)
+	br := conn.SendBatch(ctx, begin)
+	var gen int64
+	if _, err = br.Exec(); err == nil {
+		err = br.QueryRow().Scan(&gen)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	var id int64
+	if err := conn.QueryRow(ctx, fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+		return err
+	}
+	end := &pgx.Batch{}
+	end.Queue(fsql.complete, scope, key, gen, recordedJSON)
+	end.Queue("commit")
+	return conn.SendBatch(ctx, end).Close()
+}
+
+// workHandler is a floor behind HTTP (http-floor, http-demo-floor,
+// http-insert, http-onetx-floor): work for the request's Idempotency-Key,
+// then handler's answer, in the same server and through the same client as
+// unique and demo, without idem. Compared with it, unique and demo show
+// what idem costs; compared with floor, what idem and HTTP cost together.
+func workHandler(work func(ctx context.Context, key string) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := "key/" + strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
-		if err := floorWork(r.Context(), pool, fsql, key, invoice); err != nil {
+		if err := work(r.Context(), key); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -111,8 +163,9 @@ func floorHandler(pool *pgxpool.Pool, fsql floorSQL, invoice bool) http.Handler 
 
 // demoHandler is the demo's POST /invoices, shaped for the benchmark: it
 // inserts an invoice and records the response in the same transaction
-// (middleware.Commit with pgstore's CompleteTx), as cmd/idemdemo does, and
-// answers with handler's body so that every mode's answer is checked alike.
+// (middleware.Commit with pgstore's CompleteTx), as the two-phase path
+// does, and answers with handler's body so that every mode's answer is
+// checked alike.
 func demoHandler(pool *pgxpool.Pool, store *pgstore.Store, fsql floorSQL) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -143,5 +196,26 @@ func demoHandler(pool *pgxpool.Pool, store *pgstore.Store, fsql floorSQL) http.H
 		if errors.Is(err, middleware.ErrNoClaim) {
 			http.Error(w, "no claim", http.StatusInternalServerError)
 		}
+	})
+}
+
+// demoTxHandler is cmd/idemdemo's POST /invoices, shaped for the benchmark
+// (demo-onetx): behind the middleware with Options.InTransaction, it
+// inserts the invoice in the claim's transaction and answers; the
+// middleware records the answer in that transaction and commits it.
+func demoTxHandler(fsql floorSQL) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		tx := pgstore.TxFrom(r.Context())
+		if tx == nil {
+			http.Error(w, "no claim", http.StatusInternalServerError)
+			return
+		}
+		var id int64
+		if err := tx.QueryRow(r.Context(), fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		handler(w, r)
 	})
 }

@@ -21,17 +21,31 @@
 //	            BEGIN; INSERT invoice; UPDATE to completed; COMMIT
 //	http-demo-floor
 //	            demo-floor's work behind the same HTTP server, without idem
-//	demo        the demo's POST /invoices over HTTP: claim, then the invoice
-//	            and the recorded response in one transaction (CompleteTx)
+//	demo        the demo's POST /invoices on the two-phase path, over HTTP:
+//	            claim, then the invoice and the recorded response in one
+//	            transaction (CompleteTx)
+//	http-insert the invoice alone behind the same HTTP server, without
+//	            idempotency: BEGIN; INSERT invoice; COMMIT
+//	http-onetx-floor
+//	            one commit by hand behind the same server, without idem: the
+//	            claim sent with BEGIN, the invoice, the completion sent with
+//	            COMMIT
+//	demo-onetx  the demo's POST /invoices on the one-commit path: the claim,
+//	            the invoice and the response in one transaction
+//	            (middleware.Options.InTransaction)
 //	wait        not a throughput mode: the time from a completion's commit
 //	            to its waiters' wake, with -instances stores (each its own
-//	            pool and LISTEN connection) and -waiters waiters per key
+//	            pool and LISTEN connection) and -waiters waiters per key, on
+//	            the two-phase path (waiters notified) and on the one-commit
+//	            path (waiters blocked in PostgreSQL on the row)
 //
 // "-mode all" runs every mode but wait back to back at the same concurrency
-// on the same database and prints a table with the ratios the performance
-// targets are stated in (unique/floor, demo/demo-floor, replay/http-bare)
-// and a second column with unique and demo against their HTTP floors (what
-// idem alone costs);
+// on the same database and prints a table with three ratio columns: against
+// the same work without HTTP (unique/floor, demo/demo-floor) or, for
+// replays, without idem (replay/http-bare); against the same work by hand
+// behind the same HTTP server (unique/http-floor, demo/http-demo-floor,
+// demo-onetx/http-onetx-floor: what idem alone costs); and the invoice
+// modes against http-insert (what idempotency costs the service);
 // "-mode all,wait" adds the wait table. -csv FILE also writes every
 // measurement as a row "series,clients,instances,metric,value,unit". Without
 // -table it creates a schema of its own (idembench_<random>), migrates it,
@@ -51,20 +65,6 @@
 // See docs/performance.md ("Load tool") for the method and the numbers.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/idemkit/idem/internal/cmdmain"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "idembench:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("idembench", run) }

@@ -21,10 +21,17 @@ import (
 // connection, as separate processes would have) and waiters waiters per key.
 type waitResult struct {
 	instances, waiters int
-	keys               int
-	complete, wake     []time.Duration
-	errors             int
-	firstErr           error
+	// onetx: the one-commit path (pgstore.BeginClaim): the key is claimed
+	// in the holder's transaction and its waiters wait in PostgreSQL on
+	// the key's row; clients is how many keys were in flight at once (each
+	// waiter holds a connection while it waits).
+	onetx    bool
+	clients  int
+	keys     int
+	complete []time.Duration
+	wake     []time.Duration
+	errors   int
+	firstErr error
 }
 
 // runWait measures every (instances, waiters) configuration for
@@ -52,33 +59,45 @@ func (b *bench) runWait(ctx context.Context, stderr io.Writer) ([]waitResult, er
 			defer s.Close()
 			stores = append(stores, s)
 		}
-		for _, w := range b.cfg.waiters {
-			fmt.Fprintf(stderr, "idembench: wait: %d instance(s), %d waiter(s) per key ...\n", n, w)
-			r := b.measureWait(ctx, stores, w)
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		for _, onetx := range []bool{false, true} {
+			for _, w := range b.cfg.waiters {
+				if onetx && w == 0 {
+					continue // a commit nobody waits for is the demo-onetx mode's
+				}
+				fmt.Fprintf(stderr, "idembench: wait: %d instance(s), %d waiter(s) per key, one commit %v ...\n", n, w, onetx)
+				r := b.measureWait(ctx, stores, w, onetx)
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				if r.errors > 0 {
+					return nil, fmt.Errorf("%d instance(s), %d waiter(s), one commit %v: %d keys failed; first: %w", n, w, onetx, r.errors, r.firstErr)
+				}
+				out = append(out, r)
 			}
-			if r.errors > 0 {
-				return nil, fmt.Errorf("%d instance(s), %d waiter(s): %d keys failed; first: %w", n, w, r.errors, r.firstErr)
-			}
-			out = append(out, r)
 		}
 	}
 	return out, nil
 }
 
-func (b *bench) measureWait(ctx context.Context, stores []*pgstore.Store, waiters int) waitResult {
-	r := waitResult{instances: len(stores), waiters: waiters}
+func (b *bench) measureWait(ctx context.Context, stores []*pgstore.Store, waiters int, onetx bool) waitResult {
+	r := waitResult{instances: len(stores), waiters: waiters, onetx: onetx, clients: b.cfg.concurrency}
+	once := b.waitOnce
+	if onetx {
+		// Each key's holder and waiters hold a connection each: no more
+		// keys at once than the pools have room for.
+		r.clients = max(1, min(b.cfg.concurrency, len(stores)*b.cfg.poolConns/(waiters+1)))
+		once = b.waitOnceTx
+	}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
 	deadline := time.Now().Add(b.cfg.duration)
-	for c := range b.cfg.concurrency {
+	for c := range r.clients {
 		wg.Go(func() {
 			w := &worker{id: c}
 			for ctx.Err() == nil && time.Now().Before(deadline) {
-				complete, wake, err := b.waitOnce(ctx, stores, w, waiters)
+				complete, wake, err := once(ctx, stores, w, waiters)
 				mu.Lock()
 				if err != nil {
 					r.errors++
@@ -166,6 +185,93 @@ func (b *bench) waitOnce(ctx context.Context, stores []*pgstore.Store, w *worker
 	return committed.Sub(start), wakes, nil
 }
 
+// waitOnceTx runs one key of the one-commit path: the holder claims it in
+// a transaction (pgstore.BeginClaim); its waiters, on the instances in
+// turn, claim it in transactions of their own and wait in PostgreSQL for
+// the holder's; once all of them wait (pg_locks), the holder commits with
+// the result. Each waiter records the time from the holder's Commit
+// returning to its own BeginClaim returning the result.
+func (b *bench) waitOnceTx(ctx context.Context, stores []*pgstore.Store, w *worker, waiters int) (time.Duration, []time.Duration, error) {
+	k := b.newKey(fmt.Sprintf("%s-onetx-%d-%d", modeWait, len(stores), waiters), w)
+	key, err := idem.ParseKey(k)
+	if err != nil {
+		return 0, nil, err
+	}
+	owner := stores[w.id%len(stores)]
+	req := idem.ClaimRequest{Scope: "idembench", Key: key, Fingerprint: benchFingerprint, Owner: "idembench", Lease: time.Minute}
+	limits := idem.TxLimits{Wait: time.Minute}
+	c, tx, err := owner.BeginClaim(ctx, req, limits)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.Status != idem.Acquired {
+		return 0, nil, fmt.Errorf("claim of a new key: %v", c.Status)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var xid string
+	if err := pgstore.TxFrom(tx.Context(ctx)).QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		return 0, nil, err
+	}
+	type wake struct {
+		at  time.Time
+		err error
+	}
+	woke := make(chan wake, waiters)
+	for i := range waiters {
+		s := stores[(w.id+i+1)%len(stores)]
+		go func() {
+			c, wtx, err := s.BeginClaim(ctx, req, limits)
+			at := time.Now()
+			switch {
+			case err != nil:
+			case wtx != nil:
+				_ = wtx.Rollback(ctx)
+				err = fmt.Errorf("waiter: %v, want completed", c.Status)
+			case c.Status != idem.Completed:
+				err = fmt.Errorf("waiter: %v, want completed", c.Status)
+			}
+			woke <- wake{at, err}
+		}()
+	}
+	if waiters > 0 {
+		if err := b.awaitLockWaiters(ctx, xid, waiters); err != nil {
+			return 0, nil, err
+		}
+	}
+	start := time.Now()
+	if err := tx.Commit(ctx, recordedResult); err != nil {
+		return 0, nil, err
+	}
+	committed := time.Now()
+	wakes := make([]time.Duration, 0, waiters)
+	var first error
+	for range waiters {
+		wk := <-woke
+		if wk.err != nil && first == nil {
+			first = wk.err
+		}
+		wakes = append(wakes, max(wk.at.Sub(committed), 0))
+	}
+	return committed.Sub(start), wakes, first
+}
+
+// awaitLockWaiters polls until n sessions wait for the lock of
+// transaction xid: the waiters of the one-commit path, blocked on the
+// key's row until that transaction ends.
+func (b *bench) awaitLockWaiters(ctx context.Context, xid string, n int) error {
+	q := `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND transactionid::text = $1 AND NOT granted`
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(time.Millisecond) {
+		var waiting int
+		if err := b.monitor.QueryRow(ctx, q, xid).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting >= n {
+			return nil
+		}
+	}
+	return fmt.Errorf("%d waiters did not all wait for transaction %s within 30s", n, xid)
+}
+
 // awaitMark polls until a waiter marked key's row (pgstore's Wait does when
 // it finds the claim live).
 func (b *bench) awaitMark(ctx context.Context, key string) error {
@@ -184,13 +290,17 @@ func (b *bench) awaitMark(ctx context.Context, key string) error {
 
 func printWait(w io.Writer, rs []waitResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "instances\twaiters/key\tkeys\tcomplete p50\tcomplete p99\twake p50\twake p99\t")
+	fmt.Fprintln(tw, "path\tinstances\twaiters/key\tkeys at once\tkeys\tcomplete p50\tcomplete p99\twake p50\twake p99\t")
 	for _, r := range rs {
 		wake50, wake99 := "-", "-"
 		if r.waiters > 0 {
 			wake50, wake99 = fmtDur(percentile(r.wake, 0.50)), fmtDur(percentile(r.wake, 0.99))
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", r.instances, r.waiters, r.keys,
+		path := "two-phase"
+		if r.onetx {
+			path = "one-commit"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", path, r.instances, r.waiters, r.clients, r.keys,
 			fmtDur(percentile(r.complete, 0.50)), fmtDur(percentile(r.complete, 0.99)), wake50, wake99)
 	}
 	tw.Flush()

@@ -17,29 +17,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/middleware"
 )
-
-// errHelp is returned by run when -help was asked for: the usage was
-// printed and the process exits 0.
-var errHelp = errors.New("help requested")
-
-// usageError is a bad command line: the process exits 2.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func exitCode(err error) int {
-	var u *usageError
-	switch {
-	case err == nil, errors.Is(err, errHelp):
-		return 0
-	case errors.As(err, &u):
-		return 2
-	}
-	return 1
-}
 
 // config is the demo's command line, after the environment was applied.
 type config struct {
@@ -59,6 +39,7 @@ type config struct {
 	migrate         bool
 	scopeSecret     string
 	sessionCookies  []string
+	twoPhase        bool
 }
 
 // envVar is the environment variable of each flag. DATABASE_URL is the
@@ -80,6 +61,7 @@ var envVar = map[string]string{
 	"migrate":          "IDEMDEMO_MIGRATE",
 	"scope-secret":     "IDEMDEMO_SCOPE_SECRET",
 	"session-cookies":  "IDEMDEMO_SESSION_COOKIES",
+	"two-phase":        "IDEMDEMO_TWO_PHASE",
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -98,7 +80,7 @@ func parseConfigTo(args []string, getenv func(string) string, stdout, stderr io.
 	fs.StringVar(&cfg.directURL, "direct-url", "", "behind a pooler in transaction mode (PgBouncer pool_mode=transaction), a direct PostgreSQL `URL` to the same database for what needs a session: migrations and LISTEN (empty: -database-url's connections; give -database-url default_query_exec_mode=exec)")
 	fs.BoolVar(&cfg.noListen, "no-listen", false, "with a database, never LISTEN (for engines or endpoints without LISTEN/NOTIFY): a duplicate polls for its original's result, and the replay cache is off")
 	fs.StringVar(&cfg.table, "table", "", "idem claim `table`, \"table\" or \"schema.table\" (empty: idem_keys)")
-	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it")
+	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "lease of a claim, renewed while the handler runs; an abandoned claim is taken over after it (with a database and without -two-phase, POST /invoices claims inside its transaction, which PostgreSQL ends when it stays idle this long)")
 	fs.DurationVar(&cfg.wait, "wait", middleware.DefaultWait, "how long a duplicate waits for an in-flight original before 409 (negative: no wait)")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long a completed result is replayed")
 	fs.IntVar(&cfg.replayCache, "replay-cache", 64<<20, "with a database, `bytes` of completed results cached in process, so a replay needs no round trip (0: no cache; forget keys with \"idem forget\", not DELETE)")
@@ -107,6 +89,7 @@ func parseConfigTo(args []string, getenv func(string) string, stdout, stderr io.
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error (debug logs idempotency keys in clear)")
 	fs.BoolVar(&cfg.migrate, "migrate", true, "with a database, migrate the idem table and create the invoices table at start; false for a least-privilege role (run \"idem migrate up\" as the table's owner instead)")
 	fs.StringVar(&cfg.scopeSecret, "scope-secret", "", "`secret` keying the hash of each caller's credentials in the scope (HMAC-SHA-256); set it through the environment, not the command line, and the same in every instance (empty: plain SHA-256, so low-entropy credentials could be guessed from the table)")
+	fs.BoolVar(&cfg.twoPhase, "two-phase", false, "with a database, POST /invoices claims its key on its own before the handler runs and records the response with the invoice in a second transaction (the path for side effects outside the database); false: the claim, the invoice and the response commit in one transaction")
 	cookies := fs.String("session-cookies", "session", "comma-separated `names` of the cookies that identify a caller; empty: no cookie does")
 	fs.StringVar(&cfg.probe, "probe", "", "instead of serving, GET this `URL` and exit 0 if it answers 2xx, 1 otherwise: a container health check for images without curl")
 	fs.Usage = func() {
@@ -144,18 +127,18 @@ Flags:
 		}
 	})
 	if envErr != nil {
-		return cfg, &usageError{envErr}
+		return cfg, &cmdmain.UsageError{Err: envErr}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, _ = usage.WriteTo(stdout)
-			return cfg, errHelp
+			return cfg, cmdmain.ErrHelp
 		}
 		_, _ = usage.WriteTo(stderr)
-		return cfg, &usageError{err}
+		return cfg, &cmdmain.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return cfg, &usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+		return cfg, cmdmain.Usagef("unexpected arguments: %q", fs.Args())
 	}
 	cfg.sessionCookies = []string{} // non-nil: the demo names its session cookies, possibly none
 	for name := range strings.SplitSeq(*cookies, ",") {
@@ -165,15 +148,15 @@ Flags:
 	}
 	switch {
 	case cfg.lease < time.Millisecond:
-		return cfg, &usageError{errors.New("-lease must be at least 1ms")}
+		return cfg, cmdmain.Usagef("-lease must be at least 1ms")
 	case cfg.retention <= 0:
-		return cfg, &usageError{errors.New("-retention must be positive")}
+		return cfg, cmdmain.Usagef("-retention must be positive")
 	case cfg.replayCache < 0:
-		return cfg, &usageError{errors.New("-replay-cache must not be negative")}
+		return cfg, cmdmain.Usagef("-replay-cache must not be negative")
 	case cfg.sweepEvery <= 0:
-		return cfg, &usageError{errors.New("-sweep-interval must be positive")}
+		return cfg, cmdmain.Usagef("-sweep-interval must be positive")
 	case cfg.shutdownTimeout <= 0:
-		return cfg, &usageError{errors.New("-shutdown-timeout must be positive")}
+		return cfg, cmdmain.Usagef("-shutdown-timeout must be positive")
 	}
 	return cfg, nil
 }
@@ -186,6 +169,9 @@ type backend struct {
 	// health reports whether the store can be reached.
 	health func(ctx context.Context) error
 	close  func()
+	// inTransaction: POST /invoices claims its key inside the transaction
+	// that inserts the invoice (middleware.Options.InTransaction).
+	inTransaction bool
 }
 
 // run is the whole demo: it returns when ctx is cancelled (SIGINT/SIGTERM)
@@ -239,7 +225,7 @@ func probe(ctx context.Context, url string) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return &usageError{fmt.Errorf("-probe: %w", err)}
+		return cmdmain.Usagef("-probe: %w", err)
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)
@@ -309,6 +295,7 @@ func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
 		Observer:       a.metrics.observeHTTP,
 		SessionCookies: cfg.sessionCookies,
 		ScopeSecret:    scopeSecret(cfg),
+		InTransaction:  be.inTransaction,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /invoices", protect(http.HandlerFunc(a.createInvoice)))

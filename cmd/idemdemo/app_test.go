@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -39,12 +40,14 @@ func TestParseConfig(t *testing.T) {
 		{name: "flags win over the environment", args: []string{"-database-url", "postgres://flag", "-wait", "-1s"},
 			env:  map[string]string{"DATABASE_URL": "postgres://env"},
 			want: func(c config) bool { return c.databaseURL == "postgres://flag" && c.wait == -time.Second }},
-		{name: "help", args: []string{"-help"}, wantErr: func(err error) bool { return errors.Is(err, errHelp) && exitCode(err) == 0 }},
-		{name: "unknown flag", args: []string{"-nope"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
+		{name: "help", args: []string{"-help"}, wantErr: func(err error) bool { return errors.Is(err, cmdmain.ErrHelp) && cmdmain.ExitCode(err) == 0 }},
+		{name: "unknown flag", args: []string{"-nope"}, wantErr: func(err error) bool { return cmdmain.ExitCode(err) == 2 }},
 		{name: "bad duration in the environment", env: map[string]string{"IDEMDEMO_RETENTION": "forever"},
-			wantErr: func(err error) bool { return exitCode(err) == 2 && strings.Contains(err.Error(), "IDEMDEMO_RETENTION") }},
-		{name: "zero lease", args: []string{"-lease", "0s"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
-		{name: "lease under a millisecond", args: []string{"-lease", "2ns"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
+			wantErr: func(err error) bool {
+				return cmdmain.ExitCode(err) == 2 && strings.Contains(err.Error(), "IDEMDEMO_RETENTION")
+			}},
+		{name: "zero lease", args: []string{"-lease", "0s"}, wantErr: func(err error) bool { return cmdmain.ExitCode(err) == 2 }},
+		{name: "lease under a millisecond", args: []string{"-lease", "2ns"}, wantErr: func(err error) bool { return cmdmain.ExitCode(err) == 2 }},
 		{name: "scope secret and session cookies from the environment",
 			env: map[string]string{"IDEMDEMO_SCOPE_SECRET": "s3cret", "IDEMDEMO_SESSION_COOKIES": "sid, remember_me"},
 			want: func(c config) bool {
@@ -52,7 +55,7 @@ func TestParseConfig(t *testing.T) {
 			}},
 		{name: "no session cookie", args: []string{"-session-cookies", ""},
 			want: func(c config) bool { return c.sessionCookies != nil && len(c.sessionCookies) == 0 }},
-		{name: "arguments", args: []string{"extra"}, wantErr: func(err error) bool { return exitCode(err) == 2 }},
+		{name: "arguments", args: []string{"extra"}, wantErr: func(err error) bool { return cmdmain.ExitCode(err) == 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -60,7 +63,7 @@ func TestParseConfig(t *testing.T) {
 			c, err := parseConfig(tc.args, env(tc.env), &stderr)
 			if tc.wantErr != nil {
 				if err == nil || !tc.wantErr(err) {
-					t.Fatalf("error %v (exit %d), not the one expected", err, exitCode(err))
+					t.Fatalf("error %v (exit %d), not the one expected", err, cmdmain.ExitCode(err))
 				}
 				return
 			}
@@ -77,7 +80,7 @@ func TestParseConfig(t *testing.T) {
 func TestHelpListsEveryFlagWithItsEnvironmentVariable(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
-	if _, err := parseConfig([]string{"-help"}, func(string) string { return "" }, &stderr); !errors.Is(err, errHelp) {
+	if _, err := parseConfig([]string{"-help"}, func(string) string { return "" }, &stderr); !errors.Is(err, cmdmain.ErrHelp) {
 		t.Fatal(err)
 	}
 	for flag, env := range envVar {
@@ -263,7 +266,7 @@ func FuzzDecodeInvoiceRequest(f *testing.F) {
 func TestHelpGoesToStdout(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), []string{"-help"}, func(string) string { return "" }, &stdout, &stderr); !errors.Is(err, errHelp) {
+	if err := run(context.Background(), []string{"-help"}, func(string) string { return "" }, &stdout, &stderr); !errors.Is(err, cmdmain.ErrHelp) {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(stdout.String(), "Usage: idemdemo [flags]\n") || stderr.Len() != 0 {
@@ -271,7 +274,7 @@ func TestHelpGoesToStdout(t *testing.T) {
 	}
 	stdout.Reset()
 	stderr.Reset()
-	if err := run(context.Background(), []string{"-nope"}, func(string) string { return "" }, &stdout, &stderr); exitCode(err) != 2 {
+	if err := run(context.Background(), []string{"-nope"}, func(string) string { return "" }, &stdout, &stderr); cmdmain.ExitCode(err) != 2 {
 		t.Fatal(err)
 	}
 	if stdout.Len() != 0 || !strings.HasPrefix(stderr.String(), "flag provided but not defined: -nope\nUsage: idemdemo [flags]\n") {

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/middleware"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 const acme = `{"customer":"acme","amount_cents":1200}`
@@ -104,7 +105,7 @@ func TestInFlightAndShutdownRelease(t *testing.T) {
 	slow := `{"customer":"slow","amount_cents":7,"delay_ms":1500}`
 	orig := make(chan response, 1)
 	go func() { orig <- a.do("POST", "/invoices", "slow-1", slow) }()
-	waitForState(t, conn, "key/slow-1", "claimed")
+	waitForInFlight(t, conn, "key/slow-1")
 	dup := a.do("POST", "/invoices", "slow-1", slow)
 	first := <-orig
 	mustStatus(t, "original", first, http.StatusCreated)
@@ -118,7 +119,7 @@ func TestInFlightAndShutdownRelease(t *testing.T) {
 	long := `{"customer":"long","amount_cents":9,"delay_ms":600000}`
 	cancelled := make(chan response, 1)
 	go func() { cancelled <- b.do("POST", "/invoices", "long-1", long) }()
-	waitForState(t, conn, "key/long-1", "claimed")
+	waitForInFlight(t, conn, "key/long-1")
 	conflict := b.do("POST", "/invoices", "long-1", long)
 	mustStatus(t, "in-flight duplicate", conflict, http.StatusConflict)
 	if typ := problemType(t, conflict); typ != middleware.TypeInFlight {
@@ -499,32 +500,67 @@ func metricValue(text, series string) string {
 	return ""
 }
 
-// A process killed mid-request leaves its claim; once the lease runs out
-// another instance's sweeper releases it (and counts it), and the key runs
-// again.
-func TestCrashedClaimIsSwept(t *testing.T) {
+// A process killed mid-request. POST /invoices claimed its key inside the
+// transaction that inserts the invoice, which rolls back with the process's
+// connections: nothing is left behind, and another instance runs the retry
+// at once (the lease, 30s, never comes into it) with nothing to sweep. An
+// MCP call's claim is the two-phase kind (the tool's side effect is an HTTP
+// call): it is left until its lease runs out, then the other instance's
+// sweeper releases it (and counts it), and the call runs again.
+func TestCrashLeavesNothingOrASweptClaim(t *testing.T) {
 	t.Parallel()
 	dbURL, conn := pgURL(t)
-	a := startDemo(t, dbURL, "-lease", "1s")
-	go func() {
-		// Fails when a is killed; the response does not matter.
+	crashing := func(d *demo, send func()) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			send() // fails when d is killed; the answer does not matter
+		}()
+		t.Cleanup(func() { <-done })
+	}
+
+	a := startDemo(t, dbURL)
+	crashing(a, func() {
 		req, _ := http.NewRequest("POST", a.URL()+"/invoices", strings.NewReader(`{"customer":"crash","amount_cents":3,"delay_ms":600000}`))
 		req.Header.Set("Idempotency-Key", "crash-1")
 		req.Header.Set("Content-Type", "application/json")
 		if resp, err := a.client.Do(req); err == nil {
 			resp.Body.Close()
 		}
-	}()
-	waitForState(t, conn, "key/crash-1", "claimed")
+	})
+	waitForInFlight(t, conn, "key/crash-1")
 	a.Kill()
 
 	b := startDemo(t, dbURL, "-sweep-interval", "100ms")
-	waitForState(t, conn, "key/crash-1", "")
-	waitForMetric(t, b, `idem_swept_total{kind="abandoned"}`, "1")
 	again := b.do("POST", "/invoices", "crash-1", `{"customer":"crash","amount_cents":3}`)
 	mustStatus(t, "retry after the crash", again, http.StatusCreated)
-	if invs := b.invoices(); len(invs) != 1 {
-		t.Fatalf("%d invoices, want 1: %+v", len(invs), invs)
+	if again.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("the retry after the crash was replayed")
+	}
+
+	c := startDemo(t, dbURL, "-lease", "3s")
+	crashing(c, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		hc := &http.Client{Transport: &http.Transport{}}
+		defer hc.CloseIdleConnections()
+		client := mcp.NewClient(&mcp.Implementation{Name: "idemdemo-test", Version: "1.0.0"}, nil)
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+		if err != nil {
+			return
+		}
+		defer cs.Close()
+		_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_invoice",
+			Arguments: map[string]any{"customer": "crash-mcp", "amount_cents": 3, "delay_ms": 600000},
+			Meta:      mcp.Meta{"idempotencyKey": "crash-mcp"}})
+	})
+	waitForState(t, conn, "key/crash-mcp", "claimed")
+	c.Kill()
+	waitForState(t, conn, "key/crash-mcp", "")
+	waitForMetric(t, b, `idem_swept_total{kind="abandoned"}`, "1")
+	callTool(t, b, map[string]any{"customer": "crash-mcp", "amount_cents": 3}, mcp.Meta{"idempotencyKey": "crash-mcp"})
+	if invs := b.invoices(); len(invs) != 2 {
+		t.Fatalf("%d invoices, want 2 (one per key): %+v", len(invs), invs)
 	}
 }
 
@@ -717,3 +753,26 @@ func TestRunInProcess(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// With -two-phase, POST /invoices claims its key on its own first: the
+// claim is in the table, visible, while the handler runs, and the invoice
+// and its response commit in a second transaction. A duplicate waits for
+// it and replays it; one invoice.
+func TestTwoPhase(t *testing.T) {
+	t.Parallel()
+	dbURL, conn := pgURL(t)
+	d := startDemo(t, dbURL, "-two-phase", "-wait", "1m")
+	slow := `{"customer":"two","amount_cents":7,"delay_ms":1000}`
+	orig := make(chan response, 1)
+	go func() { orig <- d.do("POST", "/invoices", "two-1", slow) }()
+	waitForState(t, conn, "key/two-1", "claimed")
+	dup := d.do("POST", "/invoices", "two-1", slow)
+	first := <-orig
+	mustStatus(t, "original", first, http.StatusCreated)
+	if string(dup.body) != string(first.body) || dup.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("duplicate got %s (replayed %q), want the original's %s replayed", dup.body, dup.header.Get("Idempotent-Replayed"), first.body)
+	}
+	if invs := d.invoices(); len(invs) != 1 {
+		t.Fatalf("%d invoices, want 1: %+v", len(invs), invs)
+	}
+}

@@ -32,7 +32,7 @@ func TestClientHangUpThenRetry(t *testing.T) {
 		}
 		sent <- err
 	}()
-	waitForState(t, conn, "key/hangup-1", "claimed")
+	waitForInFlight(t, conn, "key/hangup-1")
 	cancel() // the client hangs up while the handler waits out its delay
 	if err := <-sent; err == nil {
 		t.Fatal("the request that hung up got an answer")

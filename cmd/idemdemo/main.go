@@ -12,22 +12,6 @@
 // Run it with -help for the flags; docs/demo.md walks through it with curl.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/idemkit/idem/internal/cmdmain"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if err != errHelp {
-			fmt.Fprintln(os.Stderr, "idemdemo:", err)
-		}
-		stop()
-		os.Exit(exitCode(err))
-	}
-}
+func main() { cmdmain.Main("idemdemo", run) }

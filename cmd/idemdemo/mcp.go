@@ -9,9 +9,10 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/idemkit/idem/mcphttp"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idem/mcphttp"
 )
 
 // toolOutput is what create_invoice returns: the invoice, and whether the

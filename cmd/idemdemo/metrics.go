@@ -4,12 +4,13 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemotel"
-	"github.com/idemkit/idem/idemprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/idemprom"
 )
 
 // metrics are the demo's Prometheus metrics, served at /metrics: idem's,

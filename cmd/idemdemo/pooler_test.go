@@ -31,7 +31,7 @@ func TestDemoThroughPooler(t *testing.T) {
 		slow := `{"customer":"slow","amount_cents":7,"delay_ms":1000}`
 		orig := make(chan response, 1)
 		go func() { orig <- original.do("POST", "/invoices", key, slow) }()
-		waitForState(t, conn, "key/"+key, "claimed")
+		waitForInFlight(t, conn, "key/"+key)
 		dup := duplicate.do("POST", "/invoices", key, slow)
 		first := <-orig
 		mustStatus(t, "original", first, http.StatusCreated)

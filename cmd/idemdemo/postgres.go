@@ -10,13 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/internal/pgconnect"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // invoicesDDL is the demo's own table. It is not an idem migration: it stands
@@ -34,7 +36,7 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 	if err != nil {
 		// pgx's message quotes the URL, password included: say only
 		// what is wrong.
-		return nil, &usageError{errors.New("-database-url / DATABASE_URL is not a valid PostgreSQL URL or DSN (want postgres://user:password@host:port/db?sslmode=disable)")}
+		return nil, cmdmain.Usagef("-database-url / DATABASE_URL is not a valid PostgreSQL URL or DSN (want postgres://user:password@host:port/db?sslmode=disable)")
 	}
 	pool, err := pgconnect.Open(ctx, pcfg, 15*time.Second)
 	if err != nil {
@@ -49,7 +51,7 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		dcfg, err := pgxpool.ParseConfig(cfg.directURL)
 		if err != nil {
 			pool.Close()
-			return nil, &usageError{errors.New("-direct-url / IDEMDEMO_DIRECT_URL is not a valid PostgreSQL URL or DSN")}
+			return nil, cmdmain.Usagef("-direct-url / IDEMDEMO_DIRECT_URL is not a valid PostgreSQL URL or DSN")
 		}
 		listenConfig = dcfg.ConnConfig.Copy()
 		if cfg.migrate {
@@ -94,7 +96,10 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		name:     "postgres",
 		store:    store,
 		invoices: &pgInvoices{pool: pool, store: store, logger: logger},
-		health:   storeHealth(store),
+		// The invoice is a row in the store's database: the claim, the
+		// invoice and the response commit together (unless -two-phase).
+		inTransaction: !cfg.twoPhase,
+		health:        storeHealth(store),
 		close: func() {
 			store.Close()
 			pool.Close()
@@ -170,12 +175,34 @@ type pgInvoices struct {
 	logger *slog.Logger
 }
 
-// create inserts the invoice and records the 201 in the same transaction
-// (middleware.Commit with pgstore's CompleteTx): either both commit or
-// neither does, so a crash at any point leaves no invoice without its
-// recorded response, and a retry never creates a second invoice.
+// create inserts the invoice and answers 201 with it, the invoice and the
+// recorded response committing in one transaction: a crash at any point
+// leaves no invoice without its response, and a retry never creates a
+// second invoice.
+//
+// By default (middleware.Options.InTransaction) the middleware claimed the
+// key inside a transaction, which create finds in the request's context
+// and inserts in; the middleware records the answer in it and commits: one
+// commit for the claim, the invoice and the response, and nothing left
+// behind by a crash. With -two-phase the claim committed on its own first,
+// and create inserts the invoice and records the response in a transaction
+// of its own (middleware.Commit with pgstore's CompleteTx), as a handler
+// must that manages its own transaction.
 func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceRequest) {
 	ctx := r.Context()
+	inv := Invoice{Customer: req.Customer, AmountCents: req.AmountCents}
+	if tx := pgstore.TxFrom(ctx); tx != nil {
+		if err := insertInvoice(ctx, tx, &inv); err != nil {
+			// A 5xx rolls the transaction back: nothing of the request
+			// is left, and a retry runs again.
+			p.unavailable(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(invoiceJSON(inv))
+		return
+	}
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		p.unavailable(w, err)
@@ -188,10 +215,7 @@ func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceR
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	inv := Invoice{Customer: req.Customer, AmountCents: req.AmountCents}
-	err = tx.QueryRow(ctx, `INSERT INTO idemdemo_invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
-		inv.Customer, inv.AmountCents).Scan(&inv.ID)
-	if err != nil {
+	if err := insertInvoice(ctx, tx, &inv); err != nil {
 		p.unavailable(w, err)
 		return
 	}
@@ -217,6 +241,11 @@ func (p *pgInvoices) create(w http.ResponseWriter, r *http.Request, req invoiceR
 		// Commit answered 503 and the middleware releases the claim.
 		p.logger.Warn("invoice not created: the transaction did not commit", "err", err)
 	}
+}
+
+func insertInvoice(ctx context.Context, tx pgx.Tx, inv *Invoice) error {
+	return tx.QueryRow(ctx, `INSERT INTO idemdemo_invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+		inv.Customer, inv.AmountCents).Scan(&inv.ID)
 }
 
 func (p *pgInvoices) unavailable(w http.ResponseWriter, err error) {

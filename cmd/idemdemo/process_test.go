@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
-	"github.com/jackc/pgx/v5"
 )
 
 // demoBinary is the idemdemo binary TestMain builds once for every test
@@ -24,7 +25,7 @@ import (
 var demoBinary string
 
 func TestMain(m *testing.M) {
-	os.Exit(demoproc.Main(m, true, &demoBinary))
+	os.Exit(demoproc.Main(testdb.Main(m), true, &demoBinary))
 }
 
 // demo is a running idemdemo process and a client for it.
@@ -116,6 +117,8 @@ func schemaURL(t *testing.T, schema string) (string, *pgx.Conn) {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	// Names the demo's connections, for waitForInFlight.
+	q.Set("application_name", schema)
 	u.RawQuery = q.Encode()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -125,6 +128,36 @@ func schemaURL(t *testing.T, schema string) (string, *pgx.Conn) {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return u.String(), conn
+}
+
+// waitForInFlight waits until a request for key is running under its
+// claim: a two-phase claim of key committed ("claimed"), or, for POST
+// /invoices, which claims inside its transaction (invisible until it
+// commits), a transaction of the schema's connections open and idle (the
+// handler waiting out its delay_ms). The schema's connections are the ones
+// named like it (schemaURL) or logged in as its role (through the pooler).
+func waitForInFlight(t *testing.T, conn *pgx.Conn, key string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var state string
+		var open bool
+		err := conn.QueryRow(context.Background(), `
+			SELECT coalesce((SELECT state FROM idem_keys WHERE key = $1), ''),
+			       EXISTS (SELECT FROM pg_stat_activity
+			                WHERE current_schema() IN (application_name, usename) AND state = 'idle in transaction')`,
+			key).Scan(&state, &open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state == "claimed" || open {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request for %s in flight after a minute (its row is %q)", key, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // waitForState polls the idem table until key is in state ("claimed",

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/idemotel"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -24,6 +23,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/internal/cmdmain"
 )
 
 // telemetry is the demo's OpenTelemetry pipeline, off unless the standard
@@ -78,7 +80,7 @@ func newTelemetry(ctx context.Context, getenv func(string) string, stdout io.Wri
 		}
 		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	default:
-		return nil, &usageError{fmt.Errorf("OTEL_TRACES_EXPORTER=%q: want console, otlp or none", v)}
+		return nil, cmdmain.Usagef("OTEL_TRACES_EXPORTER=%q: want console, otlp or none", v)
 	}
 	var reader sdkmetric.Reader
 	switch v := getenv("OTEL_METRICS_EXPORTER"); v {
@@ -99,7 +101,7 @@ func newTelemetry(ctx context.Context, getenv func(string) string, stdout io.Wri
 		}
 		reader = sdkmetric.NewPeriodicReader(exp)
 	default:
-		err := &usageError{fmt.Errorf("OTEL_METRICS_EXPORTER=%q: want console, otlp or none (Prometheus is at /metrics)", v)}
+		err := cmdmain.Usagef("OTEL_METRICS_EXPORTER=%q: want console, otlp or none (Prometheus is at /metrics)", v)
 		return nil, errors.Join(err, t.shutdown(ctx))
 	}
 	if reader != nil {
@@ -128,7 +130,7 @@ func otlpHTTP(getenv func(string) string, signal string) error {
 		case "http/protobuf":
 			return nil
 		default:
-			return &usageError{fmt.Errorf("%s=%q: the demo exports OTLP over http/protobuf only", name, v)}
+			return cmdmain.Usagef("%s=%q: the demo exports OTLP over http/protobuf only", name, v)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/internal/demoproc"
 )
 
@@ -109,7 +110,7 @@ func TestTelemetryConfig(t *testing.T) {
 	} {
 		tel, err := newTelemetry(context.Background(), func(k string) string { return tc.env[k] }, io.Discard, be)
 		if tc.wantErr != "" {
-			var ue *usageError
+			var ue *cmdmain.UsageError
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {
 				t.Errorf("%v: err = %v, want a usage error with %q", tc.env, err, tc.wantErr)
 			}

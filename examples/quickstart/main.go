@@ -1,7 +1,7 @@
 // Command quickstart is a payments API protected by idem: a retried POST
 // /payments with the same Idempotency-Key creates one payment and gets the
-// first answer back. The payment row and the recorded answer commit in one
-// transaction, so it is exactly once.
+// first answer back. The key's claim, the payment row and the recorded
+// answer commit in one transaction, so it is exactly once, for one commit.
 //
 //	export DATABASE_URL='postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
 //	go run .    # listens on $ADDR (host:port), else :$PORT, else 127.0.0.1:8080
@@ -21,7 +21,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
@@ -112,13 +111,16 @@ func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutd
 	}()
 
 	protect := middleware.New(store, middleware.Options{
+		// The handler's side effect is a row in this database: claim the
+		// key in the transaction that writes it.
+		InTransaction: true,
 		// Who is asking: your session cookie (or Principal: the user your
 		// auth middleware put in the context). See "Security".
 		SessionCookies: []string{"session"},
 		ScopeSecret:    []byte(os.Getenv("IDEM_SCOPE_SECRET")), // HMAC key of the scope hash
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", protect(createPayment(pool, store)))
+	mux.Handle("POST /payments", protect(http.HandlerFunc(createPayment)))
 	return mux, func() {
 		stopSweeping()
 		<-swept
@@ -127,44 +129,26 @@ func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutd
 	}, nil
 }
 
-// createPayment inserts a payment and records its answer in the same
-// transaction: both commit, or neither does and a retry runs again.
-func createPayment(pool *pgxpool.Pool, store *pgstore.Store) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			AmountCents int64 `json:"amount_cents"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.AmountCents <= 0 {
-			http.Error(w, `want {"amount_cents": n}, n > 0`, http.StatusBadRequest) // 4xx: recorded
-			return
-		}
-		tx, err := pool.Begin(r.Context())
-		if err != nil {
-			http.Error(w, "try again", http.StatusServiceUnavailable) // 5xx: the key is released
-			return
-		}
-		defer tx.Rollback(context.WithoutCancel(r.Context())) // no-op after Commit
-		var id int64
-		err = tx.QueryRow(r.Context(),
-			`INSERT INTO payments (amount_cents) VALUES ($1) RETURNING id`, in.AmountCents).Scan(&id)
-		if err != nil {
-			http.Error(w, "try again", http.StatusServiceUnavailable)
-			return
-		}
-		body, _ := json.Marshal(map[string]any{"id": id, "amount_cents": in.AmountCents})
-		header := http.Header{"Content-Type": {"application/json"}}
-		err = middleware.Commit(w, r, http.StatusCreated, header, body,
-			func(ctx context.Context, tok idem.Token, res idem.Result) error {
-				// Fails, and nothing commits, if this request lost its claim.
-				if err := store.CompleteTx(ctx, tx, tok, res); err != nil {
-					return err
-				}
-				return tx.Commit(ctx)
-			})
-		if err != nil {
-			// Commit answered 503 and released the key; the payment
-			// rolled back, so a retry runs again.
-			log.Printf("create payment: %v", err)
-		}
+// createPayment inserts a payment in the transaction the middleware claimed
+// the key in, and answers. The middleware records the answer in the same
+// transaction and commits: the payment and its answer commit together, or
+// (a 5xx, a panic, a crash) neither does and a retry runs again.
+func createPayment(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		AmountCents int64 `json:"amount_cents"`
 	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.AmountCents <= 0 {
+		http.Error(w, `want {"amount_cents": n}, n > 0`, http.StatusBadRequest) // 4xx: recorded
+		return
+	}
+	var id int64
+	err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(),
+		`INSERT INTO payments (amount_cents) VALUES ($1) RETURNING id`, in.AmountCents).Scan(&id)
+	if err != nil {
+		http.Error(w, "try again", http.StatusServiceUnavailable) // 5xx: rolled back
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "amount_cents": in.AmountCents})
 }

@@ -30,19 +30,33 @@ var crashArgs = []string{
 	"-wait", "500ms", "-log-level", "info", "-shutdown-timeout", "5s",
 }
 
+// twoPhaseCrashArgs run POST /invoices on the two-phase path: the claim
+// commits on its own before the handler runs.
+var twoPhaseCrashArgs = append([]string{"-two-phase"}, crashArgs...)
+
+// oneCommitCrashArgs run it on the one-commit path (the demo's default),
+// with a lease far longer than the test's slack: a retry that had to wait
+// for it would show.
+var oneCommitCrashArgs = []string{
+	"-lease", "30s", "-sweep-interval", crashSweep.String(),
+	"-wait", "500ms", "-log-level", "info", "-shutdown-timeout", "5s",
+}
+
 // TestCrashMatrix kills the demo with SIGKILL at each point of a request's
 // life, restarts it on the same address, and has the client retry until it
 // gets an answer. Each case asserts: exactly one invoice for the key; the
 // answer is what an uninterrupted run returns (201, the same JSON shape
 // and values, the committed invoice when the crash came after the commit);
-// the key was not stuck longer than the lease plus one sweep interval.
+// on the two-phase path, the key was not stuck longer than the lease plus
+// one sweep interval; on the one-commit path, the crash left no row and
+// the retry took the key at once.
 func TestCrashMatrix(t *testing.T) {
 	t.Parallel()
-	t.Run("after the claim, before the side effect", func(t *testing.T) {
+	t.Run("two-phase: after the claim, before the side effect", func(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim")
 		dbURL, d := schemaURL(t, app)
-		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
+		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: twoPhaseCrashArgs})
 		ref := reference(t, p)
 
 		key, customer := uniq("k"), uniq("c")
@@ -63,46 +77,39 @@ func TestCrashMatrix(t *testing.T) {
 		assertNotStuck(t, d, key, leaseEnd)
 	})
 
-	t.Run("in the middle of the handler, its transaction open", func(t *testing.T) {
+	t.Run("one-commit: after the claim, before the side effect", func(t *testing.T) {
 		t.Parallel()
-		app := uniq("crash-mid")
+		app := uniq("crash-claim-tx")
 		dbURL, d := schemaURL(t, app)
-		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
+		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: oneCommitCrashArgs})
 		ref := reference(t, p)
 
-		// The test holds a lock that blocks the invoice INSERT: the
-		// handler is inside its transaction when it is killed.
-		ctx := context.Background()
-		lock, err := d.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Rollback(ctx)
-		if _, err := lock.Exec(ctx, `LOCK TABLE idemdemo_invoices IN SHARE MODE`); err != nil {
-			t.Fatal(err)
-		}
 		key, customer := uniq("k"), uniq("c")
-		body := invoiceBody(customer, 4200, 0)
+		body := invoiceBody(customer, 4200, 3000) // the handler sleeps in its transaction
 		inFlight := sendInBackground(p.URL(), key, body)
-		d.waitForBackend(app, "INSERT INTO idemdemo_invoices", "relation")
+		waitFor(t, "the claim's transaction to be open", time.Minute, func() bool {
+			return d.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle in transaction'`, app) > 0
+		})
 		p.Kill()
 		inFlight.wait(t)
-		leaseEnd := *d.keyRow(key).leaseEnd
-		if err := lock.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// The killed process's backend finishes its INSERT, finds its
-		// client gone and rolls back.
-		waitFor(t, "the killed process's backend to end", time.Minute, func() bool {
-			return d.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'INSERT INTO idemdemo_invoices%' AND state <> 'idle'`, app) == 0
-		})
+		killed := d.now()
 
 		p = p.restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
-		assertNotStuck(t, d, key, leaseEnd)
+		assertTakenAtOnce(t, d, key, killed)
 	})
+
+	for _, tc := range []struct {
+		path string
+		args []string
+	}{{"two-phase", twoPhaseCrashArgs}, {"one-commit", oneCommitCrashArgs}} {
+		t.Run(tc.path+": in the middle of the handler, its transaction open", func(t *testing.T) {
+			t.Parallel()
+			crashMidHandler(t, tc.args, tc.path == "one-commit")
+		})
+	}
 
 	t.Run("after the business commit, before the response", func(t *testing.T) {
 		t.Parallel()
@@ -181,6 +188,74 @@ func TestCrashMatrix(t *testing.T) {
 		}
 		assertOneInvoice(t, d, customer, committed[0])
 	})
+}
+
+// crashMidHandler kills the demo (started with args) while its handler is
+// inside its transaction, blocked on a lock the test holds, and checks the
+// retry. On the one-commit path the claim was in that transaction too:
+// nothing is left once it rolls back, and the retry takes the key at once.
+func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
+	app := uniq("crash-mid")
+	dbURL, d := schemaURL(t, app)
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args})
+	ref := reference(t, p)
+
+	// The test holds a lock that blocks the invoice INSERT: the
+	// handler is inside its transaction when it is killed.
+	ctx := context.Background()
+	lock, err := d.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, `LOCK TABLE idemdemo_invoices IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	key, customer := uniq("k"), uniq("c")
+	body := invoiceBody(customer, 4200, 0)
+	inFlight := sendInBackground(p.URL(), key, body)
+	d.waitForBackend(app, "INSERT INTO idemdemo_invoices", "relation")
+	p.Kill()
+	inFlight.wait(t)
+	var leaseEnd time.Time
+	if !oneCommit {
+		leaseEnd = *d.keyRow(key).leaseEnd
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The killed process's backend finishes its INSERT, finds its
+	// client gone and rolls back.
+	waitFor(t, "the killed process's backend to end", time.Minute, func() bool {
+		return d.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'INSERT INTO idemdemo_invoices%' AND state <> 'idle'`, app) == 0
+	})
+	killed := d.now()
+
+	p = p.restart()
+	r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
+	assertLikeReference(t, r, ref, customer, 4200)
+	assertOneInvoice(t, d, customer, decodeInvoice(t, r))
+	if oneCommit {
+		assertTakenAtOnce(t, d, key, killed)
+	} else {
+		assertNotStuck(t, d, key, leaseEnd)
+	}
+}
+
+// assertTakenAtOnce checks, on the one-commit path, that the crash left no
+// claim behind: the claim that completed the key was made (on the database
+// clock) within the test's slack of the moment the killed process's
+// transaction was gone, not after a lease. The demo's lease here is far
+// longer than the slack.
+func assertTakenAtOnce(t *testing.T, d *db, key string, gone time.Time) {
+	t.Helper()
+	final := d.keyRow(key)
+	if final.state != "completed" {
+		t.Fatalf("key %s is %s, want completed", key, final.state)
+	}
+	if late := final.createdAt.Sub(gone); late > stuckSlack {
+		t.Fatalf("the key was taken %v after the crash, want at once (within %v): a claim was left behind", late, stuckSlack)
+	}
 }
 
 // reference is what an uninterrupted run answers: a POST with a fresh key,

@@ -15,11 +15,22 @@ import (
 // instance and its duplicate, while the original is still running, to
 // another (to the same one when there is only one). Asserted: the duplicate
 // waits for the original and is answered its replay (201, the same body,
-// Idempotent-Replayed: true), never 409; one invoice per key.
+// Idempotent-Replayed: true), never 409; one invoice per key. On both
+// ways POST /invoices can claim.
 func TestDuplicateAtAnotherInstance(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("instances"))
-	args := []string{"-lease", "5s", "-wait", "10s", "-log-level", "warn"}
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			duplicateAtAnotherInstance(t, path.args, path.oneCommit)
+		})
+	}
+}
+
+func duplicateAtAnotherInstance(t *testing.T, pathArgs []string, oneCommit bool) {
+	app := uniq("instances")
+	dbURL, d := schemaURL(t, app)
+	args := append([]string{"-lease", "5s", "-wait", "10s", "-log-level", "warn"}, pathArgs...)
 	var demos []*demo
 	for range 3 {
 		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
@@ -31,10 +42,7 @@ func TestDuplicateAtAnotherInstance(t *testing.T) {
 			key := fmt.Sprintf("%s-n%d-from%d", run, n, first)
 			body := invoiceBody(key, 500, 700)
 			original := sendInBackground(demos[first].URL(), key, body)
-			waitFor(t, "the original's claim", 30*time.Second, func() bool {
-				rs := d.keyRows(key)
-				return len(rs) == 1 && rs[0].state == "claimed"
-			})
+			d.waitInFlight(app, key, oneCommit)
 			sent := time.Now()
 			dup := mustPost(t, demos[second].URL(), "/invoices", body, "Idempotency-Key", key)
 			orig, err := original.result()

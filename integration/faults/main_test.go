@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,7 @@ var demoBinary string
 func TestMain(m *testing.M) {
 	// Without -race: the storm runs three instances on two cores, and the
 	// demo's own tests run it with the race detector already.
-	os.Exit(demoproc.Main(m, false, &demoBinary))
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
 }
 
 // demo is one idemdemo process, with the configuration it was started
@@ -281,6 +282,39 @@ func (d *db) keyRow(key string) row {
 		d.t.Fatalf("key %s has %d rows in idem_keys, want 1", key, len(rs))
 	}
 	return rs[0]
+}
+
+// waitInFlight waits until the request for key runs under its claim: its
+// row claimed (the two-phase path), or, on the one-commit path, where the
+// claim is invisible until the commit, a transaction of app's connections
+// open and idle (the handler waiting out its delay_ms).
+func (d *db) waitInFlight(app, key string, oneCommit bool) {
+	d.t.Helper()
+	waitFor(d.t, "the request for "+key+" to be in flight", time.Minute, func() bool {
+		if oneCommit {
+			return d.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle in transaction'`, app) > 0
+		}
+		rs := d.keyRows(key)
+		return len(rs) == 1 && rs[0].state == "claimed"
+	})
+}
+
+// paths are POST /invoices's two ways to claim, with the demo's flag for
+// each.
+var paths = []struct {
+	name      string
+	oneCommit bool
+	args      []string
+}{{"two-phase", false, []string{"-two-phase"}}, {"one-commit", true, nil}}
+
+// now is the database clock's now.
+func (d *db) now() time.Time {
+	d.t.Helper()
+	var t time.Time
+	if err := d.pool.QueryRow(context.Background(), `SELECT statement_timestamp()`).Scan(&t); err != nil {
+		d.t.Fatal(err)
+	}
+	return t
 }
 
 // count runs a count(*) query.

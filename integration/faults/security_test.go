@@ -198,8 +198,18 @@ func TestCredentialsNeverReplayed(t *testing.T) {
 // its logs.
 func TestKeysNotLogged(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("logs"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-wait", "100ms"}})
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			keysNotLogged(t, path.args, path.oneCommit)
+		})
+	}
+}
+
+func keysNotLogged(t *testing.T, pathArgs []string, oneCommit bool) {
+	app := uniq("logs")
+	dbURL, d := schemaURL(t, app)
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: append([]string{"-log-level", "info", "-wait", "100ms"}, pathArgs...)})
 	secretKey := "SECRETKEY" + uniq("")
 	secretAgentKey := "SECRETAGENTKEY" + uniq("")
 	const apiKey = "SECRETAPIKEY-123"
@@ -207,10 +217,7 @@ func TestKeysNotLogged(t *testing.T) {
 	body := invoiceBody(uniq("c"), 1, 1500)
 
 	slow := sendInBackgroundHeaders(p.URL(), body, h...)
-	waitFor(t, "the slow request to be claimed", time.Minute, func() bool {
-		rs := d.keyRows(secretKey)
-		return len(rs) == 1 && rs[0].state == "claimed"
-	})
+	d.waitInFlight(app, secretKey, oneCommit)
 	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.status != http.StatusConflict {
 		t.Fatalf("duplicate in flight: %d %s, want 409", r.status, r.body)
 	}
@@ -251,7 +258,8 @@ func TestKeysNotLogged(t *testing.T) {
 func TestMCPKeysNotLogged(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaURL(t, uniq("mcp-logs"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info"}})
+	// Two-phase: the REST request's claim is in the table while it runs.
+	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-two-phase"}})
 	s := newMCPSession(t, p.URL())
 	secret := "SECRETAGENTKEY" + uniq("")
 	done := make(chan struct{})
@@ -356,15 +364,29 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 		}
 	}
 
-	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
-	p := startDemo(t, cfg)
+	// The one-commit path (the default) as the runtime role: a claim in
+	// the transaction, its bounds set, the invoice and the response
+	// committed with it, then replayed.
+	oneCommit := startDemo(t, demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-log-level", "info"}})
 	customer := uniq("c")
 	key := uniq("k")
 	body := invoiceBody(customer, 10, 0)
-	first := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
-	again := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
+	first := mustPost(t, oneCommit.URL(), "/invoices", body, "Idempotency-Key", key)
+	again := mustPost(t, oneCommit.URL(), "/invoices", body, "Idempotency-Key", key)
 	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
-		t.Fatalf("as the runtime role: %d %s then %d %s", first.status, first.body, again.status, again.body)
+		t.Fatalf("as the runtime role, one commit: %d %s then %d %s", first.status, first.body, again.status, again.body)
+	}
+	oneCommit.Stop()
+
+	// The two-phase path: renewals, takeovers and sweeps as the runtime
+	// role.
+	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-two-phase", "-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
+	p := startDemo(t, cfg)
+	key = uniq("k")
+	first = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
+	again = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
+	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("as the runtime role, two-phase: %d %s then %d %s", first.status, first.body, again.status, again.body)
 	}
 
 	// A slow request (its lease renewed as the runtime role), killed; the

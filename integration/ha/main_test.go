@@ -18,6 +18,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 )
 
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	// Without -race: the demo's own tests race-test it, and two cores
 	// run three PostgreSQL servers, Patroni and etcd here.
-	os.Exit(demoproc.Main(m, false, &demoBinary))
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
 }
 
 // requireHA skips t unless the suite was asked for and its tools are

@@ -57,6 +57,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -68,7 +69,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("MCP_SDK_DIR") == "" {
 		os.Exit(m.Run()) // nothing to build: the test skips
 	}
-	os.Exit(demoproc.Main(m, false, &demoBinary))
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
 }
 
 // versions are the SDKs the script runs: the protocol revision each speaks.

@@ -15,13 +15,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/integration/robustness/wire"
-	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgstore"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testdb.Main(m),
+	goleak.VerifyTestMain(pgcontainer.Main(m),
 		// toxiproxy (v2.12.0) leaves a link's goroutines behind after its
 		// proxy stopped: a toxic's pipe blocked sending to a link torn
 		// down, a reader of a closed stream. They are the library's, idle,

@@ -30,11 +30,12 @@ import (
 )
 
 // Main is a TestMain body: it builds the demo as Build does (with race, the
-// race detector), stores the binary's path in *binary, runs the tests
-// (through testdb.Main, which removes the PostgreSQL containers they
-// started) and, if they passed, fails unless no goroutine is left behind. It returns the
-// exit code for os.Exit, after removing the binary.
-func Main(m *testing.M, race bool, binary *string) int {
+// race detector), stores the binary's path in *binary, runs the tests with
+// m (testdb.Main(m), or in the integration module pgcontainer.Main(m),
+// which removes the PostgreSQL containers they started) and, if they
+// passed, fails unless no goroutine is left behind. It returns the exit
+// code for os.Exit, after removing the binary.
+func Main(m testdb.Runner, race bool, binary *string) int {
 	path, cleanup, err := Build(race)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -42,8 +43,7 @@ func Main(m *testing.M, race bool, binary *string) int {
 	}
 	defer cleanup()
 	*binary = path
-	// testdb.Main removes the PostgreSQL containers the tests started.
-	code := testdb.Main(m).Run()
+	code := m.Run()
 	if code == 0 {
 		// goleak.VerifyTestMain would call os.Exit itself, before the
 		// deferred removal; Find checks the same after the tests ran.
@@ -56,9 +56,11 @@ func Main(m *testing.M, race bool, binary *string) int {
 }
 
 // Build builds the demo into a temporary directory and returns the binary's
-// path and a cleanup that removes the directory. It builds in the library's
-// module (found with go list, also from a module that replaces it), with
-// that module's dependencies, as its users build it. With race the binary
+// path and a cleanup that removes the directory. It builds in the demo's
+// module, cmd/idemdemo of the library's checkout (found with go list, also
+// from a module that replaces it), with that module's dependencies, as its
+// users build it (in idem's workspace, or with GOWORK=off from the demo's
+// go.mod alone). With race the binary
 // has the race detector. The go command's output goes to os.Stderr.
 func Build(race bool) (path string, cleanup func(), err error) {
 	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/idemkit/idem").Output()
@@ -75,8 +77,8 @@ func Build(race bool) (path string, cleanup func(), err error) {
 	if race {
 		args = append(args, "-race")
 	}
-	build := exec.Command("go", append(args, "-o", path, "./cmd/idemdemo")...)
-	build.Dir = strings.TrimSpace(string(root))
+	build := exec.Command("go", append(args, "-o", path, ".")...)
+	build.Dir = filepath.Join(strings.TrimSpace(string(root)), "cmd", "idemdemo")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		cleanup()

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/testcontainers/testcontainers-go/modules/postgres"
 )
 
 // Server is a private PostgreSQL server a test owns: its own data directory
@@ -29,8 +28,9 @@ type Server struct {
 
 	t testing.TB
 
-	// A container, when a Docker engine answered,
-	ctr *postgres.PostgresContainer
+	// A container, in a binary with Containers when a Docker engine
+	// answered,
+	ctr Container
 
 	// else local binaries.
 	bin     string // directory of initdb, pg_ctl, postgres
@@ -49,14 +49,15 @@ type Server struct {
 const BinEnv = "IDEM_TEST_POSTGRES_BIN"
 
 // StartServer initialises and starts a private PostgreSQL server, stopped and
-// removed when t ends. It is a container (the image of [URL]'s, see the
-// package doc) when a Docker engine answers and [BinEnv] is unset, else
-// PostgreSQL's server binaries run as local processes ([BinEnv]'s, or those
-// found under /usr/lib/postgresql or through pg_ctl on PATH); with neither
-// the test is skipped locally and fails in CI, like [URL].
+// removed when t ends. It is a container ([Image]) in a binary with
+// [Containers] (see [MainWith]) when a Docker engine answers and [BinEnv]
+// is unset, else PostgreSQL's server binaries run as local processes
+// ([BinEnv]'s, or those found under /usr/lib/postgresql or through pg_ctl
+// on PATH); with neither the test is skipped locally and fails in CI, like
+// [URL].
 func StartServer(t testing.TB) *Server {
 	t.Helper()
-	if os.Getenv(BinEnv) == "" && dockerAvailable() == nil {
+	if os.Getenv(BinEnv) == "" && available(runningContainers()) == nil {
 		return startContainerServer(t)
 	}
 	return StartLocalServer(t)
@@ -232,12 +233,12 @@ func startContainerServer(t testing.TB) *Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := &Server{t: t}
-	var ctr *postgres.PostgresContainer
+	var ctr Container
 	var err error
 	// The free port can be taken before Docker binds it: pick another.
 	for range 3 {
 		s.Port = freePort(t)
-		ctr, err = runContainer(ctx, "server", s.Port, "-c", "max_connections=200")
+		ctr, err = startContainer(ctx, Spec("server", s.Port, "-c", "max_connections=200"))
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
@@ -248,7 +249,7 @@ func startContainerServer(t testing.TB) *Server {
 	}
 	s.ctr = ctr
 	t.Cleanup(func() {
-		if err := terminate(ctr); err != nil {
+		if err := removeContainer(ctr); err != nil {
 			t.Errorf("testdb: remove the private server's container: %v", err)
 		}
 	})
@@ -264,8 +265,8 @@ func (s *Server) Start() {
 		if err := s.ctr.Start(ctx); err != nil {
 			s.t.Fatalf("testdb: start the private server's container: %v", err)
 		}
-		// The container's readiness check counts log lines of every run,
-		// so it passes at once after a restart: ask the server itself.
+		// A container's readiness check may count log lines of every
+		// run, and pass at once after a restart: ask the server itself.
 		if err := waitAccepting(ctx, s.URL); err != nil {
 			s.t.Fatalf("testdb: %v", err)
 		}
@@ -274,6 +275,10 @@ func (s *Server) Start() {
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories='' -c fsync=off", s.Port)
 	s.run("pg_ctl", "start", "-w", "-t", "60", "-D", s.dataDir, "-o", opts, "-l", filepath.Join(s.dataDir, "server.log"))
 }
+
+// Signals [Server.Stop] sends a container's postmaster for pg_ctl's
+// shutdown modes.
+var stopSignals = map[string]string{"smart": "SIGTERM", "fast": "SIGINT", "immediate": "SIGQUIT"}
 
 // Stop stops the server with pg_ctl's mode ("immediate" is a crash: no
 // checkpoint, connections cut; a container's postmaster gets the signal
@@ -287,10 +292,10 @@ func (s *Server) Stop(mode string) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if st, err := s.ctr.State(ctx); err == nil && !st.Running {
+		if running, err := s.ctr.Running(ctx); err == nil && !running {
 			return
 		}
-		if err := killAndWait(ctx, s.ctr, sig); err != nil {
+		if err := s.ctr.Signal(ctx, sig); err != nil {
 			s.t.Fatalf("testdb: stop the private server's container: %v", err)
 		}
 		return
@@ -299,6 +304,36 @@ func (s *Server) Stop(mode string) {
 		return
 	}
 	s.run("pg_ctl", "stop", "-w", "-t", "60", "-D", s.dataDir, "-m", mode)
+}
+
+// CheckStopsAndStarts fails t unless s answers a query, refuses one once
+// stopped as by a crash (Stop("immediate")), and answers again on the
+// same URL once started: what the tests that stop a server rely on, for a
+// test of each kind of server (local, container).
+func CheckStopsAndStarts(t testing.TB, s *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	query := func() error {
+		conn, err := pgx.Connect(ctx, s.URL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		var one int
+		return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+	}
+	if err := query(); err != nil {
+		t.Fatalf("query a running server: %v", err)
+	}
+	s.Stop("immediate")
+	if err := query(); err == nil {
+		t.Fatal("query succeeded against a stopped server")
+	}
+	s.Start()
+	if err := query(); err != nil {
+		t.Fatalf("query after restart: %v", err)
+	}
 }
 
 func (s *Server) run(prog string, args ...string) {

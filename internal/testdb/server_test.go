@@ -15,42 +15,12 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
+// TestServerStopsAndStarts: a private server of this module's binaries,
+// which have no Containers, is a local process and survives a crash
+// (pgcontainer's tests check one in a container).
 func TestServerStopsAndStarts(t *testing.T) {
 	t.Parallel()
-	for name, start := range map[string]func(testing.TB) *testdb.Server{
-		"container when Docker answers": testdb.StartServer,
-		"local binaries":                testdb.StartLocalServer,
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			stopAndStart(t, start(t))
-		})
-	}
-}
-
-func stopAndStart(t *testing.T, s *testdb.Server) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	query := func() error {
-		conn, err := pgx.Connect(ctx, s.URL)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		var one int
-		return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-	}
-	if err := query(); err != nil {
-		t.Fatalf("query a running server: %v", err)
-	}
-	s.Stop("immediate")
-	if err := query(); err == nil {
-		t.Fatal("query succeeded against a stopped server")
-	}
-	s.Start()
-	if err := query(); err != nil {
-		t.Fatalf("query after restart: %v", err)
-	}
+	testdb.CheckStopsAndStarts(t, testdb.StartServer(t))
 }
 
 // TestSchemasAreIsolated: two tests' schemas in the one database do not see

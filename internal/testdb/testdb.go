@@ -3,17 +3,41 @@
 //
 //  1. TEST_DATABASE_URL, when set;
 //  2. else a PostgreSQL container, started the first time a test asks for
-//     the database and removed when the test binary ends (see [Main]): one
-//     container per test binary, from IDEM_TEST_POSTGRES_IMAGE (default
-//     [DefaultImage]), through testcontainers-go's postgres module;
-//  3. else, with no Docker engine either (or IDEM_TEST_CONTAINERS=0, which
-//     says not to use one), the test is skipped on a developer's machine
-//     and fails when CI is set: in CI a missing database must fail the
-//     run, never skip it.
+//     the database and removed when the test binary ends: one container per
+//     test binary, from IDEM_TEST_POSTGRES_IMAGE (default [DefaultImage]),
+//     in a binary whose TestMain passes a [Containers] to [MainWith];
+//  3. else (no Docker engine, IDEM_TEST_CONTAINERS=0, or a binary with no
+//     Containers) the test is skipped on a developer's machine and fails
+//     when CI is set: in CI a missing database must fail the run, never
+//     skip it.
 //
 // Private servers ([StartServer]) that a test stops, crashes and restarts
-// are containers too when a Docker engine answers, else PostgreSQL's
-// binaries run as local processes.
+// are containers too in a binary with Containers when a Docker engine
+// answers, else PostgreSQL's binaries run as local processes.
+//
+// # Containers, and why the library's module has none
+//
+// This package is in idem's root module, the one a service adds to its
+// go.mod. With Go's module graph pruning, every module that go.mod lists
+// is in the graph of every service that requires idem, test-only ones
+// included; a root test that imported testcontainers-go would put it,
+// moby's client and their dependencies (23 modules) into every user's
+// graph (scripts/check/modules.sh fails on it). So this package only defines the small [Containers]
+// interface, and the integration module implements it with
+// testcontainers-go (integration/internal/pgcontainer), whose TestMains
+// pass it to [MainWith] (pgcontainer.Main). The root module's tests, and
+// those of the other modules that are not integration's (the commands,
+// mcphttp, idemotel, idemprom), have no Containers: `make test`
+// (scripts/test.sh) starts one container for them all through the same
+// implementation (integration/cmd/testpostgres) and sets
+// TEST_DATABASE_URL, and their private servers run local binaries (in CI,
+// Debian's PostgreSQL 15; without any, a test that needs one fails in CI).
+// Driving the docker command instead of a Go client would have kept
+// everything here with no dependency at all, at the price of parsing the
+// CLI's output, waiting for readiness and handling the engine's API
+// version by hand, and of tests that need a docker binary beside the
+// engine; testcontainers-go already does that well, so the integration
+// module keeps it.
 //
 // # Through a connection pooler
 //
@@ -69,7 +93,7 @@ func URL(t testing.TB) string {
 // start is a failure, not a missing database.
 func unavailable(t testing.TB, err error) {
 	t.Helper()
-	if !errors.Is(err, errNoDocker) {
+	if !errors.Is(err, ErrNoDocker) {
 		t.Fatalf("testdb: %v", err)
 	}
 	msg := SkipReason + ": TEST_DATABASE_URL is not set and " + err.Error() + " (see README, Testing)"

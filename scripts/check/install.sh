@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the README's Install block as written, in a new module next to a
-# clone of this repository, and builds the quickstart there: with the
-# block's `replace`, and again with the workspace (go work init) it offers
-# instead. The clone is of this checkout's HEAD: `git clone` of the
+# clone of this repository, and builds the quickstart there, beside a file
+# that imports the modules other than the root one (mcphttp, idemotel,
+# idemprom): with the block's `replace`s, and again with the workspace
+# (go work init, go work use) it offers instead. The clone is of this checkout's HEAD: `git clone` of the
 # README's URL is redirected here (url.insteadOf), so nothing is fetched
 # from GitHub; modules come from the module cache or proxy as usual.
 #
@@ -25,6 +26,7 @@ newModule() {
 	rm -rf "$work/shop" "$work/idem"
 	mkdir "$work/shop"
 	cp "$here/examples/quickstart/main.go" "$work/shop/"
+	printf 'package main\n\nimport (\n\t_ "github.com/idemkit/idem/idemotel"\n\t_ "github.com/idemkit/idem/idemprom"\n\t_ "github.com/idemkit/idem/mcphttp"\n)\n' >"$work/shop/modules.go"
 	(cd "$work/shop" && go mod init example.com/shop >/dev/null 2>&1)
 }
 
@@ -34,7 +36,10 @@ if ! (cd "$work/shop" && set -x && eval "$block") >"$work/log" 2>&1; then
 	cat "$work/log" >&2
 	exit 1
 fi
-(cd "$work/shop" && go build -o /dev/null . && go vet .) || { echo "FAIL: the quickstart does not build with the replace" >&2; exit 1; }
+(cd "$work/shop" && go build -o /dev/null . && go vet .) || { echo "FAIL: the quickstart does not build with the replaces" >&2; exit 1; }
+for m in idemotel idemprom mcphttp; do
+	grep -q "^	github.com/idemkit/idem/$m " "$work/shop/go.mod" || { echo "FAIL: go mod tidy did not require the $m module" >&2; exit 1; }
+done
 [ -x "$work/bin/idem" ] || { echo "FAIL: the block did not install the idem CLI" >&2; exit 1; }
 "$work/bin/idem" --help >/dev/null
 
@@ -42,8 +47,10 @@ fi
 newModule
 (
 	cd "$work/shop"
+	export GOWORK='' GOFLAGS='' # find the workspace; -mod=mod is refused in one
 	git clone -q https://github.com/idemkit/idem.git ../idem
 	go work init . ../idem
-	GOWORK='' GOFLAGS='' go build -o /dev/null .
+	go work use ../idem/mcphttp ../idem/idemotel ../idem/idemprom
+	go build -o /dev/null .
 ) >"$work/log" 2>&1 || { echo "FAIL: the quickstart does not build in a workspace:" >&2; cat "$work/log" >&2; exit 1; }
-echo "ok: the README's Install block works in a new module, with replace and with a workspace"
+echo "ok: the README's Install block works in a new module, with replaces and with a workspace"

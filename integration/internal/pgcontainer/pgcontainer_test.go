@@ -1,4 +1,4 @@
-package testdb
+package pgcontainer
 
 import (
 	"bufio"
@@ -15,38 +15,51 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testdb"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(Main(m)) }
+
+// needDocker skips t without a Docker engine, and fails it in CI, where
+// the engine is part of the machine.
+func needDocker(t *testing.T) {
+	t.Helper()
+	if err := (Containers{}).Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+}
 
 // helperEnv makes TestContainerOutlivesNothing's child process a test
 // binary that starts the shared container and waits.
 const helperEnv = "IDEM_TESTDB_HELPER"
 
 // TestContainerOutlivesNothing runs this test binary as a child that starts
-// the shared container, and checks that the container is gone after the
-// child ends, both when its tests finish and when it is interrupted
-// (Ctrl-C) mid-test.
+// the shared container (TEST_DATABASE_URL unset), and checks that the
+// container is gone after the child ends, both when its tests finish and
+// when it is interrupted (Ctrl-C) mid-test.
 func TestContainerOutlivesNothing(t *testing.T) {
 	if mode := os.Getenv(helperEnv); mode != "" {
-		URL(t)
-		mainMu.Lock()
-		for c := range live {
-			fmt.Printf("CONTAINER %s\n", c.GetContainerID())
+		testdb.URL(t)
+		for _, id := range testdb.LiveContainers() {
+			fmt.Printf("CONTAINER %s\n", id)
 		}
-		mainMu.Unlock()
 		if mode == "wait" {
 			time.Sleep(2 * time.Minute) // until interrupted
 		}
 		return
 	}
-	if os.Getenv("TEST_DATABASE_URL") != "" || dockerAvailable() != nil {
-		t.Skip("no container to check: TEST_DATABASE_URL is set or Docker does not answer")
-	}
+	needDocker(t)
 	t.Parallel()
 	for _, mode := range []string{"finish", "wait"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestContainerOutlivesNothing$", "-test.count=1")
-			cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+			cmd.Env = append(withoutDatabaseURL(os.Environ()), helperEnv+"="+mode)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -84,6 +97,18 @@ func TestContainerOutlivesNothing(t *testing.T) {
 	}
 }
 
+// withoutDatabaseURL is env without TEST_DATABASE_URL, so that a child
+// test binary starts its shared container.
+func withoutDatabaseURL(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TEST_DATABASE_URL=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 func containerExists(t *testing.T, id string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -97,13 +122,14 @@ func containerExists(t *testing.T, id string) bool {
 	return err == nil
 }
 
-// TestOrphansAreRemoved: a container labelled with the process id of a test
-// binary that no longer runs is removed when the next binary probes Docker;
-// one whose process runs is left alone.
+// TestOrphansAreRemoved: a container labelled with the process id of a
+// process that no longer runs is removed when the next binary probes
+// Docker; one whose process runs is left alone.
 func TestOrphansAreRemoved(t *testing.T) {
-	if os.Getenv(helperEnv) != "" || os.Getenv("TEST_DATABASE_URL") != "" || dockerAvailable() != nil {
-		t.Skip("no container to check: TEST_DATABASE_URL is set or Docker does not answer")
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("the child of TestContainerOutlivesNothing")
 	}
+	needDocker(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,8 +147,8 @@ func TestOrphansAreRemoved(t *testing.T) {
 	create := func(pid int) string {
 		t.Helper()
 		res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-			Config: &container.Config{Image: image(), Labels: map[string]string{
-				LabelKind: "orphan-test", LabelPID: fmt.Sprint(pid), LabelHost: host,
+			Config: &container.Config{Image: testdb.Image(), Labels: map[string]string{
+				testdb.LabelKind: "orphan-test", testdb.LabelPID: fmt.Sprint(pid), testdb.LabelHost: host,
 			}},
 		})
 		if err != nil {
@@ -136,9 +162,28 @@ func TestOrphansAreRemoved(t *testing.T) {
 	orphan, owned := create(gone.Process.Pid), create(os.Getpid())
 	removeOrphans(ctx, cli)
 	if containerExists(t, orphan) {
-		t.Error("the container of a test binary that no longer runs was not removed")
+		t.Error("the container of a process that no longer runs was not removed")
 	}
 	if !containerExists(t, owned) {
-		t.Error("the container of a running test binary was removed")
+		t.Error("the container of a running process was removed")
 	}
+}
+
+// TestServerStopsAndStarts: a private server in a container (StartServer
+// in a binary with Containers) refuses queries once stopped as by a crash,
+// and answers again on the same URL once started.
+func TestServerStopsAndStarts(t *testing.T) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("the child of TestContainerOutlivesNothing")
+	}
+	needDocker(t)
+	if os.Getenv(testdb.BinEnv) != "" {
+		t.Skipf("%s is set: private servers are local processes", testdb.BinEnv)
+	}
+	t.Parallel()
+	s := testdb.StartServer(t)
+	if len(testdb.LiveContainers()) == 0 {
+		t.Fatal("StartServer started no container")
+	}
+	testdb.CheckStopsAndStarts(t, s)
 }

@@ -1,10 +1,12 @@
-package engine_test
-
-// The engine's situations, run once for each adapter: a table of adapter ×
-// situation. Each adapter is mounted over a store in a real HTTP server
-// around the same side effect (work), so that what the engine promises
-// (lease loss by deadline, hang-ups, panics, shutdown) is checked in the
-// same words for net/http and for MCP.
+// Package situations runs the engine's situations once for each adapter: a
+// table of adapter × situation. Each adapter is mounted over a store in a
+// real HTTP server around the same side effect (work), so that what the
+// engine promises (lease loss by deadline, hang-ups, panics, shutdown) is
+// checked in the same words for net/http and for MCP. It is in the
+// integration module because it imports both adapters: middleware is in
+// idem's root module, mcphttp in a module of its own (with the MCP SDK),
+// and the root module's tests may import no other module of idem's.
+package situations_test
 
 import (
 	"bytes"
@@ -26,15 +28,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testdb.Main(m)) // testdb: the queue consumer example
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // work is the protected side effect: it runs under the adapter's context
 // and returns the text of its answer, or an error (answered as a failure,
@@ -174,53 +175,7 @@ type env struct {
 	store  idem.Store
 	url    string
 	runs   atomic.Int64
-	events eventLog
-}
-
-type eventLog struct {
-	mu     sync.Mutex
-	events []idem.Event
-}
-
-func (l *eventLog) observe(e idem.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, e)
-}
-
-func (l *eventLog) count(k idem.EventKind) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-// released returns the release events.
-func (l *eventLog) released() []idem.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []idem.Event
-	for _, e := range l.events {
-		if e.Kind == idem.EventReleased {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func (l *eventLog) kinds() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var ks []string
-	for _, e := range l.events {
-		ks = append(ks, e.Kind.String())
-	}
-	return ks
+	events idemtest.Events
 }
 
 // newEnv mounts a over store (nil: a fresh memstore) around w, counting
@@ -231,7 +186,7 @@ func newEnv(t *testing.T, a adapter, store idem.Store, o mountOptions, w work) *
 	if e.store == nil {
 		e.store = memstore.New(memstore.Options{})
 	}
-	o.observe = e.events.observe
+	o.observe = e.events.Observe
 	srv := httptest.NewUnstartedServer(a.mount(e.store, o, func(ctx context.Context) (string, error) {
 		n := e.runs.Add(1)
 		text, err := w(ctx)
@@ -335,11 +290,11 @@ func situationRenewHangs(t *testing.T, a adapter) {
 	if !errors.Is(end.cause, idem.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want idem.ErrLeaseLost", end.cause)
 	}
-	if n := e.events.count(idem.EventCompleted); n != 0 {
-		t.Fatalf("events %v: the work of a lost lease was recorded", e.events.kinds())
+	if n := e.events.Count(idem.EventCompleted); n != 0 {
+		t.Fatalf("events %v: the work of a lost lease was recorded", e.events.Kinds())
 	}
-	if e.events.count(idem.EventLeaseLost) != 1 {
-		t.Fatalf("events %v, want one lease lost", e.events.kinds())
+	if e.events.Count(idem.EventLeaseLost) != 1 {
+		t.Fatalf("events %v, want one lease lost", e.events.Kinds())
 	}
 }
 
@@ -374,7 +329,7 @@ func situationClientHangsUp(t *testing.T, a adapter) {
 
 	text, replayed, ok := retryUntilAnswered(t, e, "hang-up")
 	if !ok || !replayed || e.runs.Load() != 1 {
-		t.Fatalf("retry got %q (replayed %v); work ran %d times; events %v; want one run, replayed", text, replayed, e.runs.Load(), e.events.kinds())
+		t.Fatalf("retry got %q (replayed %v); work ran %d times; events %v; want one run, replayed", text, replayed, e.runs.Load(), e.events.Kinds())
 	}
 	if text != "run #1" {
 		t.Fatalf("retry got %q, want the first run's answer", text)
@@ -416,8 +371,8 @@ func situationPanic(t *testing.T, a adapter) {
 	if err != nil || !ok || replayed || e.runs.Load() != 2 {
 		t.Fatalf("retry got %q replayed=%v ok=%v err=%v after %d runs; want a fresh run", text, replayed, ok, err, e.runs.Load())
 	}
-	if e.events.count(idem.EventReleased) != 1 {
-		t.Fatalf("events %v, want one release", e.events.kinds())
+	if e.events.Count(idem.EventReleased) != 1 {
+		t.Fatalf("events %v, want one release", e.events.Kinds())
 	}
 }
 
@@ -449,8 +404,8 @@ func situationTakenOver(t *testing.T, a adapter) {
 	if took := time.Since(start); took > lease/2 {
 		t.Fatalf("the work ended after %v; the first renewal (at %v) found the claim stale", took, lease/3)
 	}
-	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 0 || e.events.count(idem.EventReleased) != 0 {
-		t.Fatalf("events %v, want one lease lost, no completion and no release (the key is the new owner's)", e.events.kinds())
+	if e.events.Count(idem.EventLeaseLost) != 1 || e.events.Count(idem.EventCompleted) != 0 || e.events.Count(idem.EventReleased) != 0 {
+		t.Fatalf("events %v, want one lease lost, no completion and no release (the key is the new owner's)", e.events.Kinds())
 	}
 }
 
@@ -486,8 +441,8 @@ func situationShutdown(t *testing.T, a adapter) {
 		t.Fatalf("cause = %v, want engine.ErrShutdown", err)
 	}
 	<-done
-	if e.events.count(idem.EventReleased) != 1 || e.events.count(idem.EventCompleted) != 0 {
-		t.Fatalf("events %v, want one release and no completion", e.events.kinds())
+	if e.events.Count(idem.EventReleased) != 1 || e.events.Count(idem.EventCompleted) != 0 {
+		t.Fatalf("events %v, want one release and no completion", e.events.Kinds())
 	}
 	if text, _, ok, _ := e.send(context.Background(), "after-shutdown"); ok || e.runs.Load() != 1 {
 		t.Fatalf("a request after the shutdown ran (%q, %d runs); want it refused", text, e.runs.Load())
@@ -523,10 +478,10 @@ func situationShutdownFinished(t *testing.T, a adapter) {
 	text, replayed, ok := retryUntilAnswered(t, other, "shutdown-finished")
 	if !ok || !replayed || text != `{"charge":1}` || charges.Load() != 1 {
 		t.Fatalf("retry on another instance got %q (replayed %v, ok %v) after %d charges; events %v; want the first charge replayed",
-			text, replayed, ok, charges.Load(), e.events.kinds())
+			text, replayed, ok, charges.Load(), e.events.Kinds())
 	}
-	if e.events.count(idem.EventCompleted) != 1 || e.events.count(idem.EventReleased) != 0 {
-		t.Fatalf("events %v, want one completion and no release", e.events.kinds())
+	if e.events.Count(idem.EventCompleted) != 1 || e.events.Count(idem.EventReleased) != 0 {
+		t.Fatalf("events %v, want one completion and no release", e.events.Kinds())
 	}
 }
 
@@ -547,10 +502,10 @@ func situationLeaseLostFinished(t *testing.T, a adapter) {
 	text, replayed, ok := retryUntilAnswered(t, e, "lost-finished")
 	if !ok || !replayed || text != `{"charge":1}` || charges.Load() != 1 {
 		t.Fatalf("retry got %q (replayed %v, ok %v) after %d charges; events %v; want the first charge replayed",
-			text, replayed, ok, charges.Load(), e.events.kinds())
+			text, replayed, ok, charges.Load(), e.events.Kinds())
 	}
-	if e.events.count(idem.EventLeaseLost) != 1 || e.events.count(idem.EventCompleted) != 1 {
-		t.Fatalf("events %v, want one lease lost and one completion", e.events.kinds())
+	if e.events.Count(idem.EventLeaseLost) != 1 || e.events.Count(idem.EventCompleted) != 1 {
+		t.Fatalf("events %v, want one lease lost and one completion", e.events.Kinds())
 	}
 }
 
@@ -606,10 +561,9 @@ func situationEvents(t *testing.T, a adapter) {
 	for range 3 {
 		<-results
 	}
-	e.events.mu.Lock()
-	defer e.events.mu.Unlock()
 	var takeover, waited bool
-	for _, ev := range e.events.events {
+	all := e.events.All()
+	for _, ev := range all {
 		if ev.Adapter != a.name {
 			t.Errorf("event %v names adapter %q, want %q", ev.Kind, ev.Adapter, a.name)
 		}
@@ -621,25 +575,8 @@ func situationEvents(t *testing.T, a adapter) {
 		}
 	}
 	if !takeover || !waited {
-		t.Errorf("events %+v: want a claim with Takeover and a replay with Waited", e.events.events)
+		t.Errorf("events %+v: want a claim with Takeover and a replay with Waited", all)
 	}
-}
-
-// completeFailsFor is a store whose Complete fails as unavailable until
-// the moment up, as during a database failover: the connection is gone, the
-// next one reaches the new primary.
-type completeFailsFor struct {
-	idem.Store
-	up       time.Time
-	attempts atomic.Int64
-}
-
-func (s *completeFailsFor) Complete(ctx context.Context, tok idem.Token, res idem.Result) error {
-	s.attempts.Add(1)
-	if time.Now().Before(s.up) {
-		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection refused")}
-	}
-	return s.Store.Complete(ctx, tok, res)
 }
 
 // situationCompleteFailsForAMoment: the work ran and answered, and its
@@ -651,9 +588,9 @@ func (s *completeFailsFor) Complete(ctx context.Context, tok idem.Token, res ide
 // database happens twice: it answered "run #2" before the engine retried).
 func situationCompleteFailsForAMoment(t *testing.T, a adapter) {
 	const lease = 2 * time.Second
-	store := &completeFailsFor{Store: memstore.New(memstore.Options{})}
+	store := &teststore.CompleteFailsUntil{Store: memstore.New(memstore.Options{})}
 	e := newEnv(t, a, store, mountOptions{lease: lease}, func(context.Context) (string, error) {
-		store.up = time.Now().Add(300 * time.Millisecond)
+		store.Up = time.Now().Add(300 * time.Millisecond)
 		return "", nil
 	})
 	first, _, ok, err := e.send(context.Background(), "complete-fails")
@@ -669,16 +606,16 @@ func situationCompleteFailsForAMoment(t *testing.T, a adapter) {
 		if ok {
 			if !replayed || text != first || e.runs.Load() != 1 {
 				t.Fatalf("retry got %q (replayed %v) after %d runs; the client was answered %q: want it replayed, one run (%d completion attempts, events %v)",
-					text, replayed, e.runs.Load(), first, store.attempts.Load(), e.events.kinds())
+					text, replayed, e.runs.Load(), first, store.Attempts.Load(), e.events.Kinds())
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no answer to the retry within %v: %q; events %v", 3*lease, text, e.events.kinds())
+			t.Fatalf("no answer to the retry within %v: %q; events %v", 3*lease, text, e.events.Kinds())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if e.events.count(idem.EventCompleted) != 1 {
-		t.Fatalf("events %v, want one completion", e.events.kinds())
+	if e.events.Count(idem.EventCompleted) != 1 {
+		t.Fatalf("events %v, want one completion", e.events.Kinds())
 	}
 }

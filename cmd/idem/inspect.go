@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// errAbsent: inspect found no entry; exit 1.
+var errAbsent = errors.New("no such key")
+
+func (c *cli) inspect(ctx context.Context, args []string) error {
+	var (
+		kf     keyFlags
+		asJSON bool
+	)
+	fs := c.subFlagSet("inspect", "--scope S (--key K | --stored-key K) [--json]",
+		"Shows the entry of one key as stored: a claim (generation, owner, lease end; live or\n"+
+			"abandoned) or a recorded result (status, headers, body, retention). Exits 1 if absent.")
+	kf.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := kf.parse(fs, args); err != nil {
+		return err
+	}
+	s, closeStore, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	e, ok, err := s.Inspect(ctx, kf.scope, kf.parsedKey)
+	if err != nil {
+		return c.tableError(err)
+	}
+	if !ok {
+		return kf.absent()
+	}
+	if asJSON {
+		return writeJSON(c.stdout, entryJSON(kf.scope, kf.parsedKey, e, c.now()))
+	}
+	return c.printEntry(kf.scope, kf.parsedKey, e)
+}
+
+// entryJSON is inspect --json's object: the entry's fields, and for a claim
+// whether its lease is live at now.
+func entryJSON(scope string, key idem.Key, e idem.Entry, now time.Time) map[string]any {
+	out := map[string]any{
+		"scope":       scope,
+		"key":         key.String(),
+		"state":       e.State.String(),
+		"generation":  e.Generation,
+		"fingerprint": e.Fingerprint,
+		"owner":       e.Owner,
+		"created_at":  timeOrNil(e.CreatedAt),
+	}
+	switch e.State {
+	case idem.StateClaimed:
+		out["lease_end"] = timeOrNil(e.LeaseEnd)
+		out["live"] = now.Before(e.LeaseEnd)
+	case idem.StateCompleted:
+		out["completed_at"] = timeOrNil(e.CompletedAt)
+		out["expires_at"] = timeOrNil(e.ExpiresAt)
+		out["result"] = e.Result
+	}
+	return out
+}
+
+// printEntry is inspect's text: a table of the entry's fields, then a
+// replayable result's headers and body as they would be replayed.
+func (c *cli) printEntry(scope string, key idem.Key, e idem.Entry) error {
+	now := c.now()
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "scope\t%s\n", scope)
+	fmt.Fprintf(tw, "key\t%s\n", key)
+	state := e.State.String()
+	if e.State == idem.StateClaimed {
+		if now.Before(e.LeaseEnd) {
+			state += " (live)"
+		} else {
+			state += " (abandoned: lease ran out)"
+		}
+	}
+	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "generation\t%d\n", e.Generation)
+	fmt.Fprintf(tw, "owner\t%s\n", orDash(e.Owner))
+	fmt.Fprintf(tw, "fingerprint\t%s\n", orDash(e.Fingerprint))
+	fmt.Fprintf(tw, "claimed\t%s\n", c.ago(e.CreatedAt, ""))
+	switch e.State {
+	case idem.StateClaimed:
+		fmt.Fprintf(tw, "lease end\t%s\n", c.ago(e.LeaseEnd, ""))
+	case idem.StateCompleted:
+		fmt.Fprintf(tw, "completed\t%s\n", c.ago(e.CompletedAt, ""))
+		if e.ExpiresAt.IsZero() {
+			fmt.Fprintf(tw, "expires\tnever\n")
+		} else {
+			fmt.Fprintf(tw, "expires\t%s\n", c.ago(e.ExpiresAt, ""))
+		}
+		r := e.Result
+		if r.Unreplayable {
+			fmt.Fprintf(tw, "result\tstatus %d, unreplayable (the response was too large to record)\n", r.Status)
+			break
+		}
+		fmt.Fprintf(tw, "result\tstatus %d, %d body bytes\n", r.Status, len(r.Body))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if e.State != idem.StateCompleted || e.Result.Unreplayable {
+		return nil
+	}
+	printResult(c.stdout, e.Result)
+	return nil
+}
+
+// printResult prints a recorded result's headers, sorted by name, and body.
+func printResult(w io.Writer, r idem.Result) {
+	if len(r.Header) > 0 {
+		names := make([]string, 0, len(r.Header))
+		for name := range r.Header {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		fmt.Fprintln(w, "header:")
+		for _, name := range names {
+			for _, v := range r.Header[name] {
+				fmt.Fprintf(w, "  %s: %s\n", name, v)
+			}
+		}
+	}
+	if len(r.Body) > 0 {
+		fmt.Fprintf(w, "body:\n%s", r.Body)
+		if !strings.HasSuffix(string(r.Body), "\n") {
+			fmt.Fprintln(w)
+		}
+	}
+}

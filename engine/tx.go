@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// errNoTxStore is the claim error of a request InTransaction to an engine
+// whose store is not an [idem.TxStore]. Adapters refuse that combination at
+// construction; this is for a third-party adapter that does not.
+var errNoTxStore = &idem.UnavailableError{Op: "claim", Err: errors.New("engine: the store cannot claim in a transaction (it is not an idem.TxStore)")}
+
+// claimInTx claims req's key in a transaction of the store, waiting up to
+// wait for a duplicate still in flight: for one held by another open
+// transaction, in the store (the database makes the claim wait for it);
+// for one held by a two-phase claim, with the store's Wait, as
+// idem.ClaimWait does, then in a new transaction.
+func (e *Engine) claimInTx(ctx context.Context, req *Request, wait time.Duration) (idem.Claim, idem.TxClaim, error) {
+	if e.txs == nil {
+		return idem.Claim{}, nil, errNoTxStore
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		left := max(time.Until(deadline), 0)
+		req.sent = time.Now()
+		cctx, cancel := context.WithTimeout(ctx, left+e.storeTimeout)
+		c, tx, err := e.txs.BeginClaim(cctx, req.Claim, e.txLimits(left))
+		cancel()
+		if err != nil || c.Status != idem.InFlight || c.LeaseEnd.IsZero() || left <= 0 {
+			return c, tx, err
+		}
+		began := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, left)
+		werr := e.store.Wait(wctx, req.Claim.Scope, req.Claim.Key)
+		cancel()
+		req.waited += time.Since(began)
+		if werr != nil && ctx.Err() != nil {
+			return c, nil, ctx.Err()
+		}
+		// Claim again: the holder may have finished, or, if the wait ran
+		// out, one last look without waiting.
+	}
+}
+
+// txLimits are the bounds of a claim's transaction: the wait left, the
+// lease as the longest the transaction may stay idle (for a claim in a
+// transaction its statements are its signs of life, and the store ends a
+// transaction whose process stopped sending them), and Options.MaxExecution
+// as the longest a statement may run (the work's context ends then too).
+func (e *Engine) txLimits(wait time.Duration) idem.TxLimits {
+	return idem.TxLimits{Wait: wait, Idle: e.lease, Execution: e.maxExecution}
+}
+
+// InTransaction reports whether the work runs inside the claim's
+// transaction (the request was InTransaction): its writes there commit
+// with the recorded result or not at all, so an adapter holds the work's
+// answer back until [Execution.Committed] says which.
+func (x *Execution) InTransaction() bool { return x.tx != nil }
+
+// TxContext returns ctx carrying the claim's transaction (for a request
+// InTransaction; ctx itself otherwise), for work that runs on a context of
+// its own rather than on [Execution.Context], such as a go-sdk tool
+// handler, which runs on its MCP session's context.
+func (x *Execution) TxContext(ctx context.Context) context.Context {
+	if x.tx == nil {
+		return ctx
+	}
+	return x.tx.Context(ctx)
+}
+
+// Committed reports whether the claim's transaction committed with the
+// work's result, once [Execution.Finish] returned (or after a successful
+// [Execution.Commit]). An adapter that held the answer back sends it only
+// if so, or if the verdict was not to record it (a failure, rolled back);
+// a recorded answer that did not commit must not reach the client as a
+// success.
+func (x *Execution) Committed() bool { return x.committed }
+
+// Commit records res as the work's result in the claim's transaction and
+// commits it now, while the work runs, for an adapter that answers only
+// once its answer is committed (middleware.Commit). It fails without
+// committing if the work's context already ended (the claim can no longer
+// be trusted, or Shutdown), and for a claim not taken in a transaction.
+// After a nil error the verdict must be [Recorded]; after an error,
+// [Release] (the transaction rolled back).
+func (x *Execution) Commit(res idem.Result) error {
+	if x.tx == nil {
+		return errors.New("engine: Commit of a claim not taken in a transaction")
+	}
+	if err := x.Err(); err != nil {
+		return err
+	}
+	if err := x.commitTx(res); err != nil {
+		x.e.log(x.logCtx, slog.LevelWarn, "the work's transaction did not commit; nothing was recorded", x.req, slog.Any("err", err))
+		return err
+	}
+	return nil
+}
+
+func (x *Execution) commitTx(res idem.Result) error {
+	ctx, cancel := x.storeCtx()
+	defer cancel()
+	err := x.tx.Commit(ctx, res)
+	// Either way the transaction is over: committed, or rolled back.
+	x.txEnded, x.committed = true, err == nil
+	return err
+}
+
+// txVerdict adapts v to a claim in a transaction: there is no lease to
+// leave a claim to, so Leave rolls back (the work's writes go with it, so
+// a retry running it again is safe); and a Recorded that did not commit
+// (the adapter did not call Commit, or it failed) is a release.
+func (x *Execution) txVerdict(v Verdict) Verdict {
+	switch {
+	case v.Action == Leave:
+		return Verdict{Action: Release, Why: v.Why + "; rolled back, as a claim in a transaction has no lease to leave it to"}
+	case v.Action == Recorded && !x.committed:
+		return Verdict{Action: Release, Why: "the work's transaction did not commit"}
+	}
+	return v
+}
+
+// completeTx commits the claim's transaction with res (complete, in a
+// transaction). A commit is not tried again: a failed one rolled back.
+func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale bool) {
+	err := x.commitTx(res)
+	switch {
+	case err == nil:
+		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
+		if res.Unreplayable {
+			x.e.log(x.logCtx, slog.LevelInfo, "result not replayable; key completed as unreplayable", x.req, slog.Int("status", res.Status))
+		}
+	case errors.Is(err, idem.ErrStaleClaim):
+		x.stale(err, ran, reportStale)
+	default:
+		// Rolled back: nothing of the work committed, and a retry runs it
+		// again. The adapter must not answer the work's result.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
+		x.e.log(x.logCtx, slog.LevelError, "could not commit the work's transaction; nothing was recorded and its writes rolled back", x.req, slog.Any("err", err))
+	}
+}
+
+// rollbackTx rolls the claim's transaction back (release, in a
+// transaction): the claim and the work's writes are gone.
+func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
+	ctx, cancel := x.storeCtx()
+	err := x.tx.Rollback(ctx)
+	cancel()
+	x.txEnded = true
+	if err != nil {
+		// The connection is closed with the transaction open: PostgreSQL
+		// rolls it back when it notices.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "release", Err: err, Duration: ran})
+		x.e.log(x.logCtx, slog.LevelWarn, "could not roll back the work's transaction ("+why+"); it ends with its connection", x.req, slog.Any("err", err))
+		return
+	}
+	x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: cause, Duration: ran})
+	x.e.log(x.logCtx, slog.LevelInfo, "rolled back the work's transaction, releasing its key: "+why, x.req)
+}
+
+// endTx makes sure the claim's transaction is over once Finish returns,
+// whatever path it took.
+func (x *Execution) endTx() {
+	if x.txEnded {
+		return
+	}
+	ctx, cancel := x.storeCtx()
+	_ = x.tx.Rollback(ctx)
+	cancel()
+	x.txEnded = true
+}
+
+// idleTimer is the lease and renewal timer of every claim in a
+// transaction, which has no lease: never started, so Stop does nothing,
+// and never reset.
+var idleTimer = func() *time.Timer {
+	t := time.AfterFunc(time.Hour, func() {})
+	t.Stop()
+	return t
+}()

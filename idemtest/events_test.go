@@ -1,0 +1,44 @@
+package idemtest_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+// TestEvents: events observed from many goroutines are all recorded, and
+// Count, Of and Kinds see the same ones.
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	var events idemtest.Events
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			kind := idem.EventClaimed
+			if i%5 == 0 {
+				kind = idem.EventReleased
+			}
+			events.Observe(idem.Event{Kind: kind})
+		})
+	}
+	wg.Wait()
+	if got := events.Count(idem.EventClaimed); got != 40 {
+		t.Errorf("Count(claimed) = %d, want 40", got)
+	}
+	if got := len(events.Of(idem.EventReleased)); got != 10 {
+		t.Errorf("Of(released) has %d events, want 10", got)
+	}
+	if got := events.Count(idem.EventCompleted); got != 0 {
+		t.Errorf("Count(completed) = %d, want 0", got)
+	}
+	kinds := events.Kinds()
+	if len(kinds) != 50 || len(events.All()) != 50 {
+		t.Fatalf("Kinds has %d entries, All %d events; want 50", len(kinds), len(events.All()))
+	}
+	if n := len(slices.DeleteFunc(kinds, func(k string) bool { return k != idem.EventReleased.String() })); n != 10 {
+		t.Errorf("Kinds names %d releases, want 10", n)
+	}
+}

@@ -1,0 +1,184 @@
+package mcphttp
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"net/http"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
+)
+
+// txHeader names the transaction of a call that runs in one, on the
+// request the wrapper passes to the inner handler: go-sdk runs tool
+// handlers on their session's context, so the transaction reaches a tool
+// through its request's headers (req.Extra.Header), as a random name that
+// [TxContext] looks up while the call runs. The wrapper removes the header
+// from every request it receives.
+const txHeader = "Idem-Transaction"
+
+// inTx are the executions of the calls running in a transaction, by the
+// name in their txHeader.
+var inTx sync.Map // string -> *engine.Execution
+
+// TxContext returns ctx carrying the transaction the call req was claimed
+// in, when it runs in one (Options.InTransaction); ctx itself otherwise.
+// A go-sdk tool handler calls it first, then writes through the
+// transaction the store's package finds there (pgstore.TxFrom):
+//
+//	func(ctx context.Context, req *mcp.CallToolRequest, in Args) (*mcp.CallToolResult, Out, error) {
+//		ctx = mcphttp.TxContext(ctx, req)
+//		err := pgstore.TxFrom(ctx).QueryRow(ctx, `INSERT INTO invoices …`).Scan(&id)
+//		…
+//	}
+//
+// It is needed because go-sdk runs tool handlers on their MCP session's
+// context, which the wrapper's request context does not reach.
+func TxContext(ctx context.Context, req *mcp.CallToolRequest) context.Context {
+	if req == nil || req.Extra == nil || req.Extra.Header == nil {
+		return ctx
+	}
+	name := req.Extra.Header.Get(txHeader)
+	if name == "" {
+		return ctx
+	}
+	if x, ok := inTx.Load(name); ok {
+		return x.(*engine.Execution).TxContext(ctx)
+	}
+	return ctx
+}
+
+// inTransaction reports whether call c is claimed inside a transaction of
+// the store's database (Options.InTransaction).
+func (m *wrapper) inTransaction(c call) bool {
+	return m.inTx != nil && c.method == "tools/call" && m.inTx(c.name)
+}
+
+// heldResponse is the writer a call in a transaction writes its answer to
+// (through its recorder): the answer is held back from the client until the
+// call's transaction committed with it, since a response whose side effects
+// and record may still roll back must not reach the client as a result. It
+// keeps the inner handler's status, headers and bytes apart from the
+// client's writer until then.
+type heldResponse struct {
+	client http.ResponseWriter
+	x      *engine.Execution
+	m      *wrapper
+	r      *http.Request
+	c      call
+	header http.Header
+	status int
+	body   bytes.Buffer
+	// sent: the hold is over, what the handler writes goes to the client;
+	// failed: the commit of a spill failed, and nothing may.
+	sent, failed bool
+	name         string // the call's name in inTx
+}
+
+// holdBack puts a held response between rec and the client when the call
+// runs in a transaction, and names the transaction on ir, the request to
+// the inner handler, for [TxContext]; nil otherwise.
+func (m *wrapper) holdBack(rec *recorder, x *engine.Execution, r, ir *http.Request, c call) *heldResponse {
+	if !x.InTransaction() {
+		return nil
+	}
+	h := &heldResponse{client: rec.w, x: x, m: m, r: r, c: c, header: http.Header{}, name: rand.Text()}
+	inTx.Store(h.name, x)
+	ir.Header.Set(txHeader, h.name)
+	rec.w = h
+	return h
+}
+
+// forget removes the call's name from inTx once its execution finished. A
+// nil h does nothing.
+func (h *heldResponse) forget() {
+	if h != nil {
+		inTx.Delete(h.name)
+	}
+}
+
+func (h *heldResponse) Header() http.Header {
+	if h.sent {
+		return h.client.Header()
+	}
+	return h.header
+}
+
+func (h *heldResponse) WriteHeader(code int) {
+	switch {
+	case h.sent:
+		h.client.WriteHeader(code)
+	case h.status == 0 && code >= 200:
+		h.status = code
+	}
+}
+
+// Write holds p back. A response that outgrows the record limit cannot be
+// held: the transaction commits with the call completed as unreplayable
+// (its side effects happened; its response cannot be replayed), then what
+// was held goes to the client, and the rest passes through.
+func (h *heldResponse) Write(p []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	switch {
+	case h.sent:
+		return h.client.Write(p)
+	case h.failed:
+		return len(p), nil
+	case h.body.Len()+len(p) <= h.m.maxRecord:
+		return h.body.Write(p)
+	}
+	if err := h.x.Commit(idem.Result{Status: h.status, Unreplayable: true}); err != nil {
+		h.failed = true
+		return len(p), nil
+	}
+	h.release()
+	return h.client.Write(p)
+}
+
+// Flush does nothing while the response is held: it is sent whole, after
+// the commit.
+func (h *heldResponse) Flush() {
+	if h.sent {
+		_ = http.NewResponseController(h.client).Flush()
+	}
+}
+
+// release sends what was held and ends the hold.
+func (h *heldResponse) release() {
+	h.sent = true
+	hd := h.client.Header()
+	for k, vs := range h.header {
+		hd[k] = vs
+	}
+	h.client.WriteHeader(h.status)
+	_, _ = h.client.Write(h.body.Bytes())
+}
+
+// send ends the hold once the call's execution finished with verdict v:
+// the response goes to the client if its transaction committed with it, or
+// if it was not to be recorded (an error, rolled back with everything
+// else, is true as it is); otherwise its result did not commit, and the
+// client gets a JSON-RPC error saying to retry, in the response's framing.
+// A nil h does nothing.
+func (h *heldResponse) send(v engine.Verdict) {
+	switch {
+	case h == nil || h.sent:
+	case !h.failed && (h.x.Committed() || v.Action == engine.Release || v.Action == engine.Leave):
+		h.status = cmp.Or(h.status, http.StatusOK)
+		h.release()
+	default:
+		h.sent = true
+		body, _ := wrapperError(h.c.rawID, rpcError{
+			Code: CodeUnavailable, Message: "the call's transaction did not commit, so it took no effect; retry it",
+			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: h.m.eng.RetryAfter().Milliseconds()},
+		})
+		h.m.answer(h.client, h.r, h.c, body, false, &responseBuffer{header: h.header, status: cmp.Or(h.status, http.StatusOK)})
+	}
+}

@@ -1,0 +1,357 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// txKit is a migrated schema with an invoices table and a store on it.
+type txKit struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	store *pgstore.Store
+	calls atomic.Int64
+}
+
+func newTxKit(t *testing.T) *txKit {
+	t.Helper()
+	pool, _ := testdb.Pool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatalf("migrations.Up: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return &txKit{ctx: ctx, pool: pool, store: store}
+}
+
+func (k *txKit) invoices(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := k.pool.QueryRow(k.ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// create is a handler under InTransaction: it inserts the invoice named
+// by the body in the claim's transaction and answers 201 with its id.
+// Bodies "fail", "panic", "bad", "broken" and "slow" make it answer 503,
+// panic, answer 400, answer 201 after a statement failed, and wait for
+// its context to end, then fail on its next statement and answer 503.
+func (k *txKit) create(t *testing.T, client *atomic.Pointer[httptest.ResponseRecorder]) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		k.calls.Add(1)
+		tx := pgstore.TxFrom(r.Context())
+		if tx == nil {
+			t.Error("no transaction in the handler's context")
+			http.Error(w, "no tx", http.StatusInternalServerError)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		customer := string(body)
+		if customer == "bad" {
+			http.Error(w, "bad invoice", http.StatusBadRequest)
+			return
+		}
+		var id int64
+		if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id); err != nil {
+			http.Error(w, "db: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		switch customer {
+		case "fail":
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		case "panic":
+			panic("the handler panicked")
+		case "broken":
+			_, _ = tx.Exec(r.Context(), `SELECT 1/0`) // the transaction fails; the handler does not look
+		case "slow":
+			<-r.Context().Done()
+			if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
+				http.Error(w, "cut off: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", fmt.Sprintf("/invoices/%d", id))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+		if c := client.Load(); c != nil && (c.Body.Len() > 0 || c.Code != http.StatusOK) {
+			t.Error("the response reached the client before the transaction committed")
+		}
+	}
+}
+
+func postTo(h http.Handler, body, k string) *httptest.ResponseRecorder {
+	return serve(h, newReq("POST", "/invoices", body, key(k)))
+}
+
+// TestInTransaction: the claim, the handler's insert and the recorded
+// response commit together; every answer but a recorded one rolls all of
+// it back, and the retry runs at once.
+func TestInTransaction(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	opts := middleware.Options{InTransaction: true}
+
+	var watched atomic.Pointer[httptest.ResponseRecorder]
+	client := httptest.NewRecorder()
+	watched.Store(client)
+	h := middleware.New(k.store, opts)(k.create(t, &watched))
+	h.ServeHTTP(client, newReq("POST", "/invoices", "acme", key("k1")))
+	watched.Store(nil)
+	wantStatus(t, client, http.StatusCreated)
+	if loc := client.Header().Get("Location"); !strings.HasPrefix(loc, "/invoices/") {
+		t.Errorf("Location %q", loc)
+	}
+	wantReplay(t, client, postTo(h, "acme", "k1"))
+	if n := k.invoices(t); n != 1 {
+		t.Fatalf("%d invoices, want 1", n)
+	}
+
+	// 400: recorded (with whatever the handler wrote: nothing here).
+	first := postTo(h, "bad", "k2")
+	wantStatus(t, first, http.StatusBadRequest)
+	wantReplay(t, first, postTo(h, "bad", "k2"))
+
+	// Each failure leaves nothing; the retry runs the handler at once.
+	for _, tc := range []struct {
+		body   string
+		status int
+		typ    string
+	}{
+		{"fail", http.StatusServiceUnavailable, ""},
+		{"broken", http.StatusServiceUnavailable, middleware.TypeCommitFailed},
+	} {
+		calls := k.calls.Load()
+		rec := postTo(h, tc.body, "k-"+tc.body)
+		if tc.typ != "" {
+			wantProblem(t, rec, tc.status, tc.typ)
+			if rec.Header().Get("Location") != "" || rec.Header().Get("Retry-After") == "" {
+				t.Errorf("%s: the failure answer has headers %v", tc.body, rec.Header())
+			}
+		} else {
+			wantStatus(t, rec, tc.status)
+		}
+		if n := k.invoices(t); n != 1 {
+			t.Errorf("%s: %d invoices, want 1", tc.body, n)
+		}
+		postTo(h, tc.body, "k-"+tc.body)
+		if got := k.calls.Load() - calls; got != 2 {
+			t.Errorf("%s: the handler ran %d times for the request and its retry, want 2", tc.body, got)
+		}
+	}
+
+	calls := k.calls.Load()
+	if _, p := servePanic(h, newReq("POST", "/invoices", "panic", key("k-panic"))); p == nil {
+		t.Fatal("the handler's panic did not propagate")
+	}
+	if n := k.invoices(t); n != 1 {
+		t.Errorf("after a panic: %d invoices, want 1", n)
+	}
+	servePanic(h, newReq("POST", "/invoices", "panic", key("k-panic")))
+	if got := k.calls.Load() - calls; got != 2 {
+		t.Errorf("panic: the handler ran %d times for the request and its retry, want 2", got)
+	}
+}
+
+// TestInTransactionDuplicates: a duplicate of a request whose transaction
+// is open waits for it (in PostgreSQL) and replays its answer; with a wait
+// too short, it is answered 409 with Retry-After.
+func TestInTransactionDuplicates(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	release := make(chan struct{})
+	inside := make(chan struct{}, 1)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		k.calls.Add(1)
+		var id int64
+		if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		inside <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+	}
+	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 20 * time.Second})(http.HandlerFunc(handler))
+	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 50 * time.Millisecond})(http.HandlerFunc(handler))
+
+	firstDone := make(chan *httptest.ResponseRecorder, 1)
+	go func() { firstDone <- postTo(patient, "", "k") }()
+	<-inside
+	rec := postTo(hasty, "", "k")
+	wantProblem(t, rec, http.StatusConflict, middleware.TypeInFlight)
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("409 without Retry-After")
+	}
+	dupDone := make(chan *httptest.ResponseRecorder, 1)
+	go func() { dupDone <- postTo(patient, "", "k") }()
+	time.Sleep(50 * time.Millisecond) // the duplicate is waiting
+	close(release)
+	first := <-firstDone
+	wantStatus(t, first, http.StatusCreated)
+	wantReplay(t, first, <-dupDone)
+	if n, calls := k.invoices(t), k.calls.Load(); n != 1 || calls != 1 {
+		t.Errorf("%d invoices and %d handler calls, want 1 and 1", n, calls)
+	}
+}
+
+// TestInTransactionCommit: Commit with a nil record commits the claim's
+// transaction and answers; a record function there is refused.
+func TestInTransactionCommit(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	var useRecord atomic.Bool
+	commitErr := make(chan error, 1)
+	h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var id int64
+		if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
+			commitErr <- err
+			return
+		}
+		var record middleware.RecordFunc
+		if useRecord.Load() {
+			record = func(context.Context, idem.Token, idem.Result) error { return nil }
+		}
+		commitErr <- middleware.Commit(w, r, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, fmt.Appendf(nil, `{"id":%d}`, id), record)
+	}))
+	first := postTo(h, "", "k1")
+	if err := <-commitErr; err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, first, http.StatusCreated)
+	wantReplay(t, first, postTo(h, "", "k1"))
+
+	useRecord.Store(true)
+	rec := postTo(h, "", "k2")
+	if err := <-commitErr; !errors.Is(err, middleware.ErrRecordFunc) {
+		t.Fatalf("Commit with a record function under InTransaction = %v, want ErrRecordFunc", err)
+	}
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	if n := k.invoices(t); n != 1 {
+		t.Errorf("%d invoices, want 1", n)
+	}
+}
+
+// TestInTransactionBound: the work's deadline (MaxExecution) bounds the
+// claim's transaction too. A handler that outlives it has its context
+// ended, its next statement fails, and its 503 rolls everything back: no
+// invoice, no claim, and the retry runs at once.
+func TestInTransactionBound(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxExecution: 300 * time.Millisecond})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
+	began := time.Now()
+	rec := postTo(h, "slow", "k")
+	wantStatus(t, rec, http.StatusServiceUnavailable)
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("answered after %v", took)
+	}
+	if n := k.invoices(t); n != 0 {
+		t.Errorf("%d invoices, want 0", n)
+	}
+	// Nothing was left behind, not even the fingerprint: a retry (here
+	// one that does not dawdle) runs at once.
+	wantStatus(t, postTo(h, "acme", "k"), http.StatusCreated)
+	if n := k.invoices(t); n != 1 {
+		t.Errorf("%d invoices after the retry, want 1", n)
+	}
+}
+
+// TestInTransactionLargeResponse: a response larger than the record limit
+// cannot be held back; the claim's transaction commits it as unreplayable
+// when it outgrows the limit, and the rest streams.
+func TestInTransactionLargeResponse(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	big := strings.Repeat("x", 4096)
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 1024})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := pgstore.TxFrom(r.Context()).Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme')`); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		for range 4 {
+			_, _ = io.WriteString(w, big[:1024])
+		}
+	}))
+	first := postTo(h, "", "k")
+	if first.Code != http.StatusOK || first.Body.String() != big {
+		t.Fatalf("first: %d, %d bytes", first.Code, first.Body.Len())
+	}
+	wantProblem(t, postTo(h, "", "k"), http.StatusGone, middleware.TypeUnreplayable)
+	if n := k.invoices(t); n != 1 {
+		t.Errorf("%d invoices, want 1", n)
+	}
+}
+
+func TestInTransactionNeedsATxStore(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "InTransaction") {
+			t.Errorf("panic %v, want one naming InTransaction", p)
+		}
+	}()
+	middleware.New(memstore.New(memstore.Options{}), middleware.Options{InTransaction: true})
+}
+
+// TestInTransactionLease: a claim in a transaction has no lease to renew
+// or lose; its statements are its signs of life. A handler that runs past
+// the lease while it keeps working commits; one idle for longer than the
+// lease loses its transaction to PostgreSQL, and its answer becomes 503.
+func TestInTransactionLease(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	const lease = 300 * time.Millisecond
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, Lease: lease})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := pgstore.TxFrom(r.Context())
+		body, _ := io.ReadAll(r.Body)
+		if _, err := tx.Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ($1)`, string(body)); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if string(body) == "busy" {
+			for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 6) {
+				if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
+		} else {
+			time.Sleep(3 * lease)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	wantStatus(t, postTo(h, "busy", "k1"), http.StatusCreated)
+	wantProblem(t, postTo(h, "idle", "k2"), http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	if n := k.invoices(t); n != 1 {
+		t.Errorf("%d invoices, want 1 (the busy one)", n)
+	}
+}

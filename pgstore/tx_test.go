@@ -1,0 +1,791 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// txFixture is a migrated schema with an invoices table, a store on it,
+// and a second pool whose connections are named, so that a test can see
+// in pg_stat_activity when one of them waits for a lock.
+type txFixture struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
+	s      *pgstore.Store
+	// monitor reads pg_stat_activity: pool, or a direct pool when pool
+	// goes through a transaction-mode pooler, whose few server
+	// connections the transactions under test may all hold.
+	monitor *pgxpool.Pool
+}
+
+func newTxFixture(t *testing.T, opts pgstore.Options) *txFixture {
+	t.Helper()
+	ctx := testCtx(t)
+	pool, schema := migrated(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return &txFixture{ctx: ctx, pool: pool, schema: schema, s: newStore(t, pool, opts), monitor: sessionPool(t, pool, schema)}
+}
+
+// namedStore is another store (another instance) on the fixture's schema
+// whose connections carry application_name name, with maxConns of them
+// (0: pgx's default).
+func (f *txFixture) namedStore(t *testing.T, name string, maxConns int32, opts pgstore.Options) (*pgstore.Store, *pgxpool.Pool) {
+	t.Helper()
+	cfg := testdb.Config(t, f.schema)
+	cfg.ConnConfig.RuntimeParams["application_name"] = name + "-" + f.schema
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool := testdb.NewPool(t, cfg)
+	return newStore(t, pool, opts), pool
+}
+
+// lockWaiters counts the connections named name that wait for a lock.
+func (f *txFixture) lockWaiters(t *testing.T, name string) int {
+	t.Helper()
+	var n int
+	if err := f.monitor.QueryRow(f.ctx, `
+		SELECT count(*) FROM pg_stat_activity
+		 WHERE application_name = $1 || '-' || $2 AND wait_event_type = 'Lock'`, name, f.schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// awaitLockWaiters waits until n connections named name wait for a lock.
+func (f *txFixture) awaitLockWaiters(t *testing.T, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.lockWaiters(t, name) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections named %s wait for a lock after 20s, want %d", f.lockWaiters(t, name), name, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (f *txFixture) invoices(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// present reports whether the key has a row anyone else can see.
+func (f *txFixture) present(t *testing.T, k string) bool {
+	t.Helper()
+	_, ok, err := f.s.Inspect(f.ctx, "s", key(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+var txLimits = idem.TxLimits{Wait: 10 * time.Second, Idle: time.Minute, Execution: time.Minute}
+
+// parallelUnlessPooled runs t in parallel, except through a
+// transaction-mode pooler: there every open transaction holds one of the
+// pooler's few server connections, and tests that hold a transaction open
+// while others wait for it would, all at once, take them all and wait for
+// each other.
+func parallelUnlessPooled(t *testing.T) {
+	if testdb.PoolerURL() == "" {
+		t.Parallel()
+	}
+}
+
+// rollbackAtEnd rolls tx back when t ends, before the pools close (a
+// failed test would otherwise leave its connection out of the pool, and
+// the pool's Close waiting for it).
+func rollbackAtEnd(t *testing.T, tx idem.TxClaim) {
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+}
+
+// beginClaim claims k in a transaction and wants want.
+func beginClaim(t *testing.T, ctx context.Context, s *pgstore.Store, k string, limits idem.TxLimits, want idem.ClaimStatus) (idem.Claim, idem.TxClaim) {
+	t.Helper()
+	c, tx, err := s.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, limits)
+	if err != nil {
+		t.Fatalf("BeginClaim %q: %v", k, err)
+	}
+	if c.Status != want {
+		if tx != nil {
+			_ = tx.Rollback(ctx)
+		}
+		t.Fatalf("BeginClaim %q = %v, want %v", k, c.Status, want)
+	}
+	if (tx != nil) != (want == idem.Acquired) {
+		t.Fatalf("BeginClaim %q = %v with transaction %v", k, c.Status, tx)
+	}
+	return c, tx
+}
+
+// insertInvoice writes an invoice in the claim's transaction.
+func insertInvoice(t *testing.T, ctx context.Context, tx idem.TxClaim, id string) {
+	t.Helper()
+	if _, err := pgstore.TxFrom(tx.Context(ctx)).Exec(ctx, `INSERT INTO invoices VALUES ($1)`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var txResult = idem.Result{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"inv-1"}`)}
+
+// TestBeginClaimCommitsTogether: the claim is invisible until the commit,
+// and the commit makes the invoice and the recorded result visible at
+// once.
+func TestBeginClaimCommitsTogether(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	if c.Token.Generation <= 0 || c.Takeover {
+		t.Errorf("claim %+v", c)
+	}
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	if f.present(t, "a") {
+		t.Error("the claim is visible before its transaction committed")
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices visible before the commit", n)
+	}
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.invoices(t); n != 1 {
+		t.Errorf("%d invoices after the commit, want 1", n)
+	}
+	e := mustInspect(t, f.ctx, f.s, "a")
+	if e.State != idem.StateCompleted || e.Generation != c.Token.Generation || !e.Result.Equal(txResult) {
+		t.Errorf("entry after the commit: %+v", e)
+	}
+	got, _ := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Completed)
+	if !got.Result.Equal(txResult) {
+		t.Errorf("replay %+v", got.Result)
+	}
+	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.Completed)
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Errorf("a second Commit: %v, want nil", err)
+	}
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Errorf("a Rollback after Commit: %v, want nil", err)
+	}
+	if err := f.pool.Ping(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBeginClaimRollbackLeavesNothing ends a claim's transaction every way
+// it can end without a commit; each leaves the key absent and the invoice
+// unwritten, and the next claim acquires at once.
+func TestBeginClaimRollbackLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, tx idem.TxClaim)
+	}{
+		{"rollback", func(t *testing.T, tx idem.TxClaim) {
+			if err := tx.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a failed statement, then commit", func(t *testing.T, tx idem.TxClaim) {
+			if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `INSERT INTO invoices VALUES (NULL)`); err == nil {
+				t.Fatal("inserting a NULL id succeeded")
+			}
+			if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+				t.Fatalf("Commit of a failed transaction = %v, want unavailable", err)
+			}
+		}},
+		{"the connection is lost (its backend terminated)", func(t *testing.T, tx idem.TxClaim) {
+			var pid int
+			if err := pgstore.TxFrom(tx.Context(f.ctx)).QueryRow(f.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.pool.Exec(f.ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+				t.Fatalf("Commit on a lost connection = %v, want unavailable", err)
+			}
+		}},
+		{"the process is gone (its socket closed, no rollback sent)", func(t *testing.T, tx idem.TxClaim) {
+			if err := pgstore.TxFrom(tx.Context(f.ctx)).Conn().PgConn().Conn().Close(); err != nil {
+				t.Fatal(err)
+			}
+			_ = tx.Rollback(f.ctx) // gives the dead connection back to the pool
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := fmt.Sprintf("k-%s", tc.name)
+			_, tx := beginClaim(t, f.ctx, f.s, k, txLimits, idem.Acquired)
+			insertInvoice(t, f.ctx, tx, "inv-"+k)
+			tc.end(t, tx)
+			if f.present(t, k) {
+				t.Error("the key has a row after the transaction ended without a commit")
+			}
+			if n := f.invoices(t); n != 0 {
+				t.Errorf("%d invoices", n)
+			}
+			// No lease to wait out: the next claim takes the key as soon
+			// as PostgreSQL has ended the transaction (at once, or when
+			// the backend notices its client is gone).
+			_, tx2 := beginClaim(t, f.ctx, f.s, k, idem.TxLimits{Wait: 5 * time.Second}, idem.Acquired)
+			if err := tx2.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key(k)}, idem.Acquired)
+		})
+	}
+}
+
+// TestBeginClaimDuplicateWaitsInPostgres: a duplicate of a key whose
+// transaction is open waits in PostgreSQL for that transaction (a lock
+// wait on the primary key, not a notification nor a poll), then finds what
+// it recorded; after a rollback it takes the key. A two-phase claim of the
+// key meanwhile waits too, and never acquires it alongside.
+func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
+	parallelUnlessPooled(t)
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
+			parallelUnlessPooled(t)
+			f := newTxFixture(t, pgstore.Options{})
+			// NoListen: the duplicates cannot be woken by a notification.
+			dups, _ := f.namedStore(t, "dup", 0, pgstore.Options{NoListen: true})
+			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+			insertInvoice(t, f.ctx, tx, "inv-1")
+			// When the test ends, however it ends: the holder rolls
+			// back, the duplicates return, and a transaction one of them
+			// took is rolled back, before the pools close.
+			var (
+				dupsDone sync.WaitGroup
+				opened   = make(chan idem.TxClaim, 1)
+			)
+			t.Cleanup(func() {
+				_ = tx.Rollback(context.Background())
+				dupsDone.Wait()
+				select {
+				case dtx := <-opened:
+					_ = dtx.Rollback(context.Background())
+				default:
+				}
+			})
+
+			type outcome struct {
+				c   idem.Claim
+				tx  idem.TxClaim
+				err error
+			}
+			inTx, twoPhase := make(chan outcome, 1), make(chan outcome, 1)
+			dupsDone.Go(func() {
+				c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
+				if dtx != nil {
+					opened <- dtx
+				}
+				inTx <- outcome{c, dtx, err}
+			})
+			dupsDone.Go(func() {
+				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"})
+				twoPhase <- outcome{c: c, err: err}
+			})
+			f.awaitLockWaiters(t, "dup", 2)
+			if commit {
+				if err := tx.Commit(f.ctx, txResult); err != nil {
+					t.Fatal(err)
+				}
+				a, b := <-inTx, <-twoPhase
+				if a.err != nil || b.err != nil {
+					t.Fatalf("duplicates: %v, %v", a.err, b.err)
+				}
+				if a.c.Status != idem.Completed || !a.c.Result.Equal(txResult) || a.tx != nil || b.c.Status != idem.Completed {
+					t.Fatalf("after the commit: in a transaction %+v, two-phase %+v; want both completed", a.c, b.c)
+				}
+				return
+			}
+			if err := tx.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			// After the rollback one of them takes the key, and the other
+			// waits for it or finds it held: never both at once. The one
+			// in a transaction always returns: with the key, or in
+			// flight behind the two-phase claim that took it.
+			a := <-inTx
+			switch {
+			case a.err != nil:
+				t.Fatal(a.err)
+			case a.c.Status == idem.Acquired:
+				time.Sleep(50 * time.Millisecond)
+				select {
+				case b := <-twoPhase:
+					t.Fatalf("the two-phase claim returned %+v, %v while the key was held in a transaction", b.c, b.err)
+				default:
+				}
+				if err := a.tx.Commit(f.ctx, txResult); err != nil {
+					t.Fatal(err)
+				}
+				if b := <-twoPhase; b.err != nil || b.c.Status != idem.Completed {
+					t.Fatalf("two-phase after the second commit: %+v, %v; want completed", b.c, b.err)
+				}
+			default:
+				b := <-twoPhase
+				if b.err != nil || b.c.Status != idem.Acquired || a.c.Status != idem.InFlight || a.tx != nil || !a.c.LeaseEnd.Equal(b.c.LeaseEnd) {
+					t.Fatalf("two-phase %+v, %v; in a transaction %+v; want the first acquired and the second in flight until its lease end", b.c, b.err, a.c)
+				}
+			}
+		})
+	}
+}
+
+// TestBeginClaimWaitIsBounded: a duplicate waits at most its Wait for an
+// open transaction, then is answered in flight with no lease end (the
+// holder is a transaction, whose end nobody knows).
+func TestBeginClaimWaitIsBounded(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	rollbackAtEnd(t, tx)
+	for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
+		began := time.Now()
+		c, _ := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: wait}, idem.InFlight)
+		if !c.LeaseEnd.IsZero() {
+			t.Errorf("wait %v: in flight with lease end %v, want none", wait, c.LeaseEnd)
+		}
+		if took := time.Since(began); took < wait {
+			t.Errorf("wait %v: answered after %v", wait, took)
+		}
+	}
+	// The bound was the claim's alone: the transaction's own statements
+	// wait as long as the session says.
+	var lockTimeout string
+	if err := pgstore.TxFrom(tx.Context(f.ctx)).QueryRow(f.ctx, `SHOW lock_timeout`).Scan(&lockTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if lockTimeout != "0" {
+		t.Errorf("lock_timeout in the claim's transaction after the claim = %q, want the session's 0", lockTimeout)
+	}
+}
+
+// TestBeginClaimAnswersTwoPhaseKeys: keys claimed and completed by the
+// two-phase path are answered as Claim answers them.
+func TestBeginClaimAnswersTwoPhaseKeys(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	live := mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("live"), Fingerprint: "fp"}, idem.Acquired)
+	c, _ := beginClaim(t, f.ctx, f.s, "live", txLimits, idem.InFlight)
+	if !c.LeaseEnd.Equal(live.LeaseEnd) {
+		t.Errorf("in flight until %v, want the holder's lease end %v", c.LeaseEnd, live.LeaseEnd)
+	}
+	if err := f.s.Complete(f.ctx, live.Token, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := beginClaim(t, f.ctx, f.s, "live", txLimits, idem.Completed); !c.Result.Equal(txResult) {
+		t.Errorf("replay %+v", c.Result)
+	}
+	_, _, err := f.s.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("live"), Fingerprint: "other"}, txLimits)
+	var me *idem.MismatchError
+	if !errors.As(err, &me) || !me.Completed {
+		t.Errorf("another fingerprint: %v, want a mismatch", err)
+	}
+
+	// An abandoned two-phase claim is taken over in the transaction.
+	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("gone"), Lease: time.Millisecond}, idem.Acquired)
+	time.Sleep(5 * time.Millisecond)
+	c, tx := beginClaim(t, f.ctx, f.s, "gone", txLimits, idem.Acquired)
+	if !c.Takeover {
+		t.Error("Takeover false for an abandoned claim")
+	}
+	if e := mustInspect(t, f.ctx, f.s, "gone"); e.Generation == c.Token.Generation {
+		t.Error("the takeover is visible before its transaction committed")
+	}
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if e := mustInspect(t, f.ctx, f.s, "gone"); e.State != idem.StateCompleted || e.Generation != c.Token.Generation {
+		t.Errorf("after the takeover's commit: %+v", e)
+	}
+}
+
+// TestBeginClaimStrictIsolation: at REPEATABLE READ and SERIALIZABLE a
+// duplicate that waited for the first transaction cannot see the row it
+// committed, and its INSERT fails with a serialization error; the store
+// begins again, and the duplicate gets the result, never the key.
+func TestBeginClaimStrictIsolation(t *testing.T) {
+	parallelUnlessPooled(t)
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(level), func(t *testing.T) {
+			parallelUnlessPooled(t)
+			// Three, and the holder: PgBouncer's default pool size is 4
+			// server connections per role.
+			const dupCount = 3
+			opts := pgstore.Options{TxOptions: pgx.TxOptions{IsoLevel: level}}
+			f := newTxFixture(t, opts)
+			dups, _ := f.namedStore(t, "dup", 0, opts)
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				statuses = map[idem.ClaimStatus]int{}
+			)
+			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+			rollbackAtEnd(t, tx)
+			insertInvoice(t, f.ctx, tx, "inv-1")
+			defer wg.Wait()
+			for range dupCount {
+				wg.Go(func() {
+					c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
+					if err != nil {
+						t.Errorf("duplicate: %v", err)
+						return
+					}
+					if dtx != nil {
+						_ = dtx.Rollback(f.ctx)
+					}
+					mu.Lock()
+					statuses[c.Status]++
+					mu.Unlock()
+				})
+			}
+			f.awaitLockWaiters(t, "dup", dupCount)
+			if err := tx.Commit(f.ctx, txResult); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if statuses[idem.Completed] != dupCount {
+				t.Errorf("duplicates after the commit: %v, want %d completed", statuses, dupCount)
+			}
+			if n := f.invoices(t); n != 1 {
+				t.Errorf("%d invoices, want 1", n)
+			}
+		})
+	}
+}
+
+// TestBeginClaimBounds: a transaction left idle longer than its Idle
+// bound (its process frozen, say) is ended by PostgreSQL, the key is free
+// again and nothing of the transaction commits; a statement of the
+// transaction that runs longer than its Execution bound is cancelled, and
+// the transaction cannot commit.
+func TestBeginClaimBounds(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	t.Run("idle", func(t *testing.T) {
+		_, tx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: time.Second, Idle: 200 * time.Millisecond}, idem.Acquired)
+		insertInvoice(t, f.ctx, tx, "inv-1")
+		// A duplicate that waits longer than the bound gets the key when
+		// PostgreSQL ends the idle transaction.
+		_, dtx := beginClaim(t, f.ctx, f.s, "a", idem.TxLimits{Wait: 10 * time.Second}, idem.Acquired)
+		if err := dtx.Rollback(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+			t.Errorf("Commit after the idle bound = %v, want unavailable", err)
+		}
+		if n := f.invoices(t); n != 0 {
+			t.Errorf("%d invoices", n)
+		}
+	})
+	t.Run("statement", func(t *testing.T) {
+		_, tx := beginClaim(t, f.ctx, f.s, "b", idem.TxLimits{Wait: time.Second, Execution: 200 * time.Millisecond}, idem.Acquired)
+		insertInvoice(t, f.ctx, tx, "inv-2")
+		var pgErr *pgconn.PgError
+		if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `SELECT pg_sleep(5)`); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+			t.Fatalf("a statement past the bound: %v, want it cancelled (57014)", err)
+		}
+		if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
+			t.Errorf("Commit after a cancelled statement = %v, want unavailable", err)
+		}
+		if n := f.invoices(t); n != 0 || f.present(t, "b") {
+			t.Errorf("%d invoices, key present %v", n, f.present(t, "b"))
+		}
+	})
+}
+
+// TestBeginClaimPoolExhausted: more duplicates than the pool has
+// connections, all waiting for one open transaction; each is answered in
+// flight or unavailable within its bounds, none hangs and none acquires.
+func TestBeginClaimPoolExhausted(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	dups, _ := f.namedStore(t, "dup", 2, pgstore.Options{})
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	rollbackAtEnd(t, tx)
+	const n = 8
+	var (
+		wg                   sync.WaitGroup
+		mu                   sync.Mutex
+		inFlight, unavailble int
+	)
+	began := time.Now()
+	for range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(f.ctx, 400*time.Millisecond)
+			defer cancel()
+			c, dtx, err := dups.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, idem.TxLimits{Wait: 100 * time.Millisecond})
+			if dtx != nil {
+				_ = dtx.Rollback(f.ctx)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, idem.ErrUnavailable):
+				unavailble++
+			case err != nil:
+				t.Errorf("duplicate: %v", err)
+			case c.Status == idem.InFlight:
+				inFlight++
+			default:
+				t.Errorf("duplicate: %v", c.Status)
+			}
+		})
+	}
+	wg.Wait()
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the duplicates took %v", took)
+	}
+	if inFlight+unavailble != n || inFlight < 2 {
+		t.Errorf("%d in flight and %d unavailable, want %d in all and the pool's 2 at least in flight", inFlight, unavailble, n)
+	}
+}
+
+// TestTxFromBelongsToTheClaim: the work's transaction cannot end the
+// claim's, takes savepoints, and refuses to be used once the claim's ended.
+func TestTxFromBelongsToTheClaim(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	if pgstore.TxFrom(f.ctx) != nil {
+		t.Error("TxFrom of a context without a claim is not nil")
+	}
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	work := pgstore.TxFrom(tx.Context(f.ctx))
+	if err := work.Commit(f.ctx); !errors.Is(err, pgstore.ErrTxOwned) {
+		t.Errorf("the work's Commit = %v, want ErrTxOwned", err)
+	}
+	if err := work.Rollback(f.ctx); !errors.Is(err, pgstore.ErrTxOwned) {
+		t.Errorf("the work's Rollback = %v, want ErrTxOwned", err)
+	}
+	// A savepoint is the work's: rolled back, its insert is gone; the
+	// claim and the insert before it are not.
+	insertInvoice(t, f.ctx, tx, "kept")
+	err := pgx.BeginFunc(f.ctx, work, func(sp pgx.Tx) error {
+		if _, err := sp.Exec(f.ctx, `INSERT INTO invoices VALUES ('dropped')`); err != nil {
+			return err
+		}
+		return errors.New("changed my mind")
+	})
+	if err == nil {
+		t.Fatal("BeginFunc returned nil")
+	}
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	rows, _ := f.pool.Query(f.ctx, `SELECT id FROM invoices`)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) != 1 || ids[0] != "kept" {
+		t.Errorf("invoices %v, %v; want [kept]", ids, err)
+	}
+	if _, err := work.Exec(f.ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("the work's Exec after the commit = %v, want ErrTxClosed", err)
+	}
+	if err := work.QueryRow(f.ctx, `SELECT 1`).Scan(new(int)); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("the work's QueryRow after the commit = %v, want ErrTxClosed", err)
+	}
+}
+
+// TestBeginClaimGuardsTheCompletion: a work that deletes its own claim's
+// row cannot commit its writes without a result: the completion, matching
+// nothing, raises the stale-claim error, and the COMMIT sent behind it
+// does not run.
+func TestBeginClaimGuardsTheCompletion(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `DELETE FROM idem_keys WHERE key = $1`, key("a").String()); err != nil {
+		t.Fatal(err)
+	}
+	var se *idem.StaleClaimError
+	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) || se.Token != c.Token {
+		t.Fatalf("Commit after the row was deleted = %v, want a stale claim", err)
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices committed without a result", n)
+	}
+	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) {
+		t.Errorf("Commit again = %v, want a stale claim", err)
+	}
+}
+
+// tripCounter is a pgx tracer counting what a connection sends: round
+// trips (a statement on its own, or a batch) and statements (a batch's
+// each count).
+type tripCounter struct{ trips, statements, prepares atomic.Int64 }
+
+func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.trips.Add(1)
+	c.statements.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.statements.Add(1)
+}
+func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (c *tripCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.prepares.Add(1)
+	return ctx
+}
+func (c *tripCounter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (c *tripCounter) reset() { c.trips.Store(0); c.statements.Store(0); c.prepares.Store(0) }
+
+// TestTxRoundTrips counts what a claim in a transaction sends, on a warm
+// connection: a new key costs the round trips of the business insert in a
+// transaction of its own (BEGIN, INSERT, COMMIT), since the claim travels
+// with the BEGIN and the completion with the COMMIT.
+func TestTxRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, schema := migrated(t)
+	cfg := testdb.Config(t, schema)
+	cfg.MaxConns = 1 // one connection, so the warm-up prepares what the test uses
+	tr := &tripCounter{}
+	cfg.ConnConfig.Tracer = tr
+	pool := testdb.NewPool(t, cfg)
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, pool, pgstore.Options{})
+	limits := idem.TxLimits{Wait: time.Second}
+	newKey := func(k string) {
+		_, tx := beginClaim(t, ctx, s, k, limits, idem.Acquired)
+		insertInvoice(t, ctx, tx, k)
+		if err := tx.Commit(ctx, txResult); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insertAlone := func(k string) {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO invoices VALUES ($1)`, k)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("two-phase"), Fingerprint: "fp"}, idem.Acquired)
+	warm := func(suffix string) {
+		newKey("warm" + suffix)
+		insertAlone("alone-warm" + suffix)
+		beginClaim(t, ctx, s, "warm"+suffix, limits, idem.Completed)
+		beginClaim(t, ctx, s, "two-phase", limits, idem.InFlight)
+		_, tx := beginClaim(t, ctx, s, "rolled-back"+suffix, limits, idem.Acquired)
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warm("")
+
+	for _, tc := range []struct {
+		name              string
+		op                func()
+		trips, statements int64
+	}{
+		// BEGIN, bounds, claim, restore | INSERT | completion, COMMIT
+		{"a new key: claim, insert, commit", func() { newKey("a") }, 3, 7},
+		{"the insert alone, in a transaction", func() { insertAlone("alone") }, 3, 3},
+		// BEGIN, bounds, claim, restore | ROLLBACK
+		{"a replay (no replay cache)", func() { beginClaim(t, ctx, s, "a", limits, idem.Completed) }, 2, 5},
+		{"a two-phase claim in flight", func() { beginClaim(t, ctx, s, "two-phase", limits, idem.InFlight) }, 2, 5},
+		{"a rollback", func() {
+			_, tx := beginClaim(t, ctx, s, "r", limits, idem.Acquired)
+			tr.reset()
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}, 1, 1},
+	} {
+		tr.reset()
+		tc.op()
+		if trips, stmts, prep := tr.trips.Load(), tr.statements.Load(), tr.prepares.Load(); trips != tc.trips || stmts != tc.statements || prep != 0 {
+			t.Errorf("%s: %d round trips, %d statements, %d prepares; want %d round trips, %d statements", tc.name, trips, stmts, prep, tc.trips, tc.statements)
+		}
+	}
+}
+
+// TestTxWaitedDuplicateRoundTrips: a duplicate that waited for a
+// transaction that committed looks again together with its ROLLBACK, so it
+// learns the result one round trip after the wake; after a rollback, its
+// INSERT, which waited, goes ahead: the key is its own at the wake.
+func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	cfg := testdb.Config(t, f.schema)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = "dup-" + f.schema
+	tr := &tripCounter{}
+	cfg.ConnConfig.Tracer = tr
+	dups := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+	// Warm the duplicate's connection up: every statement prepared.
+	for _, k := range []string{"warm-1", "warm-2"} {
+		_, tx := beginClaim(t, f.ctx, dups, k, txLimits, idem.Acquired)
+		if err := tx.Commit(f.ctx, txResult); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tx := beginClaim(t, f.ctx, f.s, "warm-3", txLimits, idem.Acquired)
+	go func() { f.awaitLockWaiters(t, "dup", 1); _ = tx.Commit(f.ctx, txResult) }()
+	beginClaim(t, f.ctx, dups, "warm-3", txLimits, idem.Completed)
+
+	for _, commit := range []bool{true, false} {
+		k := fmt.Sprint("k-", commit)
+		_, tx := beginClaim(t, f.ctx, f.s, k, txLimits, idem.Acquired)
+		rollbackAtEnd(t, tx)
+		ended := make(chan error, 1)
+		go func() {
+			f.awaitLockWaiters(t, "dup", 1)
+			if commit {
+				ended <- tx.Commit(f.ctx, txResult)
+			} else {
+				ended <- tx.Rollback(f.ctx)
+			}
+		}()
+		tr.reset()
+		want, trips := idem.Completed, int64(2) // the claim that waited | the look and ROLLBACK
+		if !commit {
+			want, trips = idem.Acquired, 1
+		}
+		_, dtx := beginClaim(t, f.ctx, dups, k, txLimits, want)
+		if got := tr.trips.Load(); got != trips || tr.prepares.Load() != 0 {
+			t.Errorf("commit=%v: the duplicate took %d round trips (%d prepares), want %d", commit, got, tr.prepares.Load(), trips)
+		}
+		if err := <-ended; err != nil {
+			t.Fatal(err)
+		}
+		if dtx != nil {
+			if err := dtx.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
