@@ -40,7 +40,10 @@
 // reports [idem.EventLeaseLost]. Each renewal is bounded by the time left
 // until that moment as well as by Options.StoreTimeout, so a renewal that
 // hangs (a partitioned database, an exhausted pool) cannot hold the work
-// past it. A renewal that finds the claim stale cancels the work at once.
+// past it. A renewal that fails is tried again after half the time left
+// until then (at most a third of the lease, at least 10 ms, so that a store
+// failing at once is not retried in a loop). A renewal that finds the
+// claim stale cancels the work at once.
 //
 // The margin is min(lease/5, [MaxLeaseMargin]): 200 ms for a 1 s lease,
 // 2 s for the 30 s default. It exists because the two ends of the lease are
@@ -111,11 +114,15 @@
 // engine applies it, except where its own rules decide first. The rule for
 // a work whose context ended (its lease was lost, its deadline passed,
 // Shutdown, its client with CancelWithClient) is one: a whole answer the
-// adapter's policy records is recorded, fenced by the generation; without
-// one, the key is released.
+// adapter's policy records is recorded, fenced by the generation; a work
+// whose adapter cannot tell whether it answered (Verdict Leave) is left to
+// its lease; otherwise, the key is released.
 // Whether the context ended only matters when there is no such answer, so a
 // Shutdown that fires just as the work returns does not change what its
-// answer becomes.
+// answer becomes. Leave holds after a cut-off because the release is safe
+// only for work known to have answered nothing: mcphttp says Leave when the
+// call's stream ended without its response, which a tool that finished its
+// effect anyway may have sent where the wrapper cannot see it.
 //
 //	the work ...                                          engine does
 //	recorded its result itself (in its own transaction,   reports the completion
@@ -125,6 +132,8 @@
 //	returned a whole answer to record (Verdict Record),   records it (fenced: nothing if
 //	  even after its lease was lost, its deadline         the key was taken over)
 //	  passed, or Shutdown or its client cut it off
+//	cannot be told to have answered or not (Verdict       leaves the claim to its lease: a
+//	  Leave), cut off or not                              retry waits, then takes it over
 //	lost its lease, ran past its deadline, or was cut     releases (fenced)
 //	  off by Shutdown or its client, and answered
 //	  nothing to record

@@ -29,9 +29,11 @@ const (
 	// its own transaction); the engine only reports the completion.
 	Recorded
 	// Leave keeps the claim, unrenewed, until its lease runs out: the
-	// work may still be going on elsewhere (an MCP stream that ended
-	// before the call's response), so neither a result nor a release
-	// would be true. Until then a retry waits or is told to retry.
+	// work may still be going on elsewhere, or may have answered where
+	// the adapter could not see it (an MCP stream that ended before the
+	// call's response), so neither a result nor a release would be true.
+	// Until then a retry waits or is told to retry. It holds even for
+	// work whose context ended.
 	Leave
 )
 
@@ -206,10 +208,12 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 // context ended first (its lease was lost, Options.Shutdown, its client with
 // Options.CancelWithClient): the work did its side effect, and the
 // completion is fenced by the generation, so it records nothing if another
-// request took the key over. Work whose context ended without such an
-// answer is released (fenced too), whatever v says. Work whose renewal found
-// the claim taken over is neither recorded nor released: the key is the new
-// owner's. Call Finish exactly once, after the work returned.
+// request took the key over. Work whose adapter cannot tell whether it
+// answered (Action Leave) is left to its lease, cut off or not. Other work
+// whose context ended without a whole answer to record is released (fenced
+// too), whatever v says. Work whose renewal found the claim taken over is
+// neither recorded nor released: the key is the new owner's. Call Finish
+// exactly once, after the work returned.
 func (x *Execution) Finish(v Verdict) {
 	if x.tx != nil {
 		defer x.endTx()
@@ -250,13 +254,16 @@ func (x *Execution) Finish(v Verdict) {
 		// Reported as lost already, if it was: a completion that finds
 		// the key taken over is not reported again.
 		x.complete(v.Result, ran, !lost, leaseEnd)
+	case v.Action == Leave:
+		// The adapter cannot tell whether the work answered (cut off or
+		// not): a release would let a retry run it again beside, or
+		// after, a work that did its effect.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventLeft, Duration: ran})
+		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	case lost:
 		x.release("the claim was lost while the work ran, and it answered nothing to record", idem.ErrLeaseLost, false, ran)
 	case cause != nil:
 		x.release(fmt.Sprintf("the work was cut off (%v), and it answered nothing to record", cause), cause, true, ran)
-	case v.Action == Leave:
-		x.e.observe(x.req, idem.Event{Kind: idem.EventLeft, Duration: ran})
-		x.e.log(x.logCtx, slog.LevelInfo, "claim left to its lease: "+v.Why, x.req)
 	default:
 		x.release(v.Why, nil, true, ran)
 	}
@@ -440,10 +447,19 @@ func (x *Execution) renew() {
 	x.e.log(x.logCtx, slog.LevelWarn, "could not renew idempotency lease; retrying", x.req, slog.Any("err", err))
 	x.mu.Lock()
 	if !x.finished && !x.lost {
-		x.renewTimer.Reset(min(next, left/2))
+		// Half the time left, so that a few more tries fit before the
+		// deadline, but never sooner than minRenewRetry: a store that fails
+		// at once (a pool that refuses without a round trip) would
+		// otherwise be retried in a loop as the time left shrinks to
+		// nothing.
+		x.renewTimer.Reset(max(min(next, left/2), minRenewRetry))
 	}
 	x.mu.Unlock()
 }
+
+// minRenewRetry is the shortest wait before a failed renewal is tried
+// again.
+const minRenewRetry = 10 * time.Millisecond
 
 // pastDeadline reports whether the work's deadline has passed.
 func (x *Execution) pastDeadline() bool {

@@ -314,6 +314,46 @@ func TestSynctestFailingRenewalsRetry(t *testing.T) {
 	})
 }
 
+// TestSynctestInstantRenewalFailuresDoNotSpin: a store that fails every
+// renewal at once (a pool that refuses without a round trip) is retried
+// at most every minRenewRetry (10 ms) as the deadline nears, not in a loop.
+// Before, the retry came after half the time left, with no floor: the
+// last ones came ever faster, and once half of it rounded to nothing, the
+// retry timer fired at once, the renewal failed at once, and on the
+// bubble's clock, which stands still while anything runs, the retries
+// never stopped (the store below gives up failing after 1000 of them).
+func TestSynctestInstantRenewalFailuresDoNotSpin(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		store := newTimedStore()
+		var failed int
+		store.renew = func(ctx context.Context, tok idem.Token, lease time.Duration) (time.Time, error) {
+			if failed++; failed > 1000 {
+				return store.Store.Renew(ctx, tok, lease)
+			}
+			return time.Time{}, &idem.UnavailableError{Op: "renew", Err: errors.New("pool exhausted")}
+		}
+		ev := &events{start: store.start}
+		var ended time.Duration
+		var cause error
+		execute(t, engine.New(store, engine.Options{Lease: 3 * time.Second}), ev, waitEnd(store.start, time.Minute, &ended, &cause))
+		if !errors.Is(cause, idem.ErrLeaseLost) || ended != 2400*time.Millisecond {
+			t.Errorf("the work's context ended at %v (%v), want at the 2.4s deadline", ended, cause)
+		}
+		// Renewals at 1s, then half the time left before the 2.4s deadline
+		// each time (1.7s, 2.05s, ...), until half of it is under 10 ms.
+		if n := len(store.renews); n > 12 {
+			t.Errorf("%d renewals before the deadline, want about 10: a failure at once must not be retried at once", n)
+		}
+		for i := 1; i < len(store.renews); i++ {
+			if gap := store.renews[i] - store.renews[i-1]; gap < 10*time.Millisecond {
+				t.Errorf("renewal %d came %v after the one before, want at least 10ms", i, gap)
+				break
+			}
+		}
+	})
+}
+
 // TestSynctestStaleRenewalEndsAtOnce: a renewal that finds the claim stale
 // (taken over) ends the work at once, not at the deadline, and nothing is
 // completed or released.
@@ -359,6 +399,43 @@ func TestSynctestShutdown(t *testing.T) {
 			t.Errorf("a claim after shutdown: %v (%v), want unavailable with engine.ErrShutdown", d.Outcome, d.Err)
 		}
 	})
+}
+
+// TestSynctestLeftAfterACutOff: work cut off (Shutdown, its lease lost)
+// whose adapter cannot tell whether it answered (Verdict Leave: mcphttp saw
+// the call's stream end without its response, which the tool may yet have
+// sent) is left to its lease, not released: a release would let a retry
+// run the work again at once, beside or after the work that may have done
+// its effect. Before, the engine released any work cut off without a whole
+// answer, whatever its verdict said.
+func TestSynctestLeftAfterACutOff(t *testing.T) {
+	t.Parallel()
+	for _, cut := range []string{"shutdown", "lease lost"} {
+		t.Run(cut, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := newTimedStore()
+				opts := engine.Options{Lease: 3 * time.Second}
+				if cut == "shutdown" {
+					shutdown, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(500*time.Millisecond, cancel)
+					opts.Shutdown = shutdown
+				} else {
+					store.renew = hang
+				}
+				ev := &events{start: store.start}
+				execute(t, engine.New(store, opts), ev, func(ctx context.Context) engine.Verdict {
+					<-ctx.Done()
+					return engine.Verdict{Action: engine.Leave, Why: "the stream ended without the call's response"}
+				})
+				if len(store.calls) != 0 {
+					t.Errorf("the engine called %v, want nothing: the claim left to its lease", store.calls)
+				}
+				if got := ev.of(idem.EventLeft); len(got) != 1 {
+					t.Errorf("%d EventLeft, want 1", len(got))
+				}
+			})
+		})
+	}
 }
 
 // TestSynctestWaitAndRetryAfter: a duplicate waits Options.Wait for the

@@ -119,8 +119,9 @@
 // missing or disagree with the body; the inner handler judges them for
 // every call that runs. go-sdk serves
 // this version on a server built with StreamableHTTPOptions{Stateless:
-// true} (add PropagateRequestCancellation: true, see "Cancellation"), and
-// its client picks it by itself.
+// true} (add PropagateRequestCancellation: true, see "Cancellation", and
+// [ToolCancellation] to the server, see "Cut off"), and its client picks it
+// by itself.
 //
 // # Multi round-trip calls
 //
@@ -235,26 +236,54 @@
 // With the context detached, the inner handler keeps writing the call's
 // response (the wrapper stops sending it to the gone client) and the
 // wrapper records it for the retry. The claim, its renewal, the deadline
-// that cancels the inner handler's context (cause [idem.ErrLeaseLost])
-// before the lease could run out unrenewed, the call's deadline
-// ([Options.MaxExecution], or the request's own), [Options.Shutdown], which
-// endings are recorded and the retry delays are the shared behaviour of
-// idem's adapters, built once in package [engine] and documented there.
-// go-sdk runs a stateful session's tool handlers on the session's context,
-// so for them a cancelled request context ends the call's stream, not the
-// tool: when the engine cancels a call (lease lost, deadline, shutdown),
-// the wrapper also sends the inner handler a notifications/cancelled for
-// the call's id on the same session, as a client would, which cancels the
-// tool. At
-// 2026-07-28, and on a stateless server ([Options.Stateless]), a call's
-// request is its own session and a notice would land in a fresh one: there
-// the inner request's context ending is the cancellation, as a closed
-// stream is a client's, and no notice is sent. go-sdk's stateless handler
-// ties a tool to its request's context only with
-// StreamableHTTPOptions.PropagateRequestCancellation, so set it behind the
-// wrapper: the detached context still keeps a keyed call running when its
-// client goes away, and lease loss, the deadline or shutdown then cancels
-// the tool. Without it, such a tool runs on. A tool that never ends keeps
+// that ends the call's work (cause [idem.ErrLeaseLost]) before the lease
+// could run out unrenewed, the call's deadline ([Options.MaxExecution], or
+// the request's own), [Options.Shutdown], which endings are recorded and
+// the retry delays are the shared behaviour of idem's adapters, built once
+// in package [engine] and documented there.
+//
+// # Cut off
+//
+// When the engine cuts a call off (its lease was lost, its deadline
+// passed, [Options.Shutdown]), the tool is told to stop, and what it still
+// answers is the call's answer: a tool that had done its effect and
+// answers a result has it recorded (fenced by the claim's generation), and
+// the retry replays it instead of running the tool again; one that stops
+// and answers an error (a JSON-RPC error, or isError, which is what go-sdk
+// makes of a tool that returns its context's error) has its key released.
+// For that the answer must reach the wrapper, and go-sdk drops the answer
+// of a call whose HTTP request context ended: it ends the call's stream
+// with the context. So the cut-off does not end the inner request's
+// context; the tool is told its own way:
+//
+//   - Before 2026-07-28, on a stateful server, go-sdk runs a session's
+//     tools on the session's context, and the wrapper sends the inner
+//     handler a notifications/cancelled for the call's id on the same
+//     session, as a client would, which cancels the tool.
+//   - At 2026-07-28, and on a stateless server ([Options.Stateless]), a
+//     call's request is its own session (a notice would land in a fresh
+//     one), and go-sdk ties the tool's context to the request's alone. Add
+//     [ToolCancellation] to the server (mcp.Server.AddReceivingMiddleware):
+//     through it the wrapper ends the tool's context at the cut-off, while
+//     the request stays to carry the answer.
+//   - Another MCP server runs the call's tool on [WorkContext] of its
+//     request's context, which ends at the cut-off.
+//
+// A call that has not answered a lease ([Options.Lease]) after its cut-off
+// has its inner request's context ended too: go-sdk then ends the call's
+// stream, and a stateless server with
+// StreamableHTTPOptions.PropagateRequestCancellation but without
+// ToolCancellation cancels the tool, late, which is the only way to stop
+// one there, at the cost of the answer of a tool that still gives one. Not
+// when ToolCancellation took the call: its tool was told at the cut-off,
+// and go-sdk's stateless handler returns when its tool does. A call whose
+// inner handler returned without its response after a cut-off (so ended,
+// or its session closed) leaves its claim to its lease, since the tool may
+// have run, and its client gets the wrapper's own answer rather than
+// silence: [CodeInFlight] with data.reason [ReasonCutOff] ("cut_off"),
+// data.type [TypeInProgress] and data.retryAfterMs, framed as the inner
+// handler framed its answer; a retry with the same key gets the call's
+// result or, once the claim ran out, runs it. A tool that never ends keeps
 // its request's goroutine, as it keeps go-sdk's own; a session that closes
 // ends both.
 //
@@ -270,7 +299,9 @@
 // A duplicate of a call still in flight waits up to [Options.Wait]
 // ([idem.ClaimWait]) and gets the replay; past the wait it gets
 // [CodeInFlight], whose message says to retry. If the original released its
-// claim in the meantime, the duplicate runs the call itself.
+// claim in the meantime, the duplicate runs the call itself. One whose
+// request's context the server ends while it waits (a shutdown cancelling
+// what still runs) gets [CodeUnavailable], to retry elsewhere.
 //
 // # Order of checks
 //
@@ -332,19 +363,21 @@
 // handler: options.go ([Options], defaults, validation), wrapper.go ([New],
 // ServeHTTP: which calls it deduplicates), keys.go and scope.go (the key and its
 // scope), newkey.go ([NewKeyGuard]), execute.go (a claimed call run through the inner handler and the
-// engine), sessions.go (a session's DELETE waits for its calls), advertise.go
+// engine), notice.go and toolcancel.go (telling a tool it was cut off:
+// notifications/cancelled, [ToolCancellation]), sessions.go (a session's
+// DELETE waits for its calls), advertise.go
 // (the extension in initialize and server/discover), recorder.go (what is recorded from its answer), probe.go,
 // responsebuffer.go and reply.go (the answers the wrapper makes itself),
-// jsonrpc.go, protocol.go, rounds.go and notice.go (the protocol details).
-// It does not import go-sdk: it reads JSON-RPC from HTTP requests and wraps
-// any Streamable HTTP handler, go-sdk's or another.
+// jsonrpc.go, protocol.go and rounds.go (the protocol details). It reads
+// JSON-RPC from HTTP requests and wraps any Streamable HTTP handler,
+// go-sdk's or another; only toolcancel.go imports go-sdk, for the
+// middleware a go-sdk server adds.
 //
 // The client half is for a tool's calls to its upstream API: client.go
 // ([Meta], [Meta.SetHeaders], [Meta.SetCredentials], [FromCallToolRequest],
-// [NewContext], [FromContext]) and transport.go ([Transport]). client.go is
-// the only non-test file that imports go-sdk, for [FromCallToolRequest],
-// which reads _meta and [DerivedKeyHeader] from go-sdk's
-// mcp.CallToolRequest in a tool handler. The wrapper uses the client half
+// [NewContext], [FromContext]) and transport.go ([Transport]). client.go
+// imports go-sdk for [FromCallToolRequest], which reads _meta and
+// [DerivedKeyHeader] from go-sdk's mcp.CallToolRequest in a tool handler. The wrapper uses the client half
 // only to hand the tool its [Meta] ([NewContext], [DerivedKeyHeader]).
 //
 // # Discovery
@@ -367,8 +400,9 @@
 // (-31093), [CodeInvalidParams] and [CodeInvalidRequest], each with
 // data.reason. Its own codes are outside the range JSON-RPC reserves
 // (-32768 to -32000), in which MCP 2026-07-28 allows only codes its
-// specification defines. The errors of a call still in flight and of a key
-// reused for another call carry data.type, [TypeInProgress]
+// specification defines. The errors of a call still in flight (or cut off
+// before it answered, see "Cut off") and of a key reused for another call
+// carry data.type, [TypeInProgress]
 // ("idempotency_key_in_progress") and [TypeConflict]
 // ("idempotency_key_conflict"), the names the closed SEP-3182 proposal gave
 // them. The

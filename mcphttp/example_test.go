@@ -122,3 +122,54 @@ func ExampleTransport() {
 	// invoice 1 (session conversation-1), replayed upstream: "true"
 	// invoices created upstream: 1
 }
+
+// On a stateless go-sdk server, ToolCancellation lets the wrapper tell a
+// tool it was cut off without losing its answer. The server shuts down
+// while the tool runs: the tool's context ends, and the tool, whose invoice
+// exists already, answers anyway. The client gets that answer, the wrapper
+// records it, and the retry at another instance is its replay.
+func ExampleToolCancellation() {
+	server := mcp.NewServer(&mcp.Implementation{Name: "invoices", Version: "1"}, nil)
+	server.AddReceivingMiddleware(mcphttp.ToolCancellation)
+	created, running := 0, make(chan struct{})
+	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+		created++ // the invoice exists from here on
+		close(running)
+		<-ctx.Done()
+		text := fmt.Sprintf("invoice %d (the tool was told: %v)", created, context.Cause(ctx))
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+	})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: true})
+	store := memstore.New(memstore.Options{})
+	shutdown, shutDown := context.WithCancel(context.Background())
+	stopping := httptest.NewServer(mcphttp.New(store, mcphttp.Options{Shutdown: shutdown})(inner))
+	defer stopping.Close()
+	other := httptest.NewServer(mcphttp.New(store, mcphttp.Options{})(inner))
+	defer other.Close()
+	go func() {
+		<-running
+		shutDown()
+	}()
+
+	for _, url := range []string{stopping.URL, other.URL} {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(),
+			&mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+		if err != nil {
+			panic(err)
+		}
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
+			Name: "create_invoice", Meta: mcp.Meta{"idempotencyKey": "turn-3-create_invoice"},
+		})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s, replayed: %v\n", res.Content[0].(*mcp.TextContent).Text, res.Meta[mcphttp.ReplayedMetaKey] == true)
+		cs.Close()
+	}
+	fmt.Println("invoices created:", created)
+	// Output:
+	// invoice 1 (the tool was told: engine: the server is shutting down), replayed: false
+	// invoice 1 (the tool was told: engine: the server is shutting down), replayed: true
+	// invoices created: 1
+}

@@ -13,29 +13,46 @@ import (
 // recorder reads the answer.
 func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string) {
 	x := m.eng.Start(r.Context(), req, d)
-	// The inner handler runs on the engine's context, which outlives the
-	// client (unless Options.CancelWithClient): a client that drops its
-	// connection after sending the call is exactly the one that will retry
-	// it, and its retry must find the response recorded, not a second
-	// execution.
-	ctx := NewContext(x.Context(), Meta{
+	// The inner request outlives the client (unless
+	// Options.CancelWithClient): a client that drops its connection after
+	// sending the call is exactly the one that will retry it, and its
+	// retry must find the response recorded, not a second execution. It
+	// outlives the engine's cut-off of the work too (lease lost, deadline,
+	// shutdown): go-sdk drops the answer of a request whose context ended,
+	// and a tool that finished its effect must have its answer recorded.
+	// The tool is cut off its own way instead (see onCutOff), and the
+	// request only a lease later.
+	base := context.WithoutCancel(r.Context())
+	if m.cancelWithClient {
+		base = r.Context()
+	}
+	tool := &toolCut{work: x.Context(), forward: forward}
+	defer tool.finished.Store(true)
+	ctx := context.WithValue(NewContext(base, Meta{
 		SessionID: c.sessionID, IdempotencyKey: forward,
 		Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get(APIKeyHeader),
-	})
+	}), toolCutKey{}, tool)
+	ctx, endInner := context.WithCancelCause(ctx)
+	defer endInner(nil)
 	ir := r.Clone(ctx)
 	// The tool forwards this key, never the client's own: see forwardedKey.
 	ir.Header.Set(DerivedKeyHeader, forward)
-	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context()}
+	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context(), inner: ctx}
 	held := m.holdBack(rec, x, r, ir, c) // nil unless the call runs in a transaction (transaction.go)
 	defer held.forget()
 	var final engine.Verdict
 	x.Do(func(context.Context) engine.Verdict {
-		stop := m.cancelOnEngineStop(x.Context(), r, c)
+		stop := m.onCutOff(x.Context(), r, c, tool, endInner)
 		defer stop()
 		end := m.sessions.start(r.Header.Get("Mcp-Session-Id"))
 		defer end()
 		m.next.ServeHTTP(rec, ir)
 		final = rec.verdict()
+		if final.Action == engine.Leave && x.Err() != nil {
+			// Cut off, and no answer came: the client must not take the
+			// silence for one.
+			rec.cutOff(c.rawID, x.Err(), m.eng.RetryAfter())
+		}
 		return final
 	}, rec.verdict)
 	held.send(final)

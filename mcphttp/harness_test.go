@@ -65,6 +65,9 @@ type harnessOptions struct {
 	// arrived, if set, sees every request as it reaches the server,
 	// before the wrapper.
 	arrived func(*http.Request)
+	// cancelRequests, if set, ends every request's context when it is
+	// done, as a server that shuts down cancels what still runs.
+	cancelRequests context.Context
 }
 
 // harness is a real go-sdk MCP server behind mcphttp, over HTTP.
@@ -188,6 +191,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.arrived != nil {
 			o.arrived(r)
+		}
+		if o.cancelRequests != nil {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer context.AfterFunc(o.cancelRequests, cancel)()
+			r = r.WithContext(ctx)
 		}
 		wrapped.ServeHTTP(w, r)
 	}))

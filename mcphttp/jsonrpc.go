@@ -387,19 +387,24 @@ const (
 	// "idempotency_key_conflict". The tool was not run.
 	CodeKeyReused = -31090
 	// CodeInFlight: the call is a duplicate of one still running, which
-	// did not finish within [Options.Wait]. data.reason is "in_flight",
-	// data.type "idempotency_key_in_progress", and data.retryAfterMs
-	// suggests when to retry with the same key; the retry then gets the
-	// original's result.
+	// did not finish within [Options.Wait] (data.reason "in_flight"), or
+	// the call itself was cut off before it answered (data.reason
+	// "cut_off": its lease was lost, its deadline passed, the server is
+	// shutting down) and may still be running. data.type is
+	// "idempotency_key_in_progress", and data.retryAfterMs suggests when
+	// to retry with the same key; the retry then gets the original's
+	// result, or runs the call once the original's claim ran out.
 	CodeInFlight = -31091
 	// CodeUnreplayable: the call was already executed, but its response
 	// could not be recorded (it was larger than [Options.MaxRecordBytes]),
 	// so it is neither run again nor replayed. data.reason is
 	// "unreplayable".
 	CodeUnreplayable = -31092
-	// CodeUnavailable: the store could not be reached or is full, so the call was not
-	// run (it never runs without a claim). data.reason is
-	// "store_unavailable"; data.retryAfterMs suggests when to retry.
+	// CodeUnavailable: the store could not be reached or is full, or the
+	// server is shutting down (it claims nothing more, or cancelled the
+	// call's request while it waited), so the call was not run (it never
+	// runs without a claim). data.reason is "store_unavailable";
+	// data.retryAfterMs suggests when to retry.
 	CodeUnavailable = -31093
 	// CodeInvalidParams is JSON-RPC's invalid params, answered with
 	// data.reason "invalid_idempotency_key" for a _meta.idempotencyKey that
@@ -426,8 +431,11 @@ const (
 
 // Reasons in data.reason of the wrapper's errors.
 const (
-	ReasonKeyReused     = "idempotency_key_reused"
-	ReasonInFlight      = "in_flight"
+	ReasonKeyReused = "idempotency_key_reused"
+	ReasonInFlight  = "in_flight"
+	// ReasonCutOff: the call was cut off before it answered (see
+	// [CodeInFlight]).
+	ReasonCutOff        = "cut_off"
 	ReasonUnreplayable  = "unreplayable"
 	ReasonUnavailable   = "store_unavailable"
 	ReasonInvalidKey    = "invalid_idempotency_key"

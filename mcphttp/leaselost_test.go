@@ -31,7 +31,7 @@ const leaseLostLease = time.Second
 // the session's context, so cancelling the call's HTTP request does not
 // reach them. When the lease is lost (renewals hang; lease 1 s), the wrapper
 // sends the session notifications/cancelled for the call, and the tool's
-// context ends within the lease instead of running on.
+// context ends within the lease. (It never did before: the tool ran on.)
 func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 	t.Parallel()
 	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{}, mcphttp.Options{})
@@ -45,15 +45,15 @@ func TestLeaseLostCancelsGoSDKTool(t *testing.T) {
 
 // TestLeaseLostCancelsStatelessGoSDKTool: on a stateless go-sdk server
 // (protocol 2026-07-28) each POST is its own session, so a
-// notifications/cancelled lands in a fresh one and cancels nothing; and at
-// 2026-07-28 a closed response stream, not the notification, is how a
-// request is cancelled. There the wrapper ends the inner request's context
-// instead (go-sdk ties the tool to it with PropagateRequestCancellation),
-// and sends no notification: the tool's context ends within the lease when
-// renewals hang.
+// notifications/cancelled lands in a fresh one and cancels nothing; and
+// go-sdk ties the tool's context to the request's alone, and drops the
+// answer of a request whose context ended. With mcphttp.ToolCancellation on
+// the server, the wrapper ends the tool's context without ending the
+// request: the tool's context ends within the lease when renewals hang, and
+// no notification is sent.
 func TestLeaseLostCancelsStatelessGoSDKTool(t *testing.T) {
 	t.Parallel()
-	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true}, mcphttp.Options{Stateless: true})
+	after, notices := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{Stateless: true}, mcphttp.Options{Stateless: true}, mcphttp.ToolCancellation)
 	if after < 0 || after > leaseLostLease {
 		t.Errorf("the tool's context ended after %v; want within the lease (%v)", after, leaseLostLease)
 	}
@@ -62,15 +62,29 @@ func TestLeaseLostCancelsStatelessGoSDKTool(t *testing.T) {
 	}
 }
 
+// TestLeaseLostCancelsStatelessGoSDKToolLate: without ToolCancellation,
+// the wrapper can cancel a stateless go-sdk tool only by ending its
+// request (go-sdk's PropagateRequestCancellation ties the tool to it),
+// which loses the answer of a tool that still gives one: so it does that
+// only a lease after the cut-off, if the tool has not answered by then.
+func TestLeaseLostCancelsStatelessGoSDKToolLate(t *testing.T) {
+	t.Parallel()
+	after, _ := callUntilLeaseLost(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true}, mcphttp.Options{Stateless: true})
+	if after < leaseLostLease || after > 2*leaseLostLease {
+		t.Errorf("the tool's context ended after %v; want a lease after it was lost (between %v and %v)", after, leaseLostLease, 2*leaseLostLease)
+	}
+}
+
 // callUntilLeaseLost calls a tool that waits for its context to end (up to
-// four leases), on go-sdk's handler with httpOpts behind the wrapper with
-// wrap, whose renewals hang. It returns how long the tool's context took to
+// four leases), on go-sdk's handler with httpOpts and middleware behind the
+// wrapper with wrap, whose renewals hang. It returns how long the tool's context took to
 // end (-1: it did not), and how many notifications/cancelled reached the
 // inner handler.
-func callUntilLeaseLost(t *testing.T, httpOpts *mcp.StreamableHTTPOptions, wrap mcphttp.Options) (after time.Duration, notices int) {
+func callUntilLeaseLost(t *testing.T, httpOpts *mcp.StreamableHTTPOptions, wrap mcphttp.Options, middleware ...mcp.Middleware) (after time.Duration, notices int) {
 	t.Helper()
 	ended := make(chan time.Duration, 1)
 	server := mcp.NewServer(&mcp.Implementation{Name: "cancel-test", Version: "1"}, nil)
+	server.AddReceivingMiddleware(middleware...)
 	mcp.AddTool(server, &mcp.Tool{Name: "wait"}, func(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
 		start := time.Now()
 		select {

@@ -39,8 +39,10 @@ type Options struct {
 	// Lease is the lease of a call's claim, renewed every third of it while
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
 	// process's claim runs out. If no renewal is confirmed in time, the
-	// inner handler's context ends shortly before the lease does (see the
-	// engine package). Zero means [idem.DefaultLease]; negative or less
+	// call is cut off shortly before the lease ends (see the engine
+	// package); a call cut off has a lease more to answer before its
+	// inner request's context ends too (see "Cut off" in the package
+	// documentation). Zero means [idem.DefaultLease]; negative or less
 	// than a millisecond panics.
 	Lease time.Duration
 	// StoreTimeout bounds each store call made once a call runs (renew,
@@ -54,22 +56,24 @@ type Options struct {
 	// claim. When it has passed, or the request's own deadline has (one
 	// set by http.TimeoutHandler or an outer middleware), the call's
 	// context ends with cause [engine.ErrExecutionTimeout], the tool is
-	// told as for a lost lease (notifications/cancelled), and the claim's
-	// lease is no longer renewed: a call that answers a JSON-RPC error or
-	// a tool error (isError, what go-sdk makes of a tool that returns its
-	// context's error) has its key released; a tool result is recorded
-	// (the tool finished); a call that never returns keeps the key only
-	// until the lease runs out, and a retry then runs. The deadline itself
-	// never completes the key. Zero means [engine.DefaultMaxExecution];
-	// negative means no bound but the request's own deadline.
+	// told as for a lost lease (see "Cut off" in the package
+	// documentation), and the claim's lease is no longer renewed: a call
+	// that answers a JSON-RPC error or a tool error (isError, what go-sdk
+	// makes of a tool that returns its context's error) has its key
+	// released; a tool result is recorded (the tool finished); a call that
+	// does not answer keeps the key only until the lease runs out, and a
+	// retry then runs. The deadline itself never completes the key. Zero
+	// means [engine.DefaultMaxExecution]; negative means no bound but the
+	// request's own deadline.
 	MaxExecution time.Duration
-	// Shutdown, when done, ends the context of every call the wrapper
-	// runs with cause [engine.ErrShutdown]; a call so cut off has its key
-	// released, unless the wrapper still saw a whole response it records
-	// (a tool result without isError: the tool finished). Calls run on a
-	// context detached from the client's, so closing the HTTP server does
-	// not end them: cancel Shutdown when a graceful shutdown gives up. Nil
-	// means never.
+	// Shutdown, when done, cuts off every call the wrapper runs (cause
+	// [engine.ErrShutdown], see "Cut off" in the package documentation):
+	// its tool is told to stop, and the call is recorded if the wrapper
+	// still sees a whole response it records (a tool result without
+	// isError: the tool finished), left to its lease if it sees none, and
+	// released otherwise. Calls run on a context detached from the
+	// client's, so closing the HTTP server does not end them: cancel
+	// Shutdown when a graceful shutdown gives up. Nil means never.
 	Shutdown context.Context
 	// MaxInspectBytes bounds how much of a POST body the wrapper reads to
 	// decide whether it is a call to dedupe. A longer body passes through

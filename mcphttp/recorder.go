@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
@@ -250,8 +252,14 @@ type recorder struct {
 	scan    *scanner
 	started bool
 	gone    bool // a write to the client failed: it hung up
-	// work is the context the call runs on; nil means one never cut off.
+	// work is the engine's context of the call's work; nil means one
+	// never cut off.
 	work context.Context
+	// inner is the inner request's context, which ends before the
+	// recorder is done only when the wrapper ends it (errInnerCutOff) or,
+	// with Options.CancelWithClient, when the client goes away; nil means
+	// it never does.
+	inner context.Context
 }
 
 var (
@@ -310,11 +318,19 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 // verdict is how the call ended, as far as its answer shows, for the
 // engine.
 func (r *recorder) verdict() engine.Verdict {
+	if r.inner != nil && r.inner.Err() != nil && !errors.Is(context.Cause(r.inner), errInnerCutOff) &&
+		(r.scan == nil || r.scan.final == nil && !r.scan.oversize) {
+		// Options.CancelWithClient, and the client went away: the
+		// cancellation it asked for, of a tool that stops cleanly, ended
+		// the call before it answered, so the retry runs it again.
+		return engine.Verdict{Action: engine.Release, Why: "the call's client went away before it answered, which cancelled it"}
+	}
 	if r.scan == nil {
 		// Not even a status line: the inner handler may have accepted the
 		// call and lost its answer. go-sdk does so when the session closes
-		// while the call runs: the tool finishes, its result is dropped
-		// with the session, and the POST ends without a byte. The tool may
+		// while the call runs, or the call's request context ends (the
+		// wrapper ends it a lease after a cut-off): the tool finishes, its
+		// result is dropped, and the POST ends without a byte. The tool may
 		// have run, so the claim is left to its lease, as for a stream
 		// that ended early; releasing it would let the retry run the tool
 		// again at once. A handler that refuses a call says so with a
@@ -360,4 +376,41 @@ func isToolError(resp []byte) bool {
 		} `json:"result"`
 	}
 	return json.Unmarshal(resp, &r) == nil && r.Result.IsError
+}
+
+// cutOff answers the call, once the inner handler returned without its
+// response after the engine cut it off (cause), with a JSON-RPC error the
+// client can act on: the call may still be running, or have run, and its
+// claim is left to its lease, so a retry with the same key gets its result
+// or, once the lease ran out, runs it. It is framed as the inner handler
+// framed its answer: an SSE event, appended to the stream if it began, or
+// a JSON body if nothing was sent yet. A JSON body already begun is left
+// as it is.
+func (r *recorder) cutOff(rawID json.RawMessage, cause error, retryAfter time.Duration) {
+	why := "its deadline passed"
+	switch {
+	case errors.Is(cause, idem.ErrLeaseLost):
+		why = "its idempotency claim was lost"
+	case errors.Is(cause, engine.ErrShutdown):
+		why = "the server is shutting down"
+	}
+	body := errorResponse(rawID, rpcError{
+		Code:    CodeInFlight,
+		Message: "the call was cut off before it answered (" + why + "); it may still be running: retry it with the same id or _meta.idempotencyKey to get its result",
+		Data:    errorData{Reason: ReasonCutOff, Type: TypeInProgress, RetryAfterMs: retryAfter.Milliseconds()},
+	})
+	sse := r.scan != nil && r.scan.sse || r.scan == nil && isSSE(r.w.Header().Get("Content-Type"))
+	switch {
+	case sse:
+		var b bytes.Buffer
+		b.WriteString("event: message\ndata: ")
+		b.Write(body)
+		b.WriteString("\n\n")
+		_, _ = r.Write(b.Bytes())
+		r.Flush()
+	case r.scan == nil:
+		r.w.Header().Set("Content-Type", "application/json")
+		r.w.Header().Del("Content-Length")
+		_, _ = r.Write(body)
+	}
 }

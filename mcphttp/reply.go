@@ -74,6 +74,19 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 	}
 }
 
+// cancelledBody is the answer to a call whose request context ended
+// before it was claimed, while it claimed or waited: nothing ran. Its
+// client left, and the answer goes nowhere; or the server ended the
+// context (a shutdown cancelling what still runs), and the client, still
+// connected, must be told to retry rather than read an empty 200.
+func (m *wrapper) cancelledBody(c call) []byte {
+	return errorResponse(c.rawID, rpcError{
+		Code:    CodeUnavailable,
+		Message: "the call was cancelled before it ran (the server may be shutting down); retry it with the same id or _meta.idempotencyKey",
+		Data:    errorData{Reason: ReasonUnavailable, RetryAfterMs: m.eng.RetryAfter().Milliseconds()},
+	})
+}
+
 // answer writes a JSON-RPC response the wrapper made itself, framed as the
 // inner handler frames its answers (an SSE event or a JSON body, with its
 // status and headers). Without a probe yet, it probes first.

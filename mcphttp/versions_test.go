@@ -438,9 +438,19 @@ func (r *raw) body(id any, method string, params map[string]any) string {
 
 func (r *raw) post(body string, header http.Header) *http.Response {
 	r.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(r.request(body, header))
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	return resp
+}
+
+// request is the POST of body that post sends, with this version's
+// headers.
+func (r *raw) request(body string, header http.Header) *http.Request {
+	req, err := http.NewRequest(http.MethodPost, r.url, strings.NewReader(body))
+	if err != nil {
+		panic(err) // r.url parsed before
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -467,11 +477,7 @@ func (r *raw) post(body string, header http.Header) *http.Response {
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return resp
+	return req
 }
 
 // call posts a tools/call and returns the HTTP response and its one

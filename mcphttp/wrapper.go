@@ -29,6 +29,8 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
 	stateless bool
+	// cancelWithClient is Options.CancelWithClient.
+	cancelWithClient bool
 	// sessions holds the calls running on each session, for a DELETE of
 	// the session to wait for (see sessionCalls).
 	sessions sessionCalls
@@ -86,9 +88,10 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
 			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
 			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
-			stateless: opts.Stateless, extension: extensionSettings(methods, store),
-			newKeys: newKeyMemory(opts.NewKeyGuard),
-			inTx:    opts.InTransaction,
+			stateless: opts.Stateless, cancelWithClient: opts.CancelWithClient,
+			extension: extensionSettings(methods, store),
+			newKeys:   newKeyMemory(opts.NewKeyGuard),
+			inTx:      opts.InTransaction,
 		}
 	}
 }
@@ -190,6 +193,12 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		m.execute(w, r, c, ereq, d, forward)
 		return
 	case engine.Gone:
+		// Too late to probe (the request's context ended): a JSON body,
+		// which every client accepts.
+		body := m.cancelledBody(c)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
@@ -205,7 +214,8 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 			m.execute(w, r, c, ereq, d, forward)
 			return
 		case engine.Gone:
-			return // the client went away while it waited
+			m.answer(w, r, c, m.cancelledBody(c), false, probe)
+			return
 		}
 	} else {
 		m.eng.Report(ctx, ereq, d)

@@ -121,6 +121,10 @@ func newMCPServer(self string) *mcp.Server {
 		client: &http.Client{Transport: &mcphttp.Transport{Upstreams: []string{self}}},
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "idemdemo", Title: "idem demo: invoices", Version: "1.0.0"}, nil)
+	// The stateless handler's tools learn from mcphttp that their call was
+	// cut off (lease lost, shutdown) through their own context, which keeps
+	// the request that carries their answer.
+	server.AddReceivingMiddleware(mcphttp.ToolCancellation)
 	mcp.AddTool(server, &mcp.Tool{
 		Name:  "create_invoice",
 		Title: "Create an invoice",
@@ -143,9 +147,9 @@ func newMCPHandler(a *app, self string) http.Handler {
 	inner := mcphttp.ByVersion(
 		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger}),
 		// PropagateRequestCancellation: a 2026-07-28 call's tool runs on its
-		// request's context, so that mcphttp's cancellation (lease lost,
-		// shutdown) ends it; a keyed call still runs on when its client
-		// goes away (mcphttp detaches it), an unkeyed one is cancelled.
+		// request's context, so that a call without a key is cancelled when
+		// its client goes away; a keyed one still runs on (mcphttp detaches
+		// it), and mcphttp cuts it off through ToolCancellation.
 		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true, PropagateRequestCancellation: true}),
 	)
 	return mcphttp.New(a.be.store, mcphttp.Options{

@@ -1,6 +1,7 @@
 package robustness
 
 import (
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -180,6 +181,36 @@ func TestCheckFlagsAReleasedAnswer(t *testing.T) {
 	want := []string{vLinearizability, vDoubleEffect}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("violations %q, want %q", got, want)
+	}
+}
+
+// An MCP call cut off by a shutdown while its tool ran, after its effect,
+// its key released: the retry runs the effect again. That was once
+// mcphttp's documented gap (go-sdk dropped the answer of a cut-off call);
+// it is a double effect now, fault or not.
+func TestCheckFlagsACutOffMCPCallReleased(t *testing.T) {
+	t.Parallel()
+	b := newBuilder()
+	b.run("k", kindMCP, "a1", "x1", "i1", outError, wire.Record{Ev: wire.EvStore, Op: "release", Gen: 1}, released)
+	b.fault(faultTerm, 0)
+	b.run("k", kindMCP, "a2", "x2", "i2", outAnswer, completed)
+	b.replay("k", kindMCP, "a3", "x2")
+	b.h.recorded["k"] = "x2"
+	if got := kinds(check(b.stopped(100, 200))); !reflect.DeepEqual(got, []string{vDoubleEffect}) {
+		t.Fatalf("violations %q, want %q", got, vDoubleEffect)
+	}
+}
+
+// An MCP call answered HTTP 200 with no JSON-RPC response is an answer the
+// promise does not allow: the client cannot tell what happened.
+func TestCheckFlagsAnEmptyMCPAnswer(t *testing.T) {
+	t.Parallel()
+	b := newBuilder()
+	a := b.run("k", kindMCP, "a1", "x1", "i1", outAnswer, completed)
+	classifyMCP(a, http.StatusOK, []byte("  \n"), false)
+	b.h.recorded["k"] = "x1"
+	if got := kinds(check(b.stopped(100))); !slices.Contains(got, vUnexpected) {
+		t.Fatalf("violations %q, want %q among them", got, vUnexpected)
 	}
 }
 

@@ -309,7 +309,7 @@ type opOutput struct {
 //   - 422 is only for the other body, which must never run.
 func step(state string, in opInput, out opOutput) []string {
 	switch out.Outcome {
-	case outError, outNoResponse, outInFlight, outUnavailable, outUnexpected:
+	case outError, outInFlight, outUnavailable, outUnexpected:
 		if in.Exec != "" && in.MayRecord && state == "" {
 			return []string{"", in.Exec}
 		}
@@ -404,7 +404,7 @@ func operations(h *history, attempts []*attempt, byAttempt map[string]*execution
 			default:
 				out.Fate = "rec"
 			}
-		case outError, outNoResponse, outInFlight, outUnavailable, outUnexpected:
+		case outError, outInFlight, outUnavailable, outUnexpected:
 			ret = h.end + 1
 		}
 		ops = append(ops, porcupine.Operation{ClientId: a.Worker, Input: in, Call: a.Start, Output: out, Return: ret})
@@ -472,14 +472,11 @@ func describeAnswers(as []*attempt) string {
 // checkEffects checks the effects outside the database: a key's effect may
 // run again only after an execution that ended in a documented window (its
 // process killed before it recorded, its completion failed, its owner
-// fenced after its lease ran out), and a fault must explain that ending.
+// fenced after its lease ran out, its claim left to its lease, released
+// before it answered), and a fault must explain that ending. An MCP call
+// cut off while its tool ran is not one of them: its tool's answer is
+// recorded like any other, or its claim left to its lease.
 func checkEffects(h *history, rep *report, execs map[string]*execution) {
-	answeredClient := map[string]bool{} // attempts whose client got an answer
-	for _, a := range h.attempts {
-		if a.Outcome == outAnswer || a.Outcome == outReplay {
-			answeredClient[a.ID] = true
-		}
-	}
 	byKey := map[string][]effect{}
 	for _, e := range h.effects {
 		byKey[e.Key] = append(byKey[e.Key], e)
@@ -502,11 +499,6 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 				window = "owner fenced after its lease ran out"
 			case prev.Fate == fateReleased && !prev.answered():
 				window = "released before it answered"
-			case prev.Fate == fateReleased && prev.Kind == kindMCP && !answeredClient[prev.Attempt] && cutOff(prev.Cause):
-				// mcphttp's documented gap: go-sdk ends a cancelled call's
-				// stream without its result, so the wrapper has no answer
-				// to record and releases, while the tool ran on.
-				window = "mcphttp: a call cut off (lease lost, shutdown) answered nothing, though its tool ran"
 			case prev.Fate == fateLeft:
 				window = "left to its lease (its stream ended before the response)"
 			}
@@ -527,12 +519,6 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 			rep.windows[window]++
 		}
 	}
-}
-
-// cutOff reports whether a release's cause is the work's context ended by
-// the engine: a lost lease or Shutdown.
-func cutOff(cause string) bool {
-	return strings.Contains(cause, "lease lost") || strings.Contains(cause, "shutdown")
 }
 
 // explaining returns a fault that touched x's instance (or PostgreSQL)

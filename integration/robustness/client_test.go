@@ -38,12 +38,10 @@ const (
 	outInFlight    = "in-flight"   // 409 (or mcphttp.CodeInFlight)
 	outUnavailable = "unavailable" // 503 (or mcphttp.CodeUnavailable), or the tool's retryable error
 	outError       = "error"       // no answer: connection error, time-out, the client hung up
-	// outNoResponse is an MCP call answered HTTP 200 with no JSON-RPC
-	// response at all (go-sdk ends a call's stream without one when its
-	// context is cancelled): the client cannot tell what happened, as
-	// after a time-out. Not a break of the promise, but counted apart.
-	outNoResponse = "no-response"
-	outUnexpected = "unexpected" // anything the promise does not allow
+	// outUnexpected is anything the promise does not allow, among them an
+	// MCP call answered HTTP 200 with no JSON-RPC response at all (the
+	// client cannot tell what happened).
+	outUnexpected = "unexpected"
 )
 
 // attempt is one HTTP request of a client: one operation of the history.
@@ -381,7 +379,7 @@ func classifyMCP(a *attempt, status int, body []byte, replayed bool) {
 		return
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		a.Outcome, a.Detail = outNoResponse, "HTTP 200 with an empty body"
+		a.Outcome, a.Detail = outUnexpected, "HTTP 200 with no JSON-RPC response"
 		return
 	}
 	var msg struct {

@@ -98,9 +98,6 @@ func summarize(cfg runConfig, h *history, rep *report, st runStats) string {
 	}
 	fmt.Fprintf(&b, "  claims: %s\n", countsOf(fence))
 	fmt.Fprintf(&b, "  effects run again in a documented window, each explained by a fault: %s\n", countsOf(rep.windows))
-	if n := outcomes[outNoResponse]; n > 0 {
-		fmt.Fprintf(&b, "  finding outside the promise: %d MCP calls answered HTTP 200 with no JSON-RPC response (their claim was lost or cut off while the tool ran; go-sdk ends such a call's stream without a response, and mcphttp passes the empty answer on)\n", n)
-	}
 	fmt.Fprintf(&b, "  anomalies: %d\n", len(rep.violations))
 	for i, v := range rep.violations {
 		if i == 20 {

@@ -152,7 +152,11 @@ func fakeMCP(w work) http.Handler {
 			rw.Write(b.Bytes())
 			return
 		}
-		text, err := w(r.Context())
+		// The tool runs on the call's work context: the wrapper keeps the
+		// request's own a lease past a cut-off, to carry the answer.
+		ctx, stop := mcphttp.WorkContext(r.Context())
+		defer stop()
+		text, err := w(ctx)
 		if err != nil {
 			msg, _ := json.Marshal(err.Error())
 			fmt.Fprintf(&b, `,"error":{"code":-32000,"message":%s}}`, msg)

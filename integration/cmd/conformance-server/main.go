@@ -76,7 +76,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	go notifyWatched(watchCtx, server)
 
 	// PropagateRequestCancellation as mcphttp recommends for a stateless
-	// handler (it applies from 2026-07-28 only), bare and wrapped alike.
+	// handler (it applies from 2026-07-28 only), bare and wrapped alike;
+	// ToolCancellation only with the wrapper, which it serves.
 	handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: cfg.stateless, PropagateRequestCancellation: true})
 	if wrap {
@@ -87,6 +88,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer closeStore()
 		events := &eventCounts{}
 		defer events.report(log)
+		server.AddReceivingMiddleware(mcphttp.ToolCancellation)
 		handler = mcphttp.New(store, mcphttp.Options{Logger: log, Observer: events.observe, Stateless: cfg.stateless})(handler)
 		if cfg.deriveKeys {
 			handler = deriveKeys(handler)

@@ -169,9 +169,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // mcpHandler is /mcp: go-sdk's stateless Streamable HTTP handler with JSON
-// responses and the tool "ext", behind mcphttp.
+// responses and the tool "ext", behind mcphttp, which cuts the tool off
+// (lease lost, shutdown) through mcphttp.ToolCancellation.
 func (s *service) mcpHandler(store idem.Store, logger *slog.Logger, observe func(*http.Request, idem.Event)) http.Handler {
 	server := mcp.NewServer(&mcp.Implementation{Name: "robustness-sut", Version: "1"}, nil)
+	server.AddReceivingMiddleware(mcphttp.ToolCancellation)
 	mcp.AddTool(server, &mcp.Tool{Name: "ext", Description: "the effect outside the database, then its answer"},
 		func(ctx context.Context, call *mcp.CallToolRequest, in wire.Request) (*mcp.CallToolResult, any, error) {
 			var attempt string
