@@ -146,7 +146,7 @@ func TestInTransaction(t *testing.T) {
 	go func() { text, err := call("gated", "k4"); first2 <- answer{text, err} }()
 	<-entered
 	go func() { text, err := call("gated", "k4"); dup <- answer{text, err} }()
-	time.Sleep(100 * time.Millisecond) // the duplicate is waiting
+	testdb.WaitLockWaiter(t, pool, "idem_keys") // the duplicate is waiting
 	close(gate)
 	a, b := <-first2, <-dup
 	if a.err != nil || b.err != nil || a.text != b.text || runs.Load() != 2 || invoices() != 2 {

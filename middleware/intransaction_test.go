@@ -214,7 +214,7 @@ func TestInTransactionDuplicates(t *testing.T) {
 	}
 	dupDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { dupDone <- postTo(patient, "", "k") }()
-	time.Sleep(50 * time.Millisecond) // the duplicate is waiting
+	testdb.WaitLockWaiter(t, k.pool, "idem_keys") // the duplicate is waiting
 	close(release)
 	first := <-firstDone
 	wantStatus(t, first, http.StatusCreated)
@@ -345,6 +345,9 @@ func TestInTransactionLease(t *testing.T) {
 				}
 			}
 		} else {
+			// Idle for a real duration: PostgreSQL's
+			// idle_in_transaction_session_timeout, not a clock a
+			// synctest bubble fakes, ends the transaction.
 			time.Sleep(3 * lease)
 		}
 		w.WriteHeader(http.StatusCreated)
