@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )
@@ -47,7 +48,7 @@ type vharness struct {
 	rounds  *runs  // handler invocations of "confirm", one per round
 	url     string // wrapped
 	bareURL string // unwrapped
-	events  *eventLog
+	events  *idemtest.Events
 }
 
 type chargeArgs struct {
@@ -57,7 +58,7 @@ type chargeArgs struct {
 
 func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 	t.Helper()
-	h := &vharness{v: v, runs: &runs{}, rounds: &runs{}, events: &eventLog{counts: map[idem.EventKind]int{}}}
+	h := &vharness{v: v, runs: &runs{}, rounds: &runs{}, events: &idemtest.Events{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "versions", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "charge"}, func(ctx context.Context, req *mcp.CallToolRequest, in chargeArgs) (*mcp.CallToolResult, any, error) {
 		select {
@@ -94,7 +95,7 @@ func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: v.stateless, PropagateRequestCancellation: true})
 	if wrap.Observer == nil {
-		wrap.Observer = h.events.observe
+		wrap.Observer = h.events.ObserveHTTP
 	}
 	wrapped := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), wrap)(inner))
 	bare := httptest.NewServer(inner)
@@ -199,9 +200,17 @@ func keyed(name string, amount int, key string) *mcp.CallToolParams {
 // client went away finishes after the client saw its error).
 func waitRuns(t *testing.T, r *runs, name string, n int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for r.get(name) < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	timeout := time.After(d)
+	for {
+		got, added := r.watch(name)
+		if got >= n {
+			return
+		}
+		select {
+		case <-added:
+		case <-timeout:
+			return
+		}
 	}
 }
 
@@ -222,7 +231,13 @@ func TestVersionsLostResponse(t *testing.T) {
 		if got := resultText(t, retry); got != "charged 5 #1" {
 			t.Errorf("retry got %q, want the first execution's result", got)
 		}
-		waitRuns(t, h.runs, "charge", 2, time.Second) // a second run would be a defect: give it a chance to show
+		// The first call's completion is reported once its tool
+		// returned; after it, nothing is left to run the tool again.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if err := h.events.Wait(ctx, idem.EventCompleted, 1); err != nil {
+			t.Fatalf("the first call did not complete: %v (events %v)", err, h.events.Kinds())
+		}
 		if n := h.runs.get("charge"); n != 1 {
 			t.Errorf("tool ran %d times, want 1", n)
 		}
@@ -826,9 +841,7 @@ func TestModernProbeRejectionReported(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "charged") {
 		t.Errorf("HTTP %d %s, want the server's 400", resp.StatusCode, b)
 	}
-	h.events.mu.Lock()
-	defer h.events.mu.Unlock()
-	if n := h.events.counts[idem.EventRejected]; n != 1 {
+	if n := h.events.Count(idem.EventRejected); n != 1 {
 		t.Errorf("%d rejected events, want 1", n)
 	}
 	if n := h.runs.get("charge"); n != 1 {
