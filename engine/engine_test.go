@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -94,10 +95,10 @@ func TestGoneClient(t *testing.T) {
 	eng := engine.New(store, engine.Options{Wait: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	var events []idem.Event
-	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { events = append(events, e) }})
-	if d.Outcome != engine.Gone || len(events) != 0 {
-		t.Fatalf("%v with events %v, want gone and none", d.Outcome, events)
+	var events idemtest.Events
+	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe})
+	if d.Outcome != engine.Gone || len(events.All()) != 0 {
+		t.Fatalf("%v with events %v, want gone and none", d.Outcome, events.Kinds())
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -83,29 +84,17 @@ func hang(ctx context.Context, _ idem.Token, _ time.Duration) (time.Time, error)
 	return time.Time{}, ctx.Err()
 }
 
-// events collects a request's events with their times.
+// events collects a request's events, with their times relative to start.
 type events struct {
 	start time.Time
-	mu    sync.Mutex
-	kinds []idem.EventKind
-	at    []time.Duration
+	idemtest.Events
 }
 
-func (e *events) observe(ev idem.Event) {
-	e.mu.Lock()
-	e.kinds = append(e.kinds, ev.Kind)
-	e.at = append(e.at, time.Since(e.start))
-	e.mu.Unlock()
-}
-
+// of returns when each event of kind was recorded, relative to start.
 func (e *events) of(kind idem.EventKind) []time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var out []time.Duration
-	for i, k := range e.kinds {
-		if k == kind {
-			out = append(out, e.at[i])
-		}
+	for _, at := range e.At(kind) {
+		out = append(out, at.Sub(e.start))
 	}
 	return out
 }
@@ -116,7 +105,7 @@ func (e *events) of(kind idem.EventKind) []time.Duration {
 func execute(t *testing.T, eng *engine.Engine, ev *events, work func(ctx context.Context) engine.Verdict) {
 	t.Helper()
 	k, _ := idem.ParseKey("k")
-	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: ev.observe}
+	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: ev.Observe}
 	d := eng.Claim(context.Background(), req)
 	if d.Outcome != engine.Run {
 		t.Fatalf("claim: %v (%v), want run", d.Outcome, d.Err)

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +99,15 @@ func (l *Events) Wait(ctx context.Context, k idem.EventKind, n int) error {
 			}
 		}
 		return count >= n
+	})
+}
+
+// WaitAny blocks until an event of one of kinds is recorded, or ctx ends
+// (then it returns ctx's cause): for example the completion or release
+// that ends a request running on.
+func (l *Events) WaitAny(ctx context.Context, kinds ...idem.EventKind) error {
+	return l.WaitFor(ctx, func(events []idem.Event) bool {
+		return slices.ContainsFunc(events, func(e idem.Event) bool { return slices.Contains(kinds, e.Kind) })
 	})
 }
 

@@ -69,10 +69,17 @@ func TestEventsWait(t *testing.T) {
 		t.Fatalf("At has %d times, want 3", got)
 	}
 
+	if err := events.WaitAny(t.Context(), idem.EventReleased, idem.EventCompleted); err != nil {
+		t.Fatal(err)
+	}
+
 	ctx, cancel := context.WithCancelCause(t.Context())
 	never := errors.New("never")
 	cancel(never)
 	if err := events.Wait(ctx, idem.EventReleased, 1); !errors.Is(err, never) {
 		t.Fatalf("Wait for an event that never comes = %v, want the context's cause", err)
+	}
+	if err := events.WaitAny(ctx, idem.EventReleased, idem.EventStale); !errors.Is(err, never) {
+		t.Fatalf("WaitAny for events that never come = %v, want the context's cause", err)
 	}
 }

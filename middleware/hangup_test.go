@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,12 +88,7 @@ func waitEnded(t *testing.T, events *idemtest.Events) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	ended := func(events []idem.Event) bool {
-		return slices.ContainsFunc(events, func(e idem.Event) bool {
-			return e.Kind == idem.EventCompleted || e.Kind == idem.EventReleased
-		})
-	}
-	if err := events.WaitFor(ctx, ended); err != nil {
+	if err := events.WaitAny(ctx, idem.EventCompleted, idem.EventReleased); err != nil {
 		t.Fatalf("the first request did not end: %v (events: %v)", err, events.Kinds())
 	}
 }

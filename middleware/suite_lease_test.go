@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/middleware"
 )
 
@@ -92,11 +93,11 @@ func (s *stallRenew) Renew(ctx context.Context, tok idem.Token, lease time.Durat
 func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	kit := newStore(t)
 	stall := &stallRenew{Store: kit.store, stalled: make(chan struct{}, 1), proceed: make(chan struct{})}
-	var events eventLog
+	var events idemtest.Events
 	cause := make(chan error, 1)
 	takenOver := make(chan struct{})
 	const lease = 300 * time.Millisecond
-	h := middleware.New(stall, middleware.Options{Lease: lease, Scope: fixedScope, Observer: events.observe})(http.HandlerFunc(
+	h := middleware.New(stall, middleware.Options{Lease: lease, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			cause <- context.Cause(r.Context())
@@ -141,8 +142,8 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	if useCommit {
 		wantProblem(t, late, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
 	}
-	if events.count(idem.EventLeaseLost) != 1 {
-		t.Fatalf("events %v, want one lease lost", events.kinds())
+	if events.Count(idem.EventLeaseLost) != 1 {
+		t.Fatalf("events %v, want one lease lost", events.Kinds())
 	}
 	// The late answer was not recorded over the new owner's claim.
 	if err := kit.store.Complete(ctx, taken.Token, idem.Result{Status: 202, Body: []byte("new owner")}); err != nil {

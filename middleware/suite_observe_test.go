@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/middleware"
 )
 
@@ -35,10 +36,10 @@ func suiteObserve(t *testing.T, newStore newKit) {
 
 	t.Run("Observer", func(t *testing.T) {
 		t.Parallel()
-		var events eventLog
+		var events idemtest.Events
 		release := make(chan struct{})
 		running := make(chan struct{}, 1)
-		f := setup(t, newStore, middleware.Options{Wait: -1, Observer: events.observe}, func(f *fixture) http.HandlerFunc {
+		f := setup(t, newStore, middleware.Options{Wait: -1, Observer: events.ObserveHTTP}, func(f *fixture) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/slow" {
 					running <- struct{}{}
@@ -64,8 +65,8 @@ func suiteObserve(t *testing.T, newStore newKit) {
 			idem.EventMismatch: 1, idem.EventReleased: 1, idem.EventInFlight: 1,
 		}
 		for kind, n := range want {
-			if got := events.count(kind); got != n {
-				t.Errorf("%v events: %d, want %d (all: %v)", kind, got, n, events.kinds())
+			if got := events.Count(kind); got != n {
+				t.Errorf("%v events: %d, want %d (all: %v)", kind, got, n, events.Kinds())
 			}
 		}
 	})
@@ -87,40 +88,6 @@ func suiteObserve(t *testing.T, newStore newKit) {
 			t.Fatalf("key logged in clear at info level: %s", out)
 		}
 	})
-}
-
-// eventLog collects observer events.
-type eventLog struct {
-	mu     sync.Mutex
-	events []idem.Event
-}
-
-func (l *eventLog) observe(_ *http.Request, e idem.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, e)
-}
-
-func (l *eventLog) count(k idem.EventKind) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *eventLog) kinds() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, e := range l.events {
-		out = append(out, e.Kind.String())
-	}
-	return out
 }
 
 type syncBuffer struct {

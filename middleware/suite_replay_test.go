@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/middleware"
 )
 
@@ -213,8 +214,8 @@ func testCommit(t *testing.T, newStore newKit) {
 	var failRecord atomic.Bool
 	var recordedRes idem.Result
 	commitErr := make(chan error, 1)
-	var events eventLog
-	h := middleware.New(kit.store, middleware.Options{Observer: events.observe})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var events idemtest.Events
+	h := middleware.New(kit.store, middleware.Options{Observer: events.ObserveHTTP})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
 		hdr := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"s=1"}}
 		body := []byte(fmt.Sprintf(`{"id":%d}`, n))
@@ -262,8 +263,8 @@ func testCommit(t *testing.T, newStore newKit) {
 	}
 	// The middleware did not complete the key a second time after Commit.
 	for kind, n := range map[idem.EventKind]int{idem.EventCompleted: 1, idem.EventReleased: 1, idem.EventStale: 0, idem.EventStoreError: 0} {
-		if got := events.count(kind); got != n {
-			t.Fatalf("%v events: %d, want %d (all: %v)", kind, got, n, events.kinds())
+		if got := events.Count(kind); got != n {
+			t.Fatalf("%v events: %d, want %d (all: %v)", kind, got, n, events.Kinds())
 		}
 	}
 

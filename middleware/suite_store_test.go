@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/middleware"
 )
 
@@ -30,8 +31,8 @@ func suiteStore(t *testing.T, newStore newKit) {
 
 	t.Run("StoreOutageFailOpen", func(t *testing.T) {
 		t.Parallel()
-		var events eventLog
-		f := setup(t, newStore, middleware.Options{FailOpen: true, Observer: events.observe}, nil)
+		var events idemtest.Events
+		f := setup(t, newStore, middleware.Options{FailOpen: true, Observer: events.ObserveHTTP}, nil)
 		f.kit.breakStore()
 		wantStatus(t, serve(f.h, newReq("POST", "/a", `{"x":1}`, key("k"))), http.StatusCreated)
 		rec := serve(f.h, newReq("POST", "/a", `{"x":1}`, key("k")))
@@ -40,8 +41,8 @@ func suiteStore(t *testing.T, newStore newKit) {
 			t.Fatalf("fail-open handler did not get the body: %s", rec.Body)
 		}
 		wantCalls(t, f, 2) // unsafe, as documented
-		if events.count(idem.EventStoreError) != 2 {
-			t.Fatalf("events %v, want two store errors", events.kinds())
+		if events.Count(idem.EventStoreError) != 2 {
+			t.Fatalf("events %v, want two store errors", events.Kinds())
 		}
 	})
 }

@@ -18,7 +18,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -365,12 +364,7 @@ func retryAfterEnd(t *testing.T, first, e *env, key string) (string, bool, bool)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	ended := func(events []idem.Event) bool {
-		return slices.ContainsFunc(events, func(e idem.Event) bool {
-			return e.Kind == idem.EventCompleted || e.Kind == idem.EventReleased
-		})
-	}
-	if err := first.events.WaitFor(ctx, ended); err != nil {
+	if err := first.events.WaitAny(ctx, idem.EventCompleted, idem.EventReleased); err != nil {
 		t.Fatalf("the original request of %q did not end: %v (events %v)", key, err, first.events.Kinds())
 	}
 	text, replayed, ok, err := e.send(t.Context(), key)
