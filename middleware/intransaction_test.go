@@ -338,6 +338,8 @@ func TestInTransactionLease(t *testing.T) {
 			return
 		}
 		if string(body) == "busy" {
+			// Busy for real durations: PostgreSQL's idle timeout
+			// measures the gaps between statements.
 			for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 6) {
 				if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
 					http.Error(w, err.Error(), http.StatusServiceUnavailable)
