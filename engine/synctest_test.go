@@ -106,11 +106,11 @@ func execute(t *testing.T, eng *engine.Engine, ev *events, work func(ctx context
 	t.Helper()
 	k, _ := idem.ParseKey("k")
 	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: ev.Observe}
-	d := eng.Claim(context.Background(), req)
+	d := eng.Claim(t.Context(), req)
 	if d.Outcome != engine.Run {
 		t.Fatalf("claim: %v (%v), want run", d.Outcome, d.Err)
 	}
-	eng.Start(context.Background(), req, d).Do(work, nil)
+	eng.Start(t.Context(), req, d).Do(work, nil)
 }
 
 // waitEnd is work that waits for its context to end, at most bound, and
@@ -384,7 +384,7 @@ func TestSynctestShutdown(t *testing.T) {
 			t.Errorf("the work's context ended at %v (%v), want at 1.5s with engine.ErrShutdown", ended, cause)
 		}
 		k, _ := idem.ParseKey("later")
-		if d := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}}); d.Outcome != engine.Unavailable || !errors.Is(d.Err, engine.ErrShutdown) {
+		if d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}}); d.Outcome != engine.Unavailable || !errors.Is(d.Err, engine.ErrShutdown) {
 			t.Errorf("a claim after shutdown: %v (%v), want unavailable with engine.ErrShutdown", d.Outcome, d.Err)
 		}
 	})
@@ -436,13 +436,13 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New(memstore.Options{})
 		k, _ := idem.ParseKey("held")
-		holder, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: 10 * time.Second})
+		holder, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		eng := engine.New(store, engine.Options{Lease: 10 * time.Second, Wait: 2 * time.Second})
 		start := time.Now()
-		d := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+		d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
 		if took := time.Since(start); d.Outcome != engine.InFlight || took != 2*time.Second || d.RetryAfter != 8*time.Second {
 			t.Errorf("duplicate: %v after %v, Retry-After %v; want in flight after the 2s wait, Retry-After 8s", d.Outcome, took, d.RetryAfter)
 		}
@@ -451,7 +451,7 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 			_ = store.Complete(context.Background(), holder.Token, idem.Result{Status: 201})
 		})
 		start = time.Now()
-		d = eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+		d = eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
 		if took := time.Since(start); d.Outcome != engine.Replay || took != 700*time.Millisecond {
 			t.Errorf("duplicate of a holder that completes at 700ms: %v after %v, want a replay at 700ms", d.Outcome, took)
 		}

@@ -357,7 +357,7 @@ func TestMCPReplay(t *testing.T) {
 	defer srv.Close()
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestMCPReplay(t *testing.T) {
 	call := &mcp.CallToolParams{Name: "create_invoice", Arguments: map[string]any{},
 		Meta: mcp.Meta{"sessionId": secretScope, "idempotencyKey": secretKey}}
 	for range 2 {
-		if _, err := cs.CallTool(context.Background(), call); err != nil {
+		if _, err := cs.CallTool(t.Context(), call); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -604,7 +604,7 @@ func TestEventFields(t *testing.T) {
 		// does not list.
 		{Kind: idem.EventStoreError, Adapter: "grpc", Scope: scope, Key: key, Op: "forget", Err: unavailable},
 	} {
-		ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 		r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
 		f.observe(r, e)
 		span.End()
@@ -709,8 +709,8 @@ func TestReplayCacheHits(t *testing.T) {
 func TestSwept(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
-	f.obs.Swept(context.Background(), idem.SweepStats{Abandoned: 2, Expired: 5})
-	f.obs.Swept(context.Background(), idem.SweepStats{Expired: 1})
+	f.obs.Swept(t.Context(), idem.SweepStats{Abandoned: 2, Expired: 5})
+	f.obs.Swept(t.Context(), idem.SweepStats{Expired: 1})
 	if n := f.sum("idem.sweeps", store); n != 2 {
 		t.Errorf("idem.sweeps = %d, want 2", n)
 	}
@@ -753,7 +753,7 @@ func BenchmarkObserve(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, span := opts.TracerProvider.Tracer("bench").Start(context.Background(), "POST /invoices")
+			ctx, span := opts.TracerProvider.Tracer("bench").Start(b.Context(), "POST /invoices")
 			defer span.End()
 			r := httptest.NewRequest(http.MethodPost, "/invoices", nil).WithContext(ctx)
 			b.ReportAllocs()
@@ -770,7 +770,7 @@ func BenchmarkObserve(b *testing.B) {
 func TestKeyRotated(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
-	ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
 	f.observe(r, idem.Event{Kind: idem.EventKeyRotated, Adapter: idem.AdapterMCP})
 	span.End()
@@ -793,7 +793,7 @@ func TestKeyRotated(t *testing.T) {
 func TestRejected(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
-	ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
 	f.observe(r, idem.Event{Kind: idem.EventRejected, Adapter: idem.AdapterMCP, Status: http.StatusBadRequest})
 	span.End()

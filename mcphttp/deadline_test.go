@@ -48,13 +48,13 @@ func TestMaxExecutionEndsGoSDKTool(t *testing.T) {
 	})(inner))
 	defer srv.Close()
 	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
 	params := &mcp.CallToolParams{Name: "wait", Meta: mcp.Meta{"idempotencyKey": "deadline"}}
-	first, err := cs.CallTool(context.Background(), params)
+	first, err := cs.CallTool(t.Context(), params)
 	if err == nil && !first.IsError {
 		t.Fatalf("the first call answered %+v, want a tool error: its tool was cut off", first.Content)
 	}

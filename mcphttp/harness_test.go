@@ -239,7 +239,7 @@ func (h *harness) client(t *testing.T, hc *http.Client, opts *mcp.ClientOptions)
 		hc = &http.Client{}
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "mcphttp-test-client", Version: "1"}, opts)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: h.url, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true,
 	}, nil)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // left out of InTransaction is claimed on its own and gets no transaction.
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	pool, _ := testdb.Pool(t)
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {

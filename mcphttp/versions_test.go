@@ -121,7 +121,7 @@ func (h *vharness) client(t *testing.T, hc *http.Client) *mcp.ClientSession {
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
 		},
 	})
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: h.url, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true,
 	}, &mcp.ClientSessionOptions{ProtocolVersion: h.v.protocol})
 	if err != nil {
@@ -221,10 +221,10 @@ func TestVersionsLostResponse(t *testing.T) {
 	t.Parallel()
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
-		if _, err := lossy.CallTool(context.Background(), keyed("charge", 5, "lost-1")); err == nil {
+		if _, err := lossy.CallTool(t.Context(), keyed("charge", 5, "lost-1")); err == nil {
 			t.Fatal("the first call got its answer; the drop did not happen")
 		}
-		retry, err := h.client(t, nil).CallTool(context.Background(), keyed("charge", 5, "lost-1"))
+		retry, err := h.client(t, nil).CallTool(t.Context(), keyed("charge", 5, "lost-1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestModernStreamCloseWithoutKey(t *testing.T) {
 	h := newVHarness(t, versions[0], mcphttp.Options{})
 	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
 	unkeyed := &mcp.CallToolParams{Name: "charge", Arguments: chargeArgs{Amount: 9, DelayMs: 300}}
-	if _, err := lossy.CallTool(context.Background(), unkeyed); err == nil {
+	if _, err := lossy.CallTool(t.Context(), unkeyed); err == nil {
 		t.Fatal("the call got its answer; the drop did not happen")
 	}
 	waitRuns(t, h.runs, "charge:cancelled", 1, 5*time.Second)
@@ -274,11 +274,11 @@ func TestCancelWithClient(t *testing.T) {
 	t.Parallel()
 	h := newVHarness(t, versions[0], mcphttp.Options{CancelWithClient: true})
 	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
-	if _, err := lossy.CallTool(context.Background(), keyed("charge", 5, "cancel-1")); err == nil {
+	if _, err := lossy.CallTool(t.Context(), keyed("charge", 5, "cancel-1")); err == nil {
 		t.Fatal("the first call got its answer; the drop did not happen")
 	}
 	waitRuns(t, h.runs, "charge:cancelled", 1, 10*time.Second)
-	retry, err := h.client(t, nil).CallTool(context.Background(), keyed("charge", 5, "cancel-1"))
+	retry, err := h.client(t, nil).CallTool(t.Context(), keyed("charge", 5, "cancel-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,11 +334,11 @@ func TestVersionsTwoPrincipals(t *testing.T) {
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		alice := h.client(t, &http.Client{Transport: bearer("alice")})
 		bob := h.client(t, &http.Client{Transport: bearer("bob")})
-		ra, err := alice.CallTool(context.Background(), keyed("charge", 1, "k"))
+		ra, err := alice.CallTool(t.Context(), keyed("charge", 1, "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rb, err := bob.CallTool(context.Background(), keyed("charge", 1, "k"))
+		rb, err := bob.CallTool(t.Context(), keyed("charge", 1, "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,14 +362,14 @@ func TestVersionsConfirm(t *testing.T) {
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		cs := h.client(t, nil)
 		params := &mcp.CallToolParams{Name: "confirm", Arguments: chargeArgs{Amount: 9}, Meta: mcp.Meta{"idempotencyKey": "confirm-9"}}
-		res, err := cs.CallTool(context.Background(), params)
+		res, err := cs.CallTool(t.Context(), params)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := resultText(t, res); got != "confirmed 9 #1" {
 			t.Fatalf("got %q", got)
 		}
-		again, err := h.client(t, nil).CallTool(context.Background(), params)
+		again, err := h.client(t, nil).CallTool(t.Context(), params)
 		if err != nil {
 			t.Fatal(err)
 		}

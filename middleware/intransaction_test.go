@@ -33,7 +33,7 @@ type txKit struct {
 func newTxKit(t *testing.T) *txKit {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)

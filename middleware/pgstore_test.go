@@ -24,7 +24,7 @@ func TestPgstore(t *testing.T) {
 	t.Parallel()
 	runSuite(t, func(t *testing.T) storeKit {
 		pool, _ := testdb.Pool(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 			t.Fatalf("migrations.Up: %v", err)
@@ -44,7 +44,7 @@ func TestPgstore(t *testing.T) {
 func TestPgstoreCommitTx(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestPgstoreCommitTx(t *testing.T) {
 // (instead of a 409 until the lease runs out, then a second run).
 func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	schema := testdb.Schema(t)
 	cfg := testdb.Config(t, schema)
 	cfg.MaxConns = 1

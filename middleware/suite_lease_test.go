@@ -31,7 +31,7 @@ func suiteLease(t *testing.T, newStore newKit) {
 			<-counting.renewed
 		}
 		k, _ := idem.ParseKey("k")
-		c, err := kit.store.Claim(context.Background(), idem.ClaimRequest{Scope: "tenant", Key: k})
+		c, err := kit.store.Claim(t.Context(), idem.ClaimRequest{Scope: "tenant", Key: k})
 		if err != nil || c.Status != idem.InFlight {
 			t.Fatalf("claim while the handler runs past its first lease = %v, %v; want in flight", c.Status, err)
 		}
@@ -123,7 +123,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	// cancelled before it does, and another caller takes the key over
 	// while the handler has not answered yet.
 	k, _ := idem.ParseKey("k")
-	ctx := context.Background()
+	ctx := t.Context()
 	var taken idem.Claim
 	for taken.Status != idem.Acquired {
 		var err error

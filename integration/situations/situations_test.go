@@ -329,7 +329,7 @@ func situationClientHangsUp(t *testing.T, a adapter) {
 		}
 		return "", nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	sent := make(chan error, 1)
 	go func() {
 		_, _, _, err := e.send(ctx, "hang-up")
@@ -385,10 +385,10 @@ func situationPanic(t *testing.T, a adapter) {
 		}
 		return "", nil
 	})
-	if _, _, ok, _ := e.send(context.Background(), "panics"); ok {
+	if _, _, ok, _ := e.send(t.Context(), "panics"); ok {
 		t.Fatal("a panicking work answered")
 	}
-	text, replayed, ok, err := e.send(context.Background(), "panics")
+	text, replayed, ok, err := e.send(t.Context(), "panics")
 	if err != nil || !ok || replayed || e.runs.Load() != 2 {
 		t.Fatalf("retry got %q replayed=%v ok=%v err=%v after %d runs; want a fresh run", text, replayed, ok, err, e.runs.Load())
 	}
@@ -416,7 +416,7 @@ func situationTakenOver(t *testing.T, a adapter) {
 			cause <- context.Cause(ctx)
 			return "too late", nil
 		})
-	if _, _, _, err := e.send(context.Background(), "taken-over"); err != nil {
+	if _, _, _, err := e.send(t.Context(), "taken-over"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
@@ -465,11 +465,11 @@ func situationShutdown(t *testing.T, a adapter) {
 	if e.events.Count(idem.EventReleased) != 1 || e.events.Count(idem.EventCompleted) != 0 {
 		t.Fatalf("events %v, want one release and no completion", e.events.Kinds())
 	}
-	if text, _, ok, _ := e.send(context.Background(), "after-shutdown"); ok || e.runs.Load() != 1 {
+	if text, _, ok, _ := e.send(t.Context(), "after-shutdown"); ok || e.runs.Load() != 1 {
 		t.Fatalf("a request after the shutdown ran (%q, %d runs); want it refused", text, e.runs.Load())
 	}
 	other := newEnv(t, a, store, mountOptions{}, func(context.Context) (string, error) { return "", nil })
-	text, replayed, ok, err := other.send(context.Background(), "shutdown")
+	text, replayed, ok, err := other.send(t.Context(), "shutdown")
 	if err != nil || !ok || replayed || text != "run #1" {
 		t.Fatalf("retry on another instance got %q replayed=%v ok=%v err=%v; want a fresh run", text, replayed, ok, err)
 	}
@@ -492,7 +492,7 @@ func situationShutdownFinished(t *testing.T, a adapter) {
 		<-ctx.Done() // the shutdown reached the work before it answered
 		return charge(ctx)
 	})
-	if text, _, ok, err := e.send(context.Background(), "shutdown-finished"); err != nil || !ok || text != `{"charge":1}` {
+	if text, _, ok, err := e.send(t.Context(), "shutdown-finished"); err != nil || !ok || text != `{"charge":1}` {
 		t.Fatalf("first request got %q ok=%v err=%v, want the first charge", text, ok, err)
 	}
 	other := newEnv(t, a, store, mountOptions{}, charge)
@@ -517,7 +517,7 @@ func situationLeaseLostFinished(t *testing.T, a adapter) {
 			<-ctx.Done() // lost: the renewal hung until the lease deadline
 			return fmt.Sprintf(`{"charge":%d}`, charges.Add(1)), nil
 		})
-	if text, _, ok, err := e.send(context.Background(), "lost-finished"); err != nil || !ok || text != `{"charge":1}` {
+	if text, _, ok, err := e.send(t.Context(), "lost-finished"); err != nil || !ok || text != `{"charge":1}` {
 		t.Fatalf("first request got %q ok=%v err=%v, want the first charge", text, ok, err)
 	}
 	text, replayed, ok := retryAfterEnd(t, e, e, "lost-finished")
@@ -631,7 +631,7 @@ func situationCompleteFailsForAMoment(t *testing.T, a adapter) {
 		store.Up = time.Now().Add(300 * time.Millisecond)
 		return "", nil
 	})
-	first, _, ok, err := e.send(context.Background(), "complete-fails")
+	first, _, ok, err := e.send(t.Context(), "complete-fails")
 	if err != nil || !ok {
 		t.Fatalf("first request: %q ok=%v err=%v", first, ok, err)
 	}
