@@ -36,17 +36,6 @@ const (
 	DefaultMaxExecution = 5 * time.Minute
 )
 
-// Header names shared by the adapters.
-const (
-	// KeyHeader is the IETF Idempotency-Key request header.
-	KeyHeader = "Idempotency-Key"
-	// KeyHeaderAlias is accepted as well: MCP servers forward
-	// _meta.idempotencyKey upstream as X-Idempotency-Key.
-	KeyHeaderAlias = "X-Idempotency-Key"
-	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
-	ReplayedHeader = "Idempotent-Replayed"
-)
-
 // ErrShutdown is the cause ([context.Cause]) with which the work's context
 // is cancelled when Options.Shutdown is done. Work cut off this way that
 // answers nothing to record has its key released, so a retry (on this
