@@ -154,8 +154,9 @@ func invalidKeyResponse(c call, source string, err error) []byte {
 // one), and whether the call can be deduplicated at all; keyErr is an
 // invalid key or a caller the scope cannot name (see [scoper]).
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
-	scope, scopeErr := m.scope.scope(r, c.sessionID)
-	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
+	scope, scopeErr := m.scope.MCPScope(r, c.sessionID)
+	// The engine sets Lease and Owner again when it claims.
+	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.eng.Lease()}
 	key, source, present, err := callKey(r, c)
 	if present {
 		if scopeErr != nil {

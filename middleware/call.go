@@ -93,7 +93,7 @@ func (c *call) verdict() engine.Verdict {
 	case commitFailed:
 		return engine.Verdict{Action: engine.Release, Why: "in-transaction commit failed"}
 	}
-	if c.rec.gone != nil && c.h.cfg.cancelWithClient {
+	if c.rec.gone != nil && c.h.cfg.engine.CancelWithClient {
 		// The handler was told its writes failed (Options.CancelWithClient)
 		// and may have stopped short of its answer.
 		return engine.Verdict{Action: engine.Release, Why: "the client went away mid-response"}

@@ -128,7 +128,7 @@ func (rw *recorder) Write(p []byte) (int, error) {
 		}
 		rw.gone = err
 	}
-	if rw.cfg.cancelWithClient {
+	if rw.cfg.engine.CancelWithClient {
 		return 0, rw.gone
 	}
 	return len(p), nil
@@ -151,7 +151,7 @@ func (rw *recorder) FlushError() error {
 			return err
 		}
 	}
-	if rw.cfg.cancelWithClient {
+	if rw.cfg.engine.CancelWithClient {
 		return rw.gone
 	}
 	return nil
