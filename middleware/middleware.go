@@ -233,7 +233,8 @@ func replay(w http.ResponseWriter, res idem.Result) {
 // response for the engine to record.
 func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Request, body []byte, d engine.Decision) {
 	x := h.eng.Start(r.Context(), req, d)
-	c := &call{h: h, x: x, rec: recorder{w: w, cfg: h.cfg}}
+	c := &call{h: h, x: x}
+	c.rec.init(w, h.cfg)
 	if x.InTransaction() {
 		c.holdBack()
 	}
