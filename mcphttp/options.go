@@ -34,7 +34,11 @@ type Options struct {
 	// original's result before it is answered with [CodeInFlight], and how
 	// long a session's DELETE waits for the calls running on the session
 	// to answer (see "Closed sessions" in the package documentation). Zero
-	// means [DefaultWait]; negative means no wait.
+	// means [DefaultWait], 30 s: longer than package middleware's, because
+	// an agent told a call is in flight often hands the error to its model
+	// rather than retrying, and MCP clients wait a minute for an answer
+	// anyway (see docs/design.md, "Why the adapters wait for different
+	// times"). Negative means no wait.
 	Wait time.Duration
 	// Lease is the lease of a call's claim, renewed every third of it while
 	// the inner handler runs, so a slow tool keeps its claim and a crashed

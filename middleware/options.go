@@ -191,7 +191,11 @@ type Options struct {
 
 	// Wait bounds how long a duplicate of an in-flight request waits for
 	// the original's result before it is answered 409 ([TypeInFlight]).
-	// Zero means [DefaultWait]; negative means no wait.
+	// Zero means [DefaultWait], 5 s: shorter than mcphttp's, because an
+	// HTTP client told 409 with Retry-After retries by itself, and a
+	// connection held longer runs into the gateway timeouts in front of the
+	// service (see docs/design.md, "Why the adapters wait for different
+	// times"). Negative means no wait.
 	Wait time.Duration
 
 	// StoreTimeout bounds each store call made once the handler runs
