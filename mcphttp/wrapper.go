@@ -14,6 +14,11 @@ import (
 	"github.com/idemkit/idem/engine"
 )
 
+// AdapterName is the wrapper's name in the [idem.Event]s it reports
+// (Event.Adapter), and so the adapter label of idemprom's and idemotel's
+// metrics.
+const AdapterName = "mcp"
+
 type wrapper struct {
 	next       http.Handler
 	eng        *engine.Engine
@@ -70,7 +75,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	scope := newScoper(opts)
 	logger := opts.Logger
 	eng := engine.New(store, engine.Options{
-		Adapter:      idem.AdapterMCP,
+		Adapter:      AdapterName,
 		Lease:        opts.Lease,
 		Wait:         opts.Wait,
 		StoreTimeout: opts.StoreTimeout,

@@ -13,6 +13,11 @@ import (
 	"github.com/idemkit/idem/engine"
 )
 
+// AdapterName is the middleware's name in the [idem.Event]s it reports
+// (Event.Adapter), and so the adapter label of idemprom's and idemotel's
+// metrics.
+const AdapterName = "http"
+
 // New returns the Idempotency-Key middleware, deduplicating requests through
 // store. It panics if store is nil or opts is invalid (see [Options]); it
 // never panics per request.
@@ -25,7 +30,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		panic(fmt.Sprintf("middleware: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
 	}
 	eng := engine.New(store, engine.Options{
-		Adapter:          idem.AdapterHTTP,
+		Adapter:          AdapterName,
 		Lease:            cfg.lease,
 		Wait:             cfg.wait,
 		StoreTimeout:     cfg.storeTimeout,
