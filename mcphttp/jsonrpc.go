@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 )
 
 // call is a POST body that is a single JSON-RPC request for a deduped
@@ -150,7 +151,7 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	h.Write([]byte(c.method))
 	h.Write([]byte{0})
 	rest, _ := json.Marshal(params)
-	if canon, err := idem.CanonicalJSON(rest); err == nil {
+	if canon, err := agentkey.CanonicalJSON(rest); err == nil {
 		h.Write(canon)
 	} else {
 		// Not canonicalisable (say, a repeated member name inside the
