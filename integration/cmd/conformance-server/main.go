@@ -14,8 +14,6 @@
 //
 // With DATABASE_URL (or -database-url) the wrapper's store is PostgreSQL,
 // migrated at start; without it, the in-memory store, said at start.
-//
-//lint:file-ignore SA1019 the suite exercises sampling, elicitation and logging, which go-sdk marks deprecated (SEP-2577).
 package main
 
 import (

@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 the suite exercises sampling, elicitation and logging, which go-sdk marks deprecated (SEP-2577).
 package main
 
 import (
