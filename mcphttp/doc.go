@@ -366,9 +366,13 @@
 // engine), notice.go and toolcancel.go (telling a tool it was cut off:
 // notifications/cancelled, [ToolCancellation]), sessions.go (a session's
 // DELETE waits for its calls), advertise.go
-// (the extension in initialize and server/discover), recorder.go (what is recorded from its answer), probe.go,
-// responsebuffer.go and reply.go (the answers the wrapper makes itself),
-// jsonrpc.go, protocol.go and rounds.go (the protocol details). It reads
+// (the extension in initialize and server/discover), recorder.go and
+// scanner.go (what is recorded from its answer: the shared capture core
+// with the SSE and JSON scanner), probe.go, responsebuffer.go and reply.go
+// (the answers the wrapper makes itself), jsonrpc.go, rpcerror.go,
+// protocol.go and rounds.go (the protocol details). The header names, the
+// options it shares with package middleware, the scoper and the capture
+// core are in the module's internal/adapter package. It reads
 // JSON-RPC from HTTP requests and wraps any Streamable HTTP handler,
 // go-sdk's or another; only toolcancel.go imports go-sdk, for the
 // middleware a go-sdk server adds.
