@@ -59,7 +59,7 @@ var ErrExecutionTimeout = errors.New("engine: the work ran past its deadline")
 // what its zero value means. Invalid values make [New] panic.
 type Options struct {
 	// Adapter names the adapter in every [idem.Event] the engine reports
-	// ([idem.AdapterHTTP], [idem.AdapterMCP], or a third party's name).
+	// (middleware.AdapterName, mcphttp.AdapterName, or a third party's name).
 	// Empty means the events do not say.
 	Adapter string
 

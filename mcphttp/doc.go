@@ -44,12 +44,12 @@
 // credential, and ignoring it would give one caller another's result.
 // Callers without credentials share one identity, so between them a
 // _meta.idempotencyKey is only as private as its value: one derived with
-// [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
+// [agentkey.Derive] from a secret session id is unguessable, "retry-1" is not.
 //
 // A call's key comes from where clients put it:
 //
 //   - params._meta.idempotencyKey ([SourceMeta]), where agents put it
-//     (see [idem.AgentKey]) and what go-sdk tool handlers read back with
+//     (see [agentkey.Derive]) and what go-sdk tool handlers read back with
 //     [FromCallToolRequest];
 //   - params.idempotencyKey ([SourceParams]), the shape of the closed
 //     [SEP-3182] proposal;
@@ -70,7 +70,7 @@
 // A key is validated with [idem.ParseKey] (an invalid one is
 // [CodeInvalidParams], "invalid_idempotency_key", naming its source). Its
 // fingerprint is the tool name and the canonical arguments
-// ([idem.CanonicalJSON]), so the same key with another tool or other
+// ([agentkey.CanonicalJSON]), so the same key with another tool or other
 // arguments is answered with [CodeKeyReused] and not run. Because the
 // transport's Mcp-Session-Id plays no part, a client that re-initializes
 // after a server restart (its MCP session is gone) and retries with the same

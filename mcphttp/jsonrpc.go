@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 )
 
 // call is a POST body that is a single JSON-RPC request for a deduped
@@ -149,7 +150,7 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 	h.Write([]byte(c.method))
 	h.Write([]byte{0})
 	rest, _ := json.Marshal(params)
-	if canon, err := idem.CanonicalJSON(rest); err == nil {
+	if canon, err := agentkey.CanonicalJSON(rest); err == nil {
 		h.Write(canon)
 	} else {
 		// Not canonicalisable (say, a repeated member name inside the

@@ -18,7 +18,7 @@ import (
 // Where a call's idempotency key can come from, in the order the wrapper
 // reports them.
 const (
-	// SourceMeta is params._meta.idempotencyKey ([idem.AgentKey]), what go-sdk
+	// SourceMeta is params._meta.idempotencyKey ([agentkey.Derive]), what go-sdk
 	// tool handlers read back with [FromCallToolRequest].
 	SourceMeta = "_meta.idempotencyKey"
 	// SourceParams is params.idempotencyKey, the shape of the closed

@@ -16,6 +16,11 @@ import (
 	"github.com/idemkit/idem/internal/adapter"
 )
 
+// AdapterName is the wrapper's name in the [idem.Event]s it reports
+// (Event.Adapter), and so the adapter label of idemprom's and idemotel's
+// metrics.
+const AdapterName = "mcp"
+
 type wrapper struct {
 	next       http.Handler
 	eng        *engine.Engine
@@ -59,7 +64,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	common := opts.common()
 	// A call cut off by its client is recorded if the recorder saw its
 	// whole response and records it (recorder.verdict); released otherwise.
-	eopts := common.Engine("mcphttp", idem.AdapterMCP, DefaultWait)
+	eopts := common.Engine("mcphttp", AdapterName, DefaultWait)
 	methods := map[string]bool{}
 	if opts.Methods == nil {
 		methods["tools/call"] = true

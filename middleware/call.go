@@ -194,7 +194,7 @@ type RecordFunc func(ctx context.Context, tok idem.Token, res idem.Result) error
 //     the client is gone: its retry gets the replay), and the middleware does
 //     not complete the key again.
 //   - If record fails, or the claim was lost before it was called (the
-//     context was cancelled with [ErrLeaseLost]: record is then not called),
+//     context was cancelled with [idem.ErrLeaseLost]: record is then not called),
 //     Commit writes no success. It answers 503 problem+json
 //     ([TypeCommitFailed]) with Retry-After and returns the error; the
 //     middleware then releases the claim, so a retry runs the handler again.

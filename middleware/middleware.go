@@ -13,11 +13,10 @@ import (
 	"github.com/idemkit/idem/engine"
 )
 
-// ErrLeaseLost is [idem.ErrLeaseLost], the cause ([context.Cause]) with
-// which a handler's request context is cancelled when its claim can no
-// longer be trusted. It is the same error value, kept here for existing
-// callers.
-var ErrLeaseLost = idem.ErrLeaseLost
+// AdapterName is the middleware's name in the [idem.Event]s it reports
+// (Event.Adapter), and so the adapter label of idemprom's and idemotel's
+// metrics.
+const AdapterName = "http"
 
 // New returns the Idempotency-Key middleware, deduplicating requests through
 // store. It panics if store is nil or opts is invalid (see [Options]); it

@@ -8,7 +8,6 @@ import (
 	"net/textproto"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/adapter"
 )
@@ -301,7 +300,7 @@ func newConfig(o Options) *config {
 		Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret,
 	}
 	c := &config{
-		engine:      common.Engine("middleware", idem.AdapterHTTP, DefaultWait),
+		engine:      common.Engine("middleware", AdapterName, DefaultWait),
 		keyOptional: o.KeyOptional,
 		key:         o.Key,
 		fingerprint: o.Fingerprint,
