@@ -12,6 +12,9 @@
 //   - [github.com/idemkit/idem/mcphttp]: deduplication of MCP tools/call on
 //     the Streamable HTTP transport, wrapping a go-sdk server's handler; and
 //     the client-side helpers a tool uses to forward the call's keys.
+//   - [github.com/idemkit/idem/agentkey]: the key an agent derives for an MCP
+//     call's _meta.idempotencyKey, and the canonical JSON it hashes; for
+//     clients, with published test vectors.
 //   - [github.com/idemkit/idem/pgstore]: the durable store, on PostgreSQL
 //     (pgx/v5). Production uses this one.
 //   - [github.com/idemkit/idem/migrations]: creates and upgrades pgstore's
@@ -46,9 +49,10 @@
 //
 // # The pieces
 //
-// This root package is the domain: [Key] and its constructors, [Claim]
-// outcomes, [Token]s, [Result]s, typed errors, the [Store] port, and
-// [Table], the pure transition table every store implements. Table has no
+// This root package is the domain and nothing else: [Key] and its
+// constructors, [Claim] outcomes, [Token]s, [Result]s, typed errors, the
+// [Store] and [TxStore] ports, the [Event]s adapters report, and [Table], the
+// pure transition table every store implements. Table has no
 // lock, no I/O and no clock (callers pass the time), so it can be tested as a
 // state machine and used as the model the stores are checked against.
 //

@@ -119,8 +119,10 @@ type Event struct {
 	// Err is the error of an EventStoreError, EventStale or
 	// EventLeaseLost, and the cause of an EventReleased of cut-off work.
 	Err error
-	// Adapter names the adapter that reported the event: [AdapterHTTP] or
-	// [AdapterMCP]. Empty when the reporter does not say.
+	// Adapter names the adapter that reported the event, as the adapter
+	// names itself: "http" for middleware (middleware.AdapterName), "mcp"
+	// for mcphttp (mcphttp.AdapterName), a third-party adapter its own name
+	// (engine.Options.Adapter). Empty when the reporter does not say.
 	Adapter string
 	// Waited is how much of a claim's Duration was spent waiting for an
 	// in-flight duplicate to finish (EventClaimed, EventReplayed,
@@ -130,12 +132,6 @@ type Event struct {
 	// a claim whose lease had run out (an owner crashed or stalled).
 	Takeover bool
 }
-
-// Adapter names, for [Event.Adapter].
-const (
-	AdapterHTTP = "http" // the net/http Idempotency-Key middleware
-	AdapterMCP  = "mcp"  // the MCP Streamable HTTP adapter
-)
 
 // KeyDigest is how a (scope, key) appears in logs: the first 16 hex digits
 // of SHA-256 over scope, a NUL byte and key, enough to correlate log lines

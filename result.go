@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/internal/jsonb"
 )
 
 // Result is what a completed key replays: for HTTP the response, for MCP the
@@ -70,7 +72,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 			return nil, fmt.Errorf("idem: encoding result header: %w", err)
 		}
 	}
-	text := IsText(r.Body)
+	text := jsonb.IsText(r.Body)
 	size := len(`{"status":,"header_base64":,"body_base64":"","unreplayable":true}`) + 20 + len(header)
 	if text {
 		size += len(r.Body) + len(r.Body)/16 // room for a few escapes
@@ -114,20 +116,13 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// IsText reports whether b can be stored as a JSON string in PostgreSQL's
-// jsonb and read back byte for byte: valid UTF-8 without NUL. [Result]
-// stores bodies and headers that are not as base64.
-func IsText[T string | []byte](b T) bool {
-	return utf8.Valid([]byte(b)) && bytes.IndexByte([]byte(b), 0) < 0
-}
-
 func headerIsText(h map[string][]string) bool {
 	for k, vs := range h {
-		if !IsText(k) {
+		if !jsonb.IsText(k) {
 			return false
 		}
 		for _, v := range vs {
-			if !IsText(v) {
+			if !jsonb.IsText(v) {
 				return false
 			}
 		}

@@ -33,6 +33,14 @@ import (
 // Errors: an invalid key is an [*InvalidKeyError]; a store that cannot be
 // reached returns an error matching [ErrUnavailable], and a claim that was
 // not confirmed must be treated as not held. Operations respect ctx.
+//
+// A store may also implement optional interfaces, which the adapters'
+// engine looks for with a type assertion: [TxStore], to claim inside a
+// transaction of the store's database, and engine.CacheClaimer
+// (ClaimFromCache(ClaimRequest) (Claim, bool, error)), to answer a claim
+// from memory without I/O (pgstore's replay cache) before the engine sets
+// up the store timeout. ClaimFromCache reports false when it cannot answer
+// without I/O; when it answers, it must answer exactly as Claim would.
 type Store interface {
 	// Claim atomically claims req.Key in req.Scope, or reports why not:
 	//

@@ -36,17 +36,6 @@ const (
 	DefaultMaxExecution = 5 * time.Minute
 )
 
-// Header names shared by the adapters.
-const (
-	// KeyHeader is the IETF Idempotency-Key request header.
-	KeyHeader = "Idempotency-Key"
-	// KeyHeaderAlias is accepted as well: MCP servers forward
-	// _meta.idempotencyKey upstream as X-Idempotency-Key.
-	KeyHeaderAlias = "X-Idempotency-Key"
-	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
-	ReplayedHeader = "Idempotent-Replayed"
-)
-
 // ErrShutdown is the cause ([context.Cause]) with which the work's context
 // is cancelled when Options.Shutdown is done. Work cut off this way that
 // answers nothing to record has its key released, so a retry (on this
@@ -70,7 +59,7 @@ var ErrExecutionTimeout = errors.New("engine: the work ran past its deadline")
 // what its zero value means. Invalid values make [New] panic.
 type Options struct {
 	// Adapter names the adapter in every [idem.Event] the engine reports
-	// ([idem.AdapterHTTP], [idem.AdapterMCP], or a third party's name).
+	// (middleware.AdapterName, mcphttp.AdapterName, or a third party's name).
 	// Empty means the events do not say.
 	Adapter string
 
@@ -140,7 +129,7 @@ type Options struct {
 // makes one per mounted handler.
 type Engine struct {
 	store        idem.Store
-	cache        cacheClaimer // store, if it is one; nil otherwise
+	cache        CacheClaimer // store, if it is one; nil otherwise
 	txs          idem.TxStore // store, if it is one; nil otherwise
 	adapter      string
 	lease        time.Duration
@@ -167,7 +156,7 @@ func New(store idem.Store, opts Options) *Engine {
 		cancelWithCl: opts.CancelWithClient, shutdown: opts.Shutdown,
 		owner: opts.Owner, logger: opts.Logger,
 	}
-	e.cache, _ = store.(cacheClaimer)
+	e.cache, _ = store.(CacheClaimer)
 	e.txs, _ = store.(idem.TxStore)
 	e.lease = orDefault("Lease", opts.Lease, idem.DefaultLease)
 	if e.lease < time.Millisecond {
@@ -388,12 +377,15 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		Err: fmt.Errorf("engine: store returned an unknown claim status %v", claim.Status)}
 }
 
-// cacheClaimer is a store that can answer some claims from memory, without
-// I/O, such as pgstore's replay cache. The engine asks it first, so that a
-// replay served from memory does not set up the store timeout (a context
-// with a timer, registered with the client's context): that took about 3%
-// of the CPU of idembench's replay mode (pprof, 16 clients).
-type cacheClaimer interface {
+// CacheClaimer is an optional interface of an [idem.Store] that can answer
+// some claims from memory, without I/O, such as pgstore's replay cache. The
+// engine asks it first, so that a replay served from memory does not set up
+// the store timeout (a context with a timer, registered with the client's
+// context): that took about 3% of the CPU of idembench's replay mode
+// (pprof, 16 clients). A store that implements it must answer exactly as
+// its Claim would have at that moment; one that does not loses nothing but
+// that saving.
+type CacheClaimer interface {
 	// ClaimFromCache answers req as the store's Claim would, or reports
 	// ok false when it cannot without I/O.
 	ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error)
@@ -409,59 +401,4 @@ type sendTimer struct {
 func (s sendTimer) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	*s.sent = time.Now()
 	return s.Store.Claim(ctx, req)
-}
-
-// Report reports d as an [idem.Event] and logs it. [Engine.Claim] reports
-// its decision itself; an adapter calls Report after [Engine.TryClaim] when
-// it answers without claiming again.
-func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
-	ev := idem.Event{Duration: time.Since(req.start), Waited: req.waited}
-	switch d.Outcome {
-	case Run:
-		ev.Kind, ev.Takeover = idem.EventClaimed, d.Claim.Takeover
-		if d.Claim.Takeover {
-			e.log(ctx, slog.LevelInfo, "took over an abandoned idempotency claim", req, slog.Int64("generation", d.Claim.Token.Generation))
-		} else {
-			e.log(ctx, slog.LevelDebug, "claimed idempotency key", req, slog.Int64("generation", d.Claim.Token.Generation))
-		}
-	case Replay:
-		ev.Kind, ev.Status = idem.EventReplayed, d.Claim.Result.Status
-		e.log(ctx, slog.LevelDebug, "replaying recorded result", req)
-	case InFlight:
-		ev.Kind = idem.EventInFlight
-		e.log(ctx, slog.LevelInfo, "idempotency key in flight", req)
-	case Mismatch:
-		ev.Kind = idem.EventMismatch
-		e.log(ctx, slog.LevelInfo, "idempotency key reused for a different request", req)
-	case Unavailable:
-		ev.Kind, ev.Op, ev.Err = idem.EventStoreError, "claim", d.Err
-		e.log(ctx, slog.LevelWarn, "idempotency store failed; the request was not run", req, slog.Any("err", d.Err))
-	default: // InvalidKey, Gone: the request never got as far as a key
-		return
-	}
-	e.observe(req, ev)
-}
-
-func (e *Engine) observe(req *Request, ev idem.Event) {
-	if req.Observe == nil {
-		return
-	}
-	ev.Adapter, ev.Scope, ev.Key = e.adapter, req.Claim.Scope, req.Claim.Key
-	req.Observe(ev)
-}
-
-// log logs msg with the key as a digest; the key itself only at debug level.
-func (e *Engine) log(ctx context.Context, level slog.Level, msg string, req *Request, attrs ...slog.Attr) {
-	l := e.logger
-	if !l.Enabled(ctx, level) {
-		return
-	}
-	attrs = append(attrs, slog.String("key_hash", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
-	if e.adapter != "" {
-		attrs = append(attrs, slog.String("adapter", e.adapter))
-	}
-	if l.Enabled(ctx, slog.LevelDebug) {
-		attrs = append(attrs, slog.String("key", req.Claim.Key.String()))
-	}
-	l.LogAttrs(ctx, level, msg, attrs...)
 }

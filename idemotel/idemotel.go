@@ -19,6 +19,15 @@ import (
 // ScopeName is the instrumentation scope of idemotel's tracer and meter.
 const ScopeName = "github.com/idemkit/idem/idemotel"
 
+// The names the idem adapters report in Event.Adapter (middleware.AdapterName
+// and mcphttp.AdapterName), whose series are created at zero. Written out
+// rather than imported: mcphttp is a module of its own (the MCP SDK), and
+// this package imports no adapter.
+const (
+	adapterHTTP = "http"
+	adapterMCP  = "mcp"
+)
+
 // Outcomes of a claim, the values of the idem.outcome attribute.
 const (
 	OutcomeAcquired    = "acquired"    // the request claimed its key; the work runs
@@ -131,7 +140,7 @@ func New(opts Options) (*Observer, error) {
 		metric.WithDescription("Claims taken by this process whose end has not been reported yet."))
 	errs = append(errs, err)
 	o.points = map[string]*points{}
-	for _, adapter := range []string{"", idem.AdapterHTTP, idem.AdapterMCP} {
+	for _, adapter := range []string{"", adapterHTTP, adapterMCP} {
 		o.points[adapter] = newPoints(adapter, o.store)
 	}
 	storeOnly := o.points[""]

@@ -595,11 +595,11 @@ func TestEventFields(t *testing.T) {
 	unavailable := &idem.UnavailableError{Op: "claim", Err: errors.New("dial tcp 10.0.0.1: " + secretKey)}
 
 	for _, e := range []idem.Event{
-		{Kind: idem.EventReplayed, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Duration: 300 * time.Millisecond, Waited: 250 * time.Millisecond},
-		{Kind: idem.EventClaimed, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Duration: 2 * time.Millisecond, Takeover: true},
-		{Kind: idem.EventStoreError, Adapter: idem.AdapterMCP, Scope: scope, Key: key, Op: "complete", Err: unavailable},
-		{Kind: idem.EventStoreError, Adapter: idem.AdapterHTTP, Scope: scope, Key: key, Op: "claim", Err: unavailable, Duration: time.Millisecond},
-		{Kind: idem.EventStoreError, Adapter: idem.AdapterHTTP, Scope: scope, Key: key, Op: "claim", Err: context.Canceled},
+		{Kind: idem.EventReplayed, Adapter: "mcp", Scope: scope, Key: key, Duration: 300 * time.Millisecond, Waited: 250 * time.Millisecond},
+		{Kind: idem.EventClaimed, Adapter: "mcp", Scope: scope, Key: key, Duration: 2 * time.Millisecond, Takeover: true},
+		{Kind: idem.EventStoreError, Adapter: "mcp", Scope: scope, Key: key, Op: "complete", Err: unavailable},
+		{Kind: idem.EventStoreError, Adapter: "http", Scope: scope, Key: key, Op: "claim", Err: unavailable, Duration: time.Millisecond},
+		{Kind: idem.EventStoreError, Adapter: "http", Scope: scope, Key: key, Op: "claim", Err: context.Canceled},
 		// A third party's adapter and a store operation this package
 		// does not list.
 		{Kind: idem.EventStoreError, Adapter: "grpc", Scope: scope, Key: key, Op: "forget", Err: unavailable},
@@ -671,10 +671,10 @@ func TestActiveClaimsEndOnce(t *testing.T) {
 	key := idem.KeyFromRequestID(idem.StringRequestID(secretKey))
 	r := httptest.NewRequest(http.MethodPost, "/", nil)
 	for _, e := range []idem.Event{
-		{Kind: idem.EventClaimed, Adapter: idem.AdapterHTTP, Scope: "a", Key: key},
-		{Kind: idem.EventClaimed, Adapter: idem.AdapterHTTP, Scope: "b", Key: key},
-		{Kind: idem.EventStale, Adapter: idem.AdapterHTTP, Scope: "a", Key: key},
-		{Kind: idem.EventStale, Adapter: idem.AdapterHTTP, Scope: "a", Key: key},
+		{Kind: idem.EventClaimed, Adapter: "http", Scope: "a", Key: key},
+		{Kind: idem.EventClaimed, Adapter: "http", Scope: "b", Key: key},
+		{Kind: idem.EventStale, Adapter: "http", Scope: "a", Key: key},
+		{Kind: idem.EventStale, Adapter: "http", Scope: "a", Key: key},
 	} {
 		f.observe(r, e)
 	}
@@ -727,8 +727,8 @@ func TestSwept(t *testing.T) {
 // SDK recording and with OpenTelemetry's no-op providers.
 func BenchmarkObserve(b *testing.B) {
 	key := idem.KeyFromRequestID(idem.StringRequestID(secretKey))
-	claimed := idem.Event{Kind: idem.EventClaimed, Adapter: idem.AdapterHTTP, Scope: secretScope, Key: key, Duration: time.Millisecond}
-	completed := idem.Event{Kind: idem.EventCompleted, Adapter: idem.AdapterHTTP, Scope: secretScope, Key: key, Status: 201, Duration: time.Millisecond}
+	claimed := idem.Event{Kind: idem.EventClaimed, Adapter: "http", Scope: secretScope, Key: key, Duration: time.Millisecond}
+	completed := idem.Event{Kind: idem.EventCompleted, Adapter: "http", Scope: secretScope, Key: key, Status: 201, Duration: time.Millisecond}
 	for _, bc := range []struct {
 		name string
 		opts func() idemotel.Options
@@ -772,7 +772,7 @@ func TestKeyRotated(t *testing.T) {
 	f := setup(t, middleware.Options{}, ok)
 	ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
-	f.observe(r, idem.Event{Kind: idem.EventKeyRotated, Adapter: idem.AdapterMCP})
+	f.observe(r, idem.Event{Kind: idem.EventKeyRotated, Adapter: "mcp"})
 	span.End()
 	if n := f.sum("idem.keys.rotated", idemotel.AttrAdapter.String("mcp")); n != 1 {
 		t.Errorf("idem.keys.rotated{mcp} = %d, want 1", n)
@@ -795,7 +795,7 @@ func TestRejected(t *testing.T) {
 	f := setup(t, middleware.Options{}, ok)
 	ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
-	f.observe(r, idem.Event{Kind: idem.EventRejected, Adapter: idem.AdapterMCP, Status: http.StatusBadRequest})
+	f.observe(r, idem.Event{Kind: idem.EventRejected, Adapter: "mcp", Status: http.StatusBadRequest})
 	span.End()
 
 	if n := f.sum("idem.rejections", idemotel.AttrAdapter.String("mcp")); n != 1 {

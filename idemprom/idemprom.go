@@ -52,6 +52,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// The names the idem adapters report in Event.Adapter (middleware.AdapterName
+// and mcphttp.AdapterName), whose series are created at zero. Written out
+// rather than imported: mcphttp is a module of its own (the MCP SDK), and
+// this package imports no adapter.
+const (
+	adapterHTTP = "http"
+	adapterMCP  = "mcp"
+)
+
 // Options configures [New]. The zero value registers on
 // prometheus.DefaultRegisterer.
 type Options struct {
@@ -127,10 +136,10 @@ func New(opts Options) (*Metrics, error) {
 		}
 	}
 	for _, c := range []*prometheus.CounterVec{m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released, m.stale} {
-		c.WithLabelValues(idem.AdapterHTTP)
-		c.WithLabelValues(idem.AdapterMCP)
+		c.WithLabelValues(adapterHTTP)
+		c.WithLabelValues(adapterMCP)
 	}
-	m.rejected.WithLabelValues(idem.AdapterMCP) // only mcphttp asks its handler first
+	m.rejected.WithLabelValues(adapterMCP) // only mcphttp asks its handler first
 	m.swept.WithLabelValues("abandoned")
 	m.swept.WithLabelValues("expired")
 	return m, nil

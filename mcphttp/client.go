@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idemkit/idem/internal/adapter"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -18,7 +19,7 @@ const DerivedKeyHeader = "Idem-Derived-Key"
 // headers of the HTTP calls the tool makes to its upstream API.
 const (
 	SessionIDHeader      = "X-Session-Id"
-	IdempotencyKeyHeader = "X-Idempotency-Key"
+	IdempotencyKeyHeader = adapter.KeyHeaderAlias
 )
 
 // Meta is what a tool handler forwards to the upstream API it calls, so the

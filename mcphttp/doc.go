@@ -44,12 +44,12 @@
 // credential, and ignoring it would give one caller another's result.
 // Callers without credentials share one identity, so between them a
 // _meta.idempotencyKey is only as private as its value: one derived with
-// [idem.AgentKey] from a secret session id is unguessable, "retry-1" is not.
+// [agentkey.Derive] from a secret session id is unguessable, "retry-1" is not.
 //
 // A call's key comes from where clients put it:
 //
 //   - params._meta.idempotencyKey ([SourceMeta]), where agents put it
-//     (see [idem.AgentKey]) and what go-sdk tool handlers read back with
+//     (see [agentkey.Derive]) and what go-sdk tool handlers read back with
 //     [FromCallToolRequest];
 //   - params.idempotencyKey ([SourceParams]), the shape of the closed
 //     [SEP-3182] proposal;
@@ -70,7 +70,7 @@
 // A key is validated with [idem.ParseKey] (an invalid one is
 // [CodeInvalidParams], "invalid_idempotency_key", naming its source). Its
 // fingerprint is the tool name and the canonical arguments
-// ([idem.CanonicalJSON]), so the same key with another tool or other
+// ([agentkey.CanonicalJSON]), so the same key with another tool or other
 // arguments is answered with [CodeKeyReused] and not run. Because the
 // transport's Mcp-Session-Id plays no part, a client that re-initializes
 // after a server restart (its MCP session is gone) and retries with the same
@@ -366,9 +366,13 @@
 // engine), notice.go and toolcancel.go (telling a tool it was cut off:
 // notifications/cancelled, [ToolCancellation]), sessions.go (a session's
 // DELETE waits for its calls), advertise.go
-// (the extension in initialize and server/discover), recorder.go (what is recorded from its answer), probe.go,
-// responsebuffer.go and reply.go (the answers the wrapper makes itself),
-// jsonrpc.go, protocol.go and rounds.go (the protocol details). It reads
+// (the extension in initialize and server/discover), recorder.go and
+// scanner.go (what is recorded from its answer: the shared capture core
+// with the SSE and JSON scanner), probe.go, responsebuffer.go and reply.go
+// (the answers the wrapper makes itself), jsonrpc.go, rpcerror.go,
+// protocol.go and rounds.go (the protocol details). The header names, the
+// options it shares with package middleware, the scoper and the capture
+// core are in the module's internal/adapter package. It reads
 // JSON-RPC from HTTP requests and wraps any Streamable HTTP handler,
 // go-sdk's or another; only toolcancel.go imports go-sdk, for the
 // middleware a go-sdk server adds.

@@ -37,7 +37,7 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 	ir := r.Clone(ctx)
 	// The tool forwards this key, never the client's own: see forwardedKey.
 	ir.Header.Set(DerivedKeyHeader, forward)
-	rec := &recorder{w: w, id: c.id, limit: m.maxRecord, work: x.Context(), inner: ctx}
+	rec := newRecorder(w, c.id, m.maxRecord, x.Context(), ctx)
 	held := m.holdBack(rec, x, r, ir, c) // nil unless the call runs in a transaction (transaction.go)
 	defer held.forget()
 	var final engine.Verdict

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 	"github.com/idemkit/idem/memstore"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sjson "github.com/segmentio/encoding/json"
@@ -115,8 +115,8 @@ func sameJSON(a, b json.RawMessage) bool {
 	if isAbsent(a) || isAbsent(b) {
 		return isAbsent(a) == isAbsent(b)
 	}
-	ca, errA := idem.CanonicalJSON(a)
-	cb, errB := idem.CanonicalJSON(b)
+	ca, errA := agentkey.CanonicalJSON(a)
+	cb, errB := agentkey.CanonicalJSON(b)
 	if errA != nil || errB != nil {
 		return bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b))
 	}

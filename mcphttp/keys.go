@@ -12,13 +12,13 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
 // Where a call's idempotency key can come from, in the order the wrapper
 // reports them.
 const (
-	// SourceMeta is params._meta.idempotencyKey ([idem.AgentKey]), what go-sdk
+	// SourceMeta is params._meta.idempotencyKey ([agentkey.Derive]), what go-sdk
 	// tool handlers read back with [FromCallToolRequest].
 	SourceMeta = "_meta.idempotencyKey"
 	// SourceParams is params.idempotencyKey, the shape of the closed
@@ -27,9 +27,8 @@ const (
 	// [SEP-3182]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/3182
 	SourceParams = "params.idempotencyKey"
 	// SourceHeader is the Idempotency-Key header of the HTTP POST, an
-	// RFC 8941 string (or a bare token) as the [middleware] package reads
-	// it.
-	SourceHeader = middleware.KeyHeader
+	// RFC 8941 string (or a bare token) as package middleware reads it.
+	SourceHeader = adapter.KeyHeader
 	// SourceParamHeader is the Mcp-Param-Idempotency-Key header: from MCP
 	// 2026-07-28 a tool may have a parameter mirrored into an
 	// Mcp-Param-{Name} header ("x-mcp-header" in its input schema, the
@@ -71,7 +70,7 @@ func callKey(r *http.Request, c call) (key, source string, present bool, err err
 		s := keySource{name: SourceHeader}
 		if len(lines) != 1 {
 			s.err = fmt.Errorf("%s appears %d times; it takes one key", SourceHeader, len(lines))
-		} else if s.value, s.err = middleware.ParseKeyHeader(lines[0]); s.err != nil {
+		} else if s.value, s.err = adapter.ParseKeyHeader(lines[0]); s.err != nil {
 			s.err = fmt.Errorf("%s: %w", SourceHeader, s.err)
 		}
 		found = append(found, s)
@@ -155,8 +154,9 @@ func invalidKeyResponse(c call, source string, err error) []byte {
 // one), and whether the call can be deduplicated at all; keyErr is an
 // invalid key or a caller the scope cannot name (see [scoper]).
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
-	scope, scopeErr := m.scope.scope(r, c.sessionID)
-	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.lease, Owner: m.owner}
+	scope, scopeErr := m.scope.MCPScope(r, c.sessionID)
+	// The engine sets Lease and Owner again when it claims.
+	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.eng.Lease()}
 	key, source, present, err := callKey(r, c)
 	if present {
 		if scopeErr != nil {

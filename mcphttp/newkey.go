@@ -162,7 +162,7 @@ func (m *wrapper) guardKey(r *http.Request, c call, req idem.ClaimRequest, forwa
 	if !rotated {
 		return req, forward, nil
 	}
-	m.observe(r, idem.Event{Kind: idem.EventKeyRotated, Scope: req.Scope, Key: req.Key, Adapter: idem.AdapterMCP})
+	m.observe(r, idem.Event{Kind: idem.EventKeyRotated, Scope: req.Scope, Key: req.Key, Adapter: AdapterName})
 	m.log.Warn("mcphttp: the same call came again under a new idempotency key (an agent that mints a key per retry?)",
 		"key_digest", idem.KeyDigest(req.Scope, req.Key), "first_key_digest", idem.KeyDigest(req.Scope, first.key),
 		"tool", c.name, "action", m.newKeys.action.String())

@@ -78,7 +78,7 @@ func (m *wrapper) onCutOff(work context.Context, r *http.Request, c call, tool *
 	stopWatch := context.AfterFunc(work, func() {
 		defer close(done)
 		mu.Lock()
-		grace = time.AfterFunc(m.lease, func() {
+		grace = time.AfterFunc(m.eng.Lease(), func() {
 			if !tool.taken.Load() {
 				endInner(errInnerCutOff)
 			}

@@ -1,7 +1,6 @@
 package mcphttp
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
 // Defaults of [Options].
@@ -34,7 +34,11 @@ type Options struct {
 	// original's result before it is answered with [CodeInFlight], and how
 	// long a session's DELETE waits for the calls running on the session
 	// to answer (see "Closed sessions" in the package documentation). Zero
-	// means [DefaultWait]; negative means no wait.
+	// means [DefaultWait], 30 s: longer than package middleware's, because
+	// an agent told a call is in flight often hands the error to its model
+	// rather than retrying, and MCP clients wait a minute for an answer
+	// anyway (see docs/design.md, "Why the adapters wait for different
+	// times"). Negative means no wait.
 	Wait time.Duration
 	// Lease is the lease of a call's claim, renewed every third of it while
 	// the inner handler runs, so a slow tool keeps its claim and a crashed
@@ -160,48 +164,30 @@ type Options struct {
 	InTransaction func(tool string) bool
 }
 
-// validate names the first field of o that is wrong. SessionCookies is
-// checked by the scoper and a lease under a millisecond by package engine,
-// both at [New] as well.
-func (o Options) validate() error {
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{
-		{"Lease", int64(o.Lease)}, {"StoreTimeout", int64(o.StoreTimeout)},
-		{"MaxInspectBytes", o.MaxInspectBytes}, {"MaxRecordBytes", int64(o.MaxRecordBytes)},
-	} {
-		if f.v < 0 {
-			return fmt.Errorf("mcphttp: Options.%s is negative (%d)", f.name, f.v)
-		}
+// common is o's options that package middleware declares too, for the
+// defaults and validation both adapters share.
+func (o Options) common() adapter.Common {
+	return adapter.Common{
+		Lease: o.Lease, Wait: o.Wait, StoreTimeout: o.StoreTimeout,
+		MaxExecution: o.MaxExecution, Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
+		Owner: o.Owner, Logger: o.Logger,
+		Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret,
 	}
+}
+
+// validate panics, naming the field, on the first of o's own fields that
+// is wrong; [adapter.Common.Engine] checks the common ones.
+func (o Options) validate() {
+	adapter.Positive("mcphttp", "MaxInspectBytes", o.MaxInspectBytes, 0)
+	adapter.Positive("mcphttp", "MaxRecordBytes", o.MaxRecordBytes, 0)
 	if o.NewKeyGuard != nil {
 		if err := o.NewKeyGuard.validate(); err != nil {
-			return err
+			panic(err.Error())
 		}
 	}
 	for _, m := range o.Methods {
 		if m == "" || m == "initialize" {
-			return fmt.Errorf("mcphttp: Options.Methods holds %q, which cannot be deduplicated", m)
+			panic(fmt.Sprintf("mcphttp: Options.Methods holds %q, which cannot be deduplicated", m))
 		}
 	}
-	return nil
-}
-
-// withDefaults returns o with its zero fields set to their defaults (a
-// negative Wait to no wait).
-func (o Options) withDefaults() Options {
-	switch {
-	case o.Wait == 0:
-		o.Wait = DefaultWait
-	case o.Wait < 0:
-		o.Wait = 0
-	}
-	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
-	o.MaxInspectBytes = cmp.Or(o.MaxInspectBytes, DefaultMaxInspectBytes)
-	o.MaxRecordBytes = cmp.Or(o.MaxRecordBytes, DefaultMaxRecordBytes)
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return o
 }

@@ -68,7 +68,7 @@ func (m *wrapper) probe(r *http.Request, c call) (*responseBuffer, bool) {
 	}
 	if !accepted {
 		m.log.Info("mcphttp: the inner handler refused the request; its answer goes to the client", "probe", method, "status", capt.status)
-		m.observe(r, idem.Event{Kind: idem.EventRejected, Status: capt.status, Adapter: idem.AdapterMCP})
+		m.observe(r, idem.Event{Kind: idem.EventRejected, Status: capt.status, Adapter: AdapterName})
 	}
 	return capt, accepted
 }

@@ -5,253 +5,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"mime"
 	"net/http"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
-// scanner finds the JSON-RPC response to one request id in what an inner
-// handler writes, in either framing of the Streamable HTTP transport: an SSE
-// stream (text/event-stream) whose "message" events each carry one JSON-RPC
-// message, or a single JSON body (application/json) holding one message or
-// an array of them. It never holds more than limit bytes of one message:
-// progress notifications, log messages and server-to-client requests
-// interleaved on an SSE stream are looked at one event at a time and
-// dropped.
-type scanner struct {
+// recorder is the http.ResponseWriter the inner handler writes the call's
+// response to: the adapters' capture core ([adapter.CaptureWriter]: the
+// status, Flusher, the rules for a client that vanished mid-write) with a
+// [scanner] as its Sink. Every byte goes straight on to the client, as it is
+// written and flushed; the scanner looks at a copy to find the response to
+// record. A write to a client that went away is still scanned, and the
+// inner handler is not told: the call runs to completion and its response
+// is recorded for the retry that client will send.
+type recorder struct {
+	adapter.CaptureWriter
 	id    idem.RequestID
 	limit int
-	sse   bool
-
-	// SSE state: the current line and the current event.
-	line      []byte
-	lineOver  bool // the current line exceeded the limit
-	event     string
-	data      []byte
-	dataLines int
-	dataOver  bool
-
-	body []byte // JSON mode: the body so far, up to limit
-
-	final      []byte // the call's response, once seen
-	finalError bool
-	// oversize reports that the call's response was larger than limit
-	// and could not be recorded: a JSON body over the limit, or an SSE
-	// message over the limit that is not a request or notification (it
-	// names no top-level "method" within its first limit bytes).
-	// Notifications over the limit are dropped without a trace: they say
-	// nothing about the response.
-	oversize bool
-}
-
-func newScanner(id idem.RequestID, limit int, contentType string) *scanner {
-	mt, _, _ := mime.ParseMediaType(contentType)
-	return &scanner{id: id, limit: limit, sse: mt == "text/event-stream"}
-}
-
-func (s *scanner) write(p []byte) {
-	if !s.sse {
-		if len(s.body)+len(p) > s.limit {
-			s.oversize = true
-			s.body = nil
-			return
-		}
-		if !s.oversize {
-			s.body = append(s.body, p...)
-		}
-		return
-	}
-	for len(p) > 0 {
-		i := bytes.IndexAny(p, "\r\n")
-		if i < 0 {
-			s.appendLine(p)
-			return
-		}
-		s.appendLine(p[:i])
-		s.endLine()
-		// A CRLF pair ends one line; a lone CR or LF ends one line each.
-		if p[i] == '\r' && i+1 < len(p) && p[i+1] == '\n' {
-			i++
-		}
-		p = p[i+1:]
-	}
-}
-
-// The SSE parser ignores the case of a CRLF split across two writes: the LF
-// then ends an empty line and dispatches the event early. go-sdk and every
-// MCP server seen end lines with LF alone.
-
-// appendLine adds p to the current line, keeping at most its first
-// limit+len("data: ") bytes: enough to tell what an oversized message is.
-func (s *scanner) appendLine(p []byte) {
-	if s.lineOver {
-		return
-	}
-	if room := s.limit + len("data: ") - len(s.line); len(p) > room {
-		s.line = append(s.line, p[:room]...)
-		s.lineOver = true
-		return
-	}
-	s.line = append(s.line, p...)
-}
-
-func (s *scanner) endLine() {
-	line, over := s.line, s.lineOver
-	s.line, s.lineOver = s.line[:0], false
-	if len(line) == 0 && !over {
-		s.dispatch()
-		return
-	}
-	field, value := line, []byte(nil)
-	if i := bytes.IndexByte(line, ':'); i >= 0 {
-		field, value = line[:i], line[i+1:]
-		value = bytes.TrimPrefix(value, []byte(" "))
-	}
-	switch {
-	case over && string(field) != "data":
-		// Only a data line can be this long in practice; the event's
-		// message is unknowable.
-		s.dataLines++
-		s.dataOver = true
-	case string(field) == "event":
-		s.event = string(value)
-	case string(field) == "data":
-		if s.dataLines > 0 && len(s.data) < s.limit {
-			s.data = append(s.data, '\n')
-		}
-		s.dataLines++
-		if room := s.limit - len(s.data); over || len(value) > room {
-			// Keep the message's first limit bytes: they tell a
-			// notification from the response.
-			s.data = append(s.data, value[:min(len(value), max(room, 0))]...)
-			s.dataOver = true
-			return
-		}
-		s.data = append(s.data, value...)
-	}
-}
-
-func (s *scanner) dispatch() {
-	event, data, over, lines := s.event, s.data, s.dataOver, s.dataLines
-	s.event, s.data, s.dataOver, s.dataLines = "", s.data[:0], false, 0
-	if lines == 0 || (event != "" && event != "message") {
-		return
-	}
-	if over {
-		if !namesMethod(data) {
-			s.oversize = true
-		}
-		return
-	}
-	s.consider(data)
-}
-
-// namesMethod reports whether the JSON object that prefix begins (possibly
-// cut off) has a top-level "method" member within prefix: it is a request
-// or a notification, not a response.
-func namesMethod(prefix []byte) bool {
-	depth, isKey, expectKey, inString, start, found := 0, false, false, false, 0, false
-	structure(prefix, func(i int, c byte) bool {
-		switch {
-		case c == '"' && !inString: // a string opens at i
-			inString, start = true, i+1
-			isKey = depth == 1 && expectKey
-		case c == '"': // the string that opened at start closes at i
-			inString = false
-			found = isKey && string(prefix[start:i]) == "method"
-		}
-		switch c {
-		case '{', '[':
-			depth++
-			expectKey = depth == 1 && c == '{'
-		case '}', ']':
-			depth--
-		case ',':
-			expectKey = depth == 1
-		case ':':
-			if depth == 1 {
-				expectKey = false
-			}
-		}
-		return !found
-	})
-	return found
-}
-
-// structure calls fn with each byte of the JSON text p (possibly cut off)
-// that is outside a string and its index, and for each string with '"' at
-// its opening quote and '\” at its closing one, until fn returns false.
-// It does not check that p is JSON.
-func structure(p []byte, fn func(i int, c byte) bool) {
-	inString, escaped := false, false
-	for i, c := range p {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-				if !fn(i, c) {
-					return
-				}
-			}
-			continue
-		}
-		if c == '"' {
-			inString = true
-		}
-		if !fn(i, c) {
-			return
-		}
-	}
-}
-
-func (s *scanner) consider(msg []byte) {
-	if s.final != nil {
-		return
-	}
-	if ok, isErr := responseTo(msg, s.id); ok {
-		s.final = append([]byte(nil), msg...)
-		s.finalError = isErr
-	}
-}
-
-// finish looks at a JSON body once it is complete.
-func (s *scanner) finish() {
-	if s.sse || s.oversize {
-		return
-	}
-	body := bytes.TrimSpace(s.body)
-	if len(body) > 0 && body[0] == '[' {
-		var msgs []json.RawMessage
-		if json.Unmarshal(body, &msgs) == nil {
-			for _, m := range msgs {
-				s.consider(m)
-			}
-		}
-		return
-	}
-	s.consider(body)
-}
-
-// recorder is the http.ResponseWriter the inner handler writes the call's
-// response to. Every byte goes straight on to the client, as it is written
-// and flushed; the scanner looks at a copy to find the response to record.
-// A write to a client that went away fails, but is still scanned: the
-// response is recorded for the retry that client will send.
-type recorder struct {
-	w       http.ResponseWriter
-	id      idem.RequestID
-	limit   int
-	status  int
-	scan    *scanner
-	started bool
-	gone    bool // a write to the client failed: it hung up
+	scan  *scanner // nil until the status is sent
 	// work is the engine's context of the call's work; nil means one
 	// never cut off.
 	work context.Context
@@ -262,6 +36,12 @@ type recorder struct {
 	inner context.Context
 }
 
+func newRecorder(w http.ResponseWriter, id idem.RequestID, limit int, work, inner context.Context) *recorder {
+	r := &recorder{id: id, limit: limit, work: work, inner: inner}
+	r.CaptureWriter = adapter.CaptureWriter{W: w, Sink: r}
+	return r
+}
+
 var (
 	_ http.Flusher = (*recorder)(nil)
 	_ interface {
@@ -269,51 +49,22 @@ var (
 	} = (*recorder)(nil)
 )
 
-func (r *recorder) Header() http.Header { return r.w.Header() }
-
-func (r *recorder) WriteHeader(code int) {
-	if r.started {
-		return
-	}
-	if code >= 100 && code < 200 {
-		r.w.WriteHeader(code) // informational: the real header follows
-		return
-	}
-	r.started = true
-	r.status = code
-	r.scan = newScanner(r.id, r.limit, r.w.Header().Get("Content-Type"))
-	r.w.WriteHeader(code)
+// Begin starts the scanner, in the framing the response's Content-Type
+// says.
+func (r *recorder) Begin(_ int, h http.Header) bool {
+	r.scan = newScanner(r.id, r.limit, h.Get("Content-Type"))
+	return true
 }
 
-// Write scans p and sends it. Once the client is gone, p is still scanned
-// but no longer sent, and the inner handler is not told: the call runs to
-// completion and its response is recorded for the client's retry.
-func (r *recorder) Write(p []byte) (int, error) {
-	if !r.started {
-		r.WriteHeader(http.StatusOK)
-	}
+// Capture scans p.
+func (r *recorder) Capture(p []byte) bool {
 	r.scan.write(p)
-	if !r.gone {
-		if _, err := r.w.Write(p); err != nil {
-			r.gone = true
-		}
-	}
-	return len(p), nil
+	return true
 }
 
-// Flush flushes the client's connection, so SSE events reach it as they are
-// written.
-func (r *recorder) Flush() {
-	if !r.started {
-		r.WriteHeader(http.StatusOK)
-	}
-	if !r.gone {
-		_ = http.NewResponseController(r.w).Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the client's writer.
-func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
+// Holding is false: a held response (Options.InTransaction) is held by
+// the writer the recorder writes to.
+func (r *recorder) Holding() bool { return false }
 
 // verdict is how the call ended, as far as its answer shows, for the
 // engine.
@@ -347,12 +98,12 @@ func (r *recorder) verdict() engine.Verdict {
 		// runs the tool again.
 		return engine.Verdict{Action: engine.Release, Why: "the call was cut off and its tool answered with an error"}
 	case s.final != nil && !s.finalError:
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.status, Body: s.final}}
-	case s.final == nil && s.oversize && r.status == http.StatusOK:
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.Status, Body: s.final}}
+	case s.final == nil && s.oversize && r.Status == http.StatusOK:
 		// The response was seen, and was too large to record: the tool
 		// ran, and must not run again.
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.status, Unreplayable: true}}
-	case s.final == nil && r.status == http.StatusOK && s.sse:
+		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.Status, Unreplayable: true}}
+	case s.final == nil && r.Status == http.StatusOK && s.sse:
 		// The call's SSE stream ended without its response: the session
 		// closed, or the server closed the stream for the client to
 		// resume it elsewhere (SEP-1699, see the package doc). The tool may still be running,
@@ -399,7 +150,7 @@ func (r *recorder) cutOff(rawID json.RawMessage, cause error, retryAfter time.Du
 		Message: "the call was cut off before it answered (" + why + "); it may still be running: retry it with the same id or _meta.idempotencyKey to get its result",
 		Data:    errorData{Reason: ReasonCutOff, Type: TypeInProgress, RetryAfterMs: retryAfter.Milliseconds()},
 	})
-	sse := r.scan != nil && r.scan.sse || r.scan == nil && isSSE(r.w.Header().Get("Content-Type"))
+	sse := r.scan != nil && r.scan.sse || r.scan == nil && isSSE(r.W.Header().Get("Content-Type"))
 	switch {
 	case sse:
 		var b bytes.Buffer
@@ -409,8 +160,8 @@ func (r *recorder) cutOff(rawID json.RawMessage, cause error, retryAfter time.Du
 		_, _ = r.Write(b.Bytes())
 		r.Flush()
 	case r.scan == nil:
-		r.w.Header().Set("Content-Type", "application/json")
-		r.w.Header().Del("Content-Length")
+		r.W.Header().Set("Content-Type", "application/json")
+		r.W.Header().Del("Content-Length")
 		_, _ = r.Write(body)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
 // ReplayedMetaKey is the _meta member, true, of a result the wrapper
@@ -109,7 +110,7 @@ func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []
 		h[k] = append([]string(nil), vs...)
 	}
 	if replay {
-		h.Set("Idempotent-Replayed", "true")
+		h.Set(adapter.ReplayedHeader, "true")
 	}
 	if isSSE(probe.header.Get("Content-Type")) {
 		w.WriteHeader(probe.status)

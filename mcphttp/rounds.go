@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 )
 
 // Multi round-trip calls (MCP 2026-07-28, SEP-2322, see [ModernProtocol]
@@ -42,7 +42,7 @@ func takeRound(params map[string]json.RawMessage) string {
 	}
 	h := sha256.New()
 	for _, part := range []json.RawMessage{state, responses} {
-		canon, err := idem.CanonicalJSON(orNull(part))
+		canon, err := agentkey.CanonicalJSON(orNull(part))
 		if err != nil {
 			// Not canonicalisable: the exact bytes still tell rounds
 			// apart.

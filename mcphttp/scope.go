@@ -1,12 +1,7 @@
 package mcphttp
 
 import (
-	"errors"
-	"log/slog"
 	"net/http"
-	"sync"
-
-	"github.com/idemkit/idem/internal/identity"
 )
 
 // ReasonUnscopedCookies is the data.reason of the [CodeInternalError] that
@@ -20,34 +15,11 @@ const ReasonUnscopedCookies = "unscoped_cookies"
 // data.reason [ReasonUnscopedCookies].
 const CodeInternalError = -32603
 
-// scoper computes the identity part of every key's scope.
-type scoper struct {
-	id   *identity.Identifier
-	warn sync.Once
-}
-
-func newScoper(opts Options) *scoper {
-	id, err := identity.New(identity.Config{Secret: opts.ScopeSecret, Principal: opts.Principal, SessionCookies: opts.SessionCookies})
-	if err != nil {
-		panic("mcphttp: Options.SessionCookies: " + err.Error())
-	}
-	return &scoper{id: id}
-}
-
-// scope returns the scope of a call from r with _meta.sessionId sessionID:
-// "mcp:" and a keyed hash of the caller's identity and the session.
-func (s *scoper) scope(r *http.Request, sessionID string) (string, error) {
-	return s.id.MCPScope(r, sessionID)
-}
-
 // refusal is the JSON-RPC error for a call whose key or scope could not be
 // made.
 func (m *wrapper) refusal(r *http.Request, c call, source string, err error) []byte {
-	if errors.Is(err, identity.ErrUnscopedCookies) {
-		m.scope.warn.Do(func() {
-			m.log.LogAttrs(r.Context(), slog.LevelError,
-				"mcphttp refused a call with cookies but no known credential: set Options.SessionCookies to the names of your session cookies (an empty list if no cookie identifies a caller) or Options.Principal; logged once")
-		})
+	if m.scope.Unscoped(r.Context(), err,
+		"mcphttp refused a call with cookies but no known credential: set Options.SessionCookies to the names of your session cookies (an empty list if no cookie identifies a caller) or Options.Principal; logged once") {
 		return errorResponse(c.rawID, rpcError{
 			Code: CodeInternalError, Message: "the server cannot tell whose call this is, so it did not run it: " + err.Error(),
 			Data: errorData{Reason: ReasonUnscopedCookies},

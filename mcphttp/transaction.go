@@ -87,10 +87,10 @@ func (m *wrapper) holdBack(rec *recorder, x *engine.Execution, r, ir *http.Reque
 	if !x.InTransaction() {
 		return nil
 	}
-	h := &heldResponse{client: rec.w, x: x, m: m, r: r, c: c, header: http.Header{}, name: rand.Text()}
+	h := &heldResponse{client: rec.W, x: x, m: m, r: r, c: c, header: http.Header{}, name: rand.Text()}
 	inTx.Store(h.name, x)
 	ir.Header.Set(txHeader, h.name)
-	rec.w = h
+	rec.W = h
 	return h
 }
 

@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,19 +13,22 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
 )
+
+// AdapterName is the wrapper's name in the [idem.Event]s it reports
+// (Event.Adapter), and so the adapter label of idemprom's and idemotel's
+// metrics.
+const AdapterName = "mcp"
 
 type wrapper struct {
 	next       http.Handler
 	eng        *engine.Engine
-	store      idem.Store
 	methods    map[string]bool
-	wait       time.Duration
-	lease      time.Duration
+	wait       time.Duration // Options.Wait, the default applied; zero: no wait
 	maxInspect int64
 	maxRecord  int
-	scope      *scoper
-	owner      string
+	scope      *adapter.Scoper
 	log        *slog.Logger
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
@@ -53,13 +57,14 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	}
 	// Misconfiguration panics here, at construction, never per request, as
 	// net/http's constructors do (and package middleware's New).
-	if err := opts.validate(); err != nil {
-		panic(err.Error())
-	}
+	opts.validate()
 	if _, ok := store.(idem.TxStore); opts.InTransaction != nil && !ok {
 		panic(fmt.Sprintf("mcphttp: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
 	}
-	opts = opts.withDefaults()
+	common := opts.common()
+	// A call cut off by its client is recorded if the recorder saw its
+	// whole response and records it (recorder.verdict); released otherwise.
+	eopts := common.Engine("mcphttp", AdapterName, DefaultWait)
 	methods := map[string]bool{}
 	if opts.Methods == nil {
 		methods["tools/call"] = true
@@ -67,27 +72,14 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	for _, m := range opts.Methods {
 		methods[m] = true
 	}
-	scope := newScoper(opts)
-	logger := opts.Logger
-	eng := engine.New(store, engine.Options{
-		Adapter:      idem.AdapterMCP,
-		Lease:        opts.Lease,
-		Wait:         opts.Wait,
-		StoreTimeout: opts.StoreTimeout,
-		MaxExecution: opts.MaxExecution,
-		Shutdown:     opts.Shutdown,
-		Owner:        opts.Owner,
-		// A call cut off by its client is recorded if the recorder saw
-		// its whole response and records it (recorder.verdict); released
-		// otherwise.
-		CancelWithClient: opts.CancelWithClient,
-		Logger:           logger,
-	})
+	eng := engine.New(store, eopts)
+	scope := common.Scoper("mcphttp", eopts.Logger)
 	return func(next http.Handler) http.Handler {
 		return &wrapper{
-			next: next, eng: eng, store: store, methods: methods, wait: opts.Wait, lease: opts.Lease,
-			maxInspect: opts.MaxInspectBytes, maxRecord: opts.MaxRecordBytes,
-			scope: scope, owner: opts.Owner, log: logger, observer: opts.Observer,
+			next: next, eng: eng, methods: methods, wait: eopts.Wait,
+			maxInspect: cmp.Or(opts.MaxInspectBytes, DefaultMaxInspectBytes),
+			maxRecord:  cmp.Or(opts.MaxRecordBytes, DefaultMaxRecordBytes),
+			scope:      scope, log: eopts.Logger, observer: opts.Observer,
 			stateless: opts.Stateless, cancelWithClient: opts.CancelWithClient,
 			extension: extensionSettings(methods, store),
 			newKeys:   newKeyMemory(opts.NewKeyGuard),

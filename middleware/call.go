@@ -40,7 +40,7 @@ type call struct {
 // (Options.InTransaction).
 func (c *call) holdBack() {
 	var before http.Header
-	if h := c.rec.w.Header(); len(h) > 0 {
+	if h := c.rec.W.Header(); len(h) > 0 {
 		before = h.Clone()
 	}
 	c.rec.held = &held{before: before, spill: func(res idem.Result) error {
@@ -65,16 +65,16 @@ func (c *call) sendHeld() {
 	case h.sent:
 	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release):
 		h.sent = true
-		rec.w.WriteHeader(rec.status)
-		_, _ = rec.w.Write(rec.body)
+		rec.W.WriteHeader(rec.Status)
+		_, _ = rec.W.Write(rec.body)
 	default:
 		h.sent = true
-		hd := rec.w.Header()
+		hd := rec.W.Header()
 		clear(hd)
 		for name, vs := range h.before {
 			hd[name] = vs
 		}
-		c.commitFailed(rec.w)
+		c.commitFailed(rec.W)
 	}
 }
 
@@ -93,7 +93,7 @@ func (c *call) verdict() engine.Verdict {
 	case commitFailed:
 		return engine.Verdict{Action: engine.Release, Why: "in-transaction commit failed"}
 	}
-	if c.rec.gone != nil && c.h.cfg.cancelWithClient {
+	if c.rec.Gone != nil && c.h.cfg.engine.CancelWithClient {
 		// The handler was told its writes failed (Options.CancelWithClient)
 		// and may have stopped short of its answer.
 		return engine.Verdict{Action: engine.Release, Why: "the client went away mid-response"}
@@ -118,7 +118,7 @@ func (c *call) verdict() engine.Verdict {
 // unreplayable: the side effect ran, and a partial body must never be
 // replayed as the answer.
 func (c *call) aborted() engine.Verdict {
-	if c.commit == notCommitted && c.rec.status == 0 {
+	if c.commit == notCommitted && c.rec.Status == 0 {
 		return engine.Verdict{Action: engine.Release, Why: "the handler aborted before answering"}
 	}
 	v := c.verdict()
@@ -194,7 +194,7 @@ type RecordFunc func(ctx context.Context, tok idem.Token, res idem.Result) error
 //     the client is gone: its retry gets the replay), and the middleware does
 //     not complete the key again.
 //   - If record fails, or the claim was lost before it was called (the
-//     context was cancelled with [ErrLeaseLost]: record is then not called),
+//     context was cancelled with [idem.ErrLeaseLost]: record is then not called),
 //     Commit writes no success. It answers 503 problem+json
 //     ([TypeCommitFailed]) with Retry-After and returns the error; the
 //     middleware then releases the claim, so a retry runs the handler again.
@@ -220,7 +220,7 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 		return ErrNoClaim
 	case c.commit != notCommitted:
 		return ErrCommitted
-	case c.rec.status != 0:
+	case c.rec.Status != 0:
 		return ErrResponseStarted
 	case status < 200 || status > 999:
 		return fmt.Errorf("middleware: Commit with invalid status %d", status)

@@ -124,7 +124,7 @@
 // What happens once a request holds its key is the shared behaviour of idem's
 // adapters, built once in package [engine] and documented there: the lease
 // renewal and the deadline that cancels the handler's context (cause
-// [ErrLeaseLost]) before the lease could run out unrenewed; the handler's
+// [idem.ErrLeaseLost]) before the lease could run out unrenewed; the handler's
 // context, which does not end when the client hangs up (but does on lease
 // loss, at its deadline, Options.MaxExecution or the request's own, and
 // when Options.Shutdown is done) unless Options.CancelWithClient;

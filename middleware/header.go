@@ -4,23 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
 // Header names.
 const (
-	// KeyHeader is the IETF Idempotency-Key request header
-	// ([engine.KeyHeader]).
-	KeyHeader = engine.KeyHeader
+	// KeyHeader is the IETF Idempotency-Key request header.
+	KeyHeader = adapter.KeyHeader
 	// KeyHeaderAlias is accepted as well: MCP servers forward
-	// _meta.idempotencyKey as X-Idempotency-Key ([engine.KeyHeaderAlias]).
-	KeyHeaderAlias = engine.KeyHeaderAlias
-	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true"
-	// ([engine.ReplayedHeader]).
-	ReplayedHeader = engine.ReplayedHeader
+	// _meta.idempotencyKey as X-Idempotency-Key.
+	KeyHeaderAlias = adapter.KeyHeaderAlias
+	// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
+	ReplayedHeader = adapter.ReplayedHeader
 )
 
 // errNoKey reports a request without a key header.
@@ -82,52 +79,4 @@ func parseKeyLines(name string, lines []string) (idem.Key, error) {
 //
 // It does not check the length or emptiness of the key; [idem.ParseKey]
 // does.
-func ParseKeyHeader(v string) (string, error) {
-	v = strings.Trim(v, " \t")
-	if v == "" || v[0] != '"' {
-		for i := 0; i < len(v); i++ {
-			switch c := v[i]; {
-			case c == ',':
-				return "", errors.New("a list of keys (comma); send exactly one key")
-			case c == '"' || c == '\\':
-				return "", fmt.Errorf("%q at offset %d of an unquoted key", c, i)
-			case c <= 0x20 || c >= 0x7f:
-				return "", fmt.Errorf("byte 0x%02x at offset %d is not visible ASCII", c, i)
-			}
-		}
-		return v, nil
-	}
-	// A quoted string. Unescaping needs a copy only when there are escapes.
-	var b []byte
-	for i := 1; i < len(v); i++ {
-		switch c := v[i]; {
-		case c == '\\':
-			if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-				return "", fmt.Errorf("bad escape at offset %d: only \\\" and \\\\ are allowed", i)
-			}
-			if b == nil {
-				b = append(make([]byte, 0, len(v)), v[1:i]...)
-			}
-			b = append(b, v[i+1])
-			i++
-		case c == '"':
-			if rest := v[i+1:]; rest != "" {
-				if strings.TrimLeft(rest, " \t")[0] == ',' {
-					return "", errors.New("a list of keys (comma); send exactly one key")
-				}
-				return "", fmt.Errorf("unexpected %q after the key string", rest)
-			}
-			if b == nil {
-				return v[1:i], nil
-			}
-			return string(b), nil
-		case c < 0x20 || c >= 0x7f:
-			return "", fmt.Errorf("byte 0x%02x at offset %d is not printable ASCII", c, i)
-		default:
-			if b != nil {
-				b = append(b, c)
-			}
-		}
-	}
-	return "", errors.New("unterminated string: missing closing quote")
-}
+func ParseKeyHeader(v string) (string, error) { return adapter.ParseKeyHeader(v) }

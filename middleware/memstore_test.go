@@ -134,7 +134,7 @@ func TestRenewalOutageCancelsHandler(t *testing.T) {
 	go func() { defer close(done); serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
 	<-running
 	s.broken.Store(true)
-	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", err)
 	}
 	<-done

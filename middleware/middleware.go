@@ -13,11 +13,10 @@ import (
 	"github.com/idemkit/idem/engine"
 )
 
-// ErrLeaseLost is [idem.ErrLeaseLost], the cause ([context.Cause]) with
-// which a handler's request context is cancelled when its claim can no
-// longer be trusted. It is the same error value, kept here for existing
-// callers.
-var ErrLeaseLost = idem.ErrLeaseLost
+// AdapterName is the middleware's name in the [idem.Event]s it reports
+// (Event.Adapter), and so the adapter label of idemprom's and idemotel's
+// metrics.
+const AdapterName = "http"
 
 // New returns the Idempotency-Key middleware, deduplicating requests through
 // store. It panics if store is nil or opts is invalid (see [Options]); it
@@ -30,18 +29,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	if _, ok := store.(idem.TxStore); cfg.inTx && !ok {
 		panic(fmt.Sprintf("middleware: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
 	}
-	eng := engine.New(store, engine.Options{
-		Adapter:          idem.AdapterHTTP,
-		Lease:            cfg.lease,
-		Wait:             cfg.wait,
-		StoreTimeout:     cfg.storeTimeout,
-		RetryAfter:       cfg.retryAfter,
-		CancelWithClient: opts.CancelWithClient,
-		MaxExecution:     opts.MaxExecution,
-		Shutdown:         opts.Shutdown,
-		Owner:            opts.Owner,
-		Logger:           cfg.logger,
-	})
+	eng := engine.New(store, cfg.engine)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("middleware: nil handler")
@@ -81,7 +69,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	scope, err := h.cfg.scoper.scope(r)
+	scope, err := h.cfg.scopeOf(r)
 	if err != nil {
 		h.refuse(w, r, err)
 		return
@@ -244,7 +232,8 @@ func replay(w http.ResponseWriter, res idem.Result) {
 // response for the engine to record.
 func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Request, body []byte, d engine.Decision) {
 	x := h.eng.Start(r.Context(), req, d)
-	c := &call{h: h, x: x, rec: recorder{w: w, cfg: h.cfg}}
+	c := &call{h: h, x: x}
+	c.rec.init(w, h.cfg)
 	if x.InTransaction() {
 		c.holdBack()
 	}

@@ -8,8 +8,8 @@ import (
 	"net/textproto"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
 // Defaults applied by [New] to zero [Options] fields.
@@ -190,7 +190,11 @@ type Options struct {
 
 	// Wait bounds how long a duplicate of an in-flight request waits for
 	// the original's result before it is answered 409 ([TypeInFlight]).
-	// Zero means [DefaultWait]; negative means no wait.
+	// Zero means [DefaultWait], 5 s: shorter than mcphttp's, because an
+	// HTTP client told 409 with Retry-After retries by itself, and a
+	// connection held longer runs into the gateway timeouts in front of the
+	// service (see docs/design.md, "Why the adapters wait for different
+	// times"). Negative means no wait.
 	Wait time.Duration
 
 	// StoreTimeout bounds each store call made once the handler runs
@@ -271,39 +275,49 @@ type Options struct {
 
 // config is Options with the defaults applied and lookups precomputed.
 type config struct {
-	methods          map[string]bool
-	keyOptional      bool
-	key              KeySource
-	scoper           *scoper
-	fingerprint      FingerprintFunc
-	maxBody          int64
-	maxRecord        int
-	recordHeaders    []string // canonical names
-	recordPolicy     RecordPolicy
-	lease            time.Duration
-	wait             time.Duration
-	storeTimeout     time.Duration
-	retryAfter       time.Duration
-	failOpen         bool
-	cancelWithClient bool
-	owner            string
-	logger           *slog.Logger
-	observer         Observer
-	inTx             bool
+	engine        engine.Options // the common options, defaults applied
+	methods       map[string]bool
+	keyOptional   bool
+	key           KeySource
+	scope         ScopeFunc       // Options.Scope; nil means scoper's
+	scoper        *adapter.Scoper // the default scope; nil with Options.Scope
+	fingerprint   FingerprintFunc
+	maxBody       int64
+	maxRecord     int
+	recordHeaders []string // canonical names
+	recordPolicy  RecordPolicy
+	failOpen      bool
+	logger        *slog.Logger
+	observer      Observer
+	inTx          bool
 }
 
 func newConfig(o Options) *config {
+	common := adapter.Common{
+		Lease: o.Lease, Wait: o.Wait, StoreTimeout: o.StoreTimeout, RetryAfter: o.RetryAfter,
+		MaxExecution: o.MaxExecution, Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
+		Owner: o.Owner, Logger: o.Logger,
+		Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret,
+	}
 	c := &config{
-		keyOptional:      o.KeyOptional,
-		key:              o.Key,
-		scoper:           newScoper(o),
-		fingerprint:      o.Fingerprint,
-		failOpen:         o.FailOpen,
-		cancelWithClient: o.CancelWithClient,
-		owner:            o.Owner,
-		logger:           o.Logger,
-		observer:         o.Observer,
-		inTx:             o.InTransaction,
+		engine:      common.Engine("middleware", AdapterName, DefaultWait),
+		keyOptional: o.KeyOptional,
+		key:         o.Key,
+		fingerprint: o.Fingerprint,
+		failOpen:    o.FailOpen,
+		observer:    o.Observer,
+		inTx:        o.InTransaction,
+	}
+	c.logger = c.engine.Logger
+	if o.Scope != nil {
+		// The options that configure the default scope would be silently
+		// ignored, and a secret believed in use would not be.
+		if o.Principal != nil || o.SessionCookies != nil || len(o.ScopeSecret) > 0 {
+			panic("middleware: Options.Scope replaces the default scope; Principal, SessionCookies and ScopeSecret configure the default and cannot be combined with it")
+		}
+		c.scope = o.Scope
+	} else {
+		c.scoper = common.Scoper("middleware", c.logger)
 	}
 	methods := o.Methods
 	if methods == nil {
@@ -325,8 +339,8 @@ func newConfig(o Options) *config {
 	if c.fingerprint == nil {
 		c.fingerprint = DefaultFingerprint
 	}
-	c.maxBody = positive("MaxBodyBytes", o.MaxBodyBytes, DefaultMaxBodyBytes)
-	c.maxRecord = int(positive("MaxRecordBytes", int64(o.MaxRecordBytes), DefaultMaxRecordBytes))
+	c.maxBody = adapter.Positive("middleware", "MaxBodyBytes", o.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.maxRecord = adapter.Positive("middleware", "MaxRecordBytes", o.MaxRecordBytes, DefaultMaxRecordBytes)
 
 	headers := o.RecordHeaders
 	if headers == nil {
@@ -351,34 +365,7 @@ func newConfig(o Options) *config {
 	if c.recordPolicy == nil {
 		c.recordPolicy = DefaultRecordPolicy
 	}
-	c.lease = time.Duration(positive("Lease", int64(o.Lease), int64(idem.DefaultLease)))
-	if c.lease < time.Millisecond {
-		panic(fmt.Sprintf("middleware: Options.Lease %v is shorter than a millisecond", c.lease))
-	}
-	switch {
-	case o.Wait == 0:
-		c.wait = DefaultWait
-	case o.Wait < 0:
-		c.wait = 0
-	default:
-		c.wait = o.Wait
-	}
-	c.storeTimeout = time.Duration(positive("StoreTimeout", int64(o.StoreTimeout), int64(DefaultStoreTimeout)))
-	c.retryAfter = time.Duration(positive("RetryAfter", int64(o.RetryAfter), int64(DefaultRetryAfter)))
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
 	return c
-}
-
-func positive(name string, v, def int64) int64 {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		panic(fmt.Sprintf("middleware: Options.%s is negative (%d)", name, v))
-	}
-	return v
 }
 
 // DefaultRecordPolicy completes the key for every status except 408 Request

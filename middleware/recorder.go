@@ -1,36 +1,41 @@
 package middleware
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/adapter"
 )
 
-// recorder is the response writer the handler sees. Everything the handler
-// writes goes straight through to the client (nothing is held back, except
-// with Options.InTransaction: see held), and is captured on the way for the
-// record: the status, the allow-listed headers as
-// they were when the header was sent, and the body up to the record limit.
-// The captured body is the only copy the middleware makes of it; it becomes
-// the recorded Result's body as is.
+// recorder is the response writer the handler sees: the adapters' capture
+// core ([adapter.CaptureWriter]: the status, Flusher, the rules for a
+// client that vanished mid-write) with the middleware's body buffer as its
+// Sink. Everything the handler writes goes straight through to the client
+// (nothing is held back, except with Options.InTransaction: see held), and
+// is captured on the way for the record: the status, the allow-listed
+// headers as they were when the header was sent, and the body up to the
+// record limit. The captured body is the only copy the middleware makes of
+// it; it becomes the recorded Result's body as is.
 type recorder struct {
-	w   http.ResponseWriter
+	adapter.CaptureWriter
 	cfg *config
 
-	status   int                 // 0 until the header is sent
 	header   map[string][]string // recorded headers, snapshotted when sent
 	body     []byte
 	overflow bool  // the body outgrew the record limit; body is dropped
 	length   int64 // the declared Content-Length, or -1
 	written  int64 // body bytes the handler wrote
-	// gone is the error of the first write to the client that failed:
-	// the client hung up. Later writes are not sent.
-	gone error
 	// held, with Options.InTransaction, holds the response back from the
 	// client until the claim's transaction has committed.
 	held *held
+}
+
+// init makes rw the recorder of a response to w. (A call holds its
+// recorder by value, so that one allocation makes both.)
+func (rw *recorder) init(w http.ResponseWriter, cfg *config) {
+	*rw = recorder{cfg: cfg}
+	rw.CaptureWriter = adapter.CaptureWriter{W: w, Sink: rw, ReportGone: cfg.engine.CancelWithClient}
 }
 
 // held is a response held back until the claim's transaction commits
@@ -54,8 +59,8 @@ type held struct {
 	failed bool
 }
 
-// holding reports whether what the handler writes is held back.
-func (rw *recorder) holding() bool { return rw.held != nil && !rw.held.sent }
+// Holding reports whether what the handler writes is held back.
+func (rw *recorder) Holding() bool { return rw.held != nil && !rw.held.sent }
 
 var (
 	_ http.Flusher                              = (*recorder)(nil)
@@ -63,55 +68,34 @@ var (
 	_ interface{ Unwrap() http.ResponseWriter } = (*recorder)(nil)
 )
 
-func (rw *recorder) Header() http.Header { return rw.w.Header() }
-
-func (rw *recorder) WriteHeader(code int) {
-	switch {
-	case rw.status != 0:
-		// Superfluous: let net/http say so.
-	case code >= 100 && code < 200 && code != http.StatusSwitchingProtocols:
-		// Informational (103 Early Hints): sent, not the final status,
-		// not recorded.
-	default:
-		rw.status = code
-		h := rw.w.Header()
-		rw.header = rw.cfg.snapshot(h)
-		rw.length = -1
-		// A declared length lets the capture buffer be allocated once.
-		if cl := h.Get("Content-Length"); cl != "" {
-			if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
-				rw.length = n
-				if n > 0 && n <= int64(rw.cfg.maxRecord) {
-					rw.body = make([]byte, 0, n)
-				}
+// Begin snapshots the recorded headers as they are when the status is
+// sent, and holds the header back while the response is held.
+func (rw *recorder) Begin(_ int, h http.Header) bool {
+	rw.header = rw.cfg.snapshot(h)
+	rw.length = -1
+	// A declared length lets the capture buffer be allocated once.
+	if cl := h.Get("Content-Length"); cl != "" {
+		if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
+			rw.length = n
+			if n > 0 && n <= int64(rw.cfg.maxRecord) {
+				rw.body = make([]byte, 0, n)
 			}
 		}
-		if rw.holding() {
-			return
-		}
 	}
-	rw.w.WriteHeader(code)
+	return !rw.Holding()
 }
 
-// Write captures p, then sends it. p is captured whether or not the client
-// is still there to receive it: the side effect happened, and the retry of a
-// client whose connection dropped is exactly who needs the record. Once a
-// write to the client failed (it hung up), later writes are captured and
-// not sent, and the handler is not told: it runs to completion and its
-// whole response is recorded. With Options.CancelWithClient the handler is
-// told, and the engine releases the key instead.
-func (rw *recorder) Write(p []byte) (int, error) {
-	if rw.status == 0 {
-		rw.WriteHeader(http.StatusOK)
-	}
+// Capture captures p up to the record limit. While the response is held,
+// p is held too, until it outgrows the limit: then the hold ends (spill).
+func (rw *recorder) Capture(p []byte) bool {
 	rw.written += int64(len(p))
-	if rw.holding() {
+	if rw.Holding() {
 		if !rw.held.failed && len(rw.body)+len(p) <= rw.cfg.maxRecord {
 			rw.body = append(rw.body, p...)
-			return len(p), nil
+			return false
 		}
 		if rw.spill(); rw.held.failed {
-			return len(p), nil
+			return false
 		}
 	}
 	if !rw.overflow {
@@ -121,40 +105,7 @@ func (rw *recorder) Write(p []byte) (int, error) {
 			rw.body = append(rw.body, p...)
 		}
 	}
-	if rw.gone == nil {
-		n, err := rw.w.Write(p)
-		if err == nil {
-			return n, nil
-		}
-		rw.gone = err
-	}
-	if rw.cfg.cancelWithClient {
-		return 0, rw.gone
-	}
-	return len(p), nil
-}
-
-// FlushError sends what was written so far, and is what
-// [http.ResponseController.Flush] calls. Once the client is gone it does
-// nothing, and reports no error unless Options.CancelWithClient.
-func (rw *recorder) FlushError() error {
-	if rw.status == 0 {
-		rw.WriteHeader(http.StatusOK)
-	}
-	if rw.holding() {
-		return nil // sent with the rest, after the commit
-	}
-	if rw.gone == nil {
-		if err := http.NewResponseController(rw.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			rw.gone = err
-		} else {
-			return err
-		}
-	}
-	if rw.cfg.cancelWithClient {
-		return rw.gone
-	}
-	return nil
+	return true
 }
 
 // spill ends the hold of a response that outgrew the record limit: the
@@ -163,29 +114,21 @@ func (rw *recorder) FlushError() error {
 // client and the rest passes through. If the commit fails, nothing reaches
 // the client: the middleware answers 503 once the handler returns.
 func (rw *recorder) spill() {
-	if err := rw.held.spill(idem.Result{Status: rw.status, Unreplayable: true}); err != nil {
+	if err := rw.held.spill(idem.Result{Status: rw.Status, Unreplayable: true}); err != nil {
 		rw.held.failed = true
 		return
 	}
 	rw.held.sent = true
 	body := rw.body
 	rw.overflow, rw.body = true, nil
-	rw.w.WriteHeader(rw.status)
-	if _, err := rw.w.Write(body); err != nil {
-		rw.gone = err
+	rw.W.WriteHeader(rw.Status)
+	if _, err := rw.W.Write(body); err != nil {
+		rw.Gone = err
 	}
 }
 
-// Flush implements [http.Flusher].
-func (rw *recorder) Flush() { _ = rw.FlushError() }
-
-// Unwrap returns the underlying writer, for [http.ResponseController]
-// (deadlines, full duplex, hijacking). A hijacked connection bypasses the
-// capture: what is written to it is neither seen nor recorded.
-func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
-
 // declared reports whether the response declared its length.
-func (rw *recorder) declared() bool { return rw.status != 0 && rw.length >= 0 }
+func (rw *recorder) declared() bool { return rw.Status != 0 && rw.length >= 0 }
 
 // whole reports whether the handler wrote the length it declared, if it
 // declared one: a shorter (or longer) body is a broken response.
@@ -195,12 +138,12 @@ func (rw *recorder) whole() bool { return !rw.declared() || rw.written == rw.len
 // wrote nothing answered 200 with an empty body, which net/http sends when it
 // returns.
 func (rw *recorder) result() idem.Result {
-	if rw.status == 0 {
-		rw.status, rw.length = http.StatusOK, -1
-		rw.header = rw.cfg.snapshot(rw.w.Header())
+	if rw.Status == 0 {
+		rw.Status, rw.length = http.StatusOK, -1
+		rw.header = rw.cfg.snapshot(rw.W.Header())
 	}
 	if rw.overflow {
-		return idem.Result{Status: rw.status, Unreplayable: true}
+		return idem.Result{Status: rw.Status, Unreplayable: true}
 	}
-	return idem.Result{Status: rw.status, Header: rw.header, Body: rw.body}
+	return idem.Result{Status: rw.Status, Header: rw.header, Body: rw.body}
 }

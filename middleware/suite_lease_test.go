@@ -111,7 +111,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 				t.Error("Commit called record after the claim was lost")
 				return nil
 			})
-			if !errors.Is(err, middleware.ErrLeaseLost) {
+			if !errors.Is(err, idem.ErrLeaseLost) {
 				t.Errorf("Commit after the claim was lost = %v, want ErrLeaseLost", err)
 			}
 		}))
@@ -135,7 +135,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	close(takenOver)
 	close(stall.proceed)
 
-	if err := <-cause; !errors.Is(err, middleware.ErrLeaseLost) {
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("handler's context cause = %v, want ErrLeaseLost", err)
 	}
 	late := <-done

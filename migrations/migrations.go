@@ -57,9 +57,6 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-// DefaultTable is the table name used when [Options.Table] is empty.
-const DefaultTable = pgschema.DefaultTable
-
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
@@ -67,7 +64,7 @@ var sqlFiles embed.FS
 // "idem_keys" in the connection's current schema, quietly.
 type Options struct {
 	// Table is the claim table, "table" or "schema.table". Zero means
-	// [DefaultTable]. It must match pgstore.Options.Table.
+	// "idem_keys". It must match pgstore.Options.Table.
 	Table string
 	// Logger receives goose's progress messages. Nil means discard.
 	Logger *slog.Logger
@@ -109,7 +106,7 @@ type EncodingError = pgschema.EncodingError
 var ErrInvalidTable = pgschema.ErrInvalidTable
 
 // ValidateTable reports whether table is a valid [Options.Table]: empty
-// (meaning [DefaultTable]), or one or two plain lower-case identifiers
+// (meaning "idem_keys"), or one or two plain lower-case identifiers
 // ("table" or "schema.table") short enough that no derived name is
 // truncated. The error wraps [ErrInvalidTable].
 func ValidateTable(table string) error {

@@ -47,7 +47,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 
 // Forget deletes (scope, key) whatever its state, as an operator's forget
 // does, and reports whether it was present. A live claim (lease not run
-// out) is refused with [ErrLiveClaim] unless force is set: its holder is
+// out) is refused with [idem.ErrLiveClaim] unless force is set: its holder is
 // presumably still executing, and forgetting it would let a retry run the
 // side effect a second time. The holder's token becomes stale.
 func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bool) (bool, error) {
@@ -75,7 +75,7 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	case r.deleted > 0:
 		return true, nil
 	case r.present:
-		return false, ErrLiveClaim
+		return false, idem.ErrLiveClaim
 	}
 	return false, nil
 }

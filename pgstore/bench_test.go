@@ -121,7 +121,7 @@ func BenchmarkSweepBatch(b *testing.B) {
 	pool, _ := migrated(b)
 	clock := idemtest.NewClock()
 	s := newStore(b, pool, pgstore.Options{Now: clock.Now})
-	batch := pgstore.DefaultSweepBatch
+	batch := idem.DefaultSweepBatch
 	round := 0
 	for b.Loop() {
 		b.StopTimer()

@@ -9,12 +9,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgstore"
 )
 
 const cacheBytes = 1 << 20
+
+// The engine answers replays from the cache through its CacheClaimer
+// interface, which it asserts at run time: a change of ClaimFromCache's
+// signature would silently turn the cache's fast path off.
+var _ engine.CacheClaimer = (*pgstore.Store)(nil)
 
 // The contract holds with the replay cache on: replays, mismatches and
 // retention (on the test clock) behave as without it.

@@ -16,7 +16,8 @@ import (
 // sees a newer snapshot, so in practice the second attempt decides.
 const maxClaimAttempts = 100
 
-// checkEncoding returns an [*EncodingError] unless the database is UTF8.
+// checkEncoding returns a *pgschema.EncodingError (migrations.EncodingError)
+// unless the database is UTF8.
 // It asks the database once: the first claim pays one more round trip, and
 // a database's encoding never changes.
 func (s *Store) checkEncoding(ctx context.Context) error {
@@ -31,7 +32,7 @@ func (s *Store) checkEncoding(ctx context.Context) error {
 		return unavailable("claim", err)
 	}
 	if err := pgschema.CheckEncoding(encoding); err != nil {
-		s.notUTF8.Store(err.(*EncodingError))
+		s.notUTF8.Store(err.(*pgschema.EncodingError))
 		return err
 	}
 	s.utf8.Store(true)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/jsonb"
 )
 
 // Complete implements [idem.Store] in one statement (sql/complete.sql), which
@@ -66,7 +67,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		if meta, err = res.MarshalJSON(); err != nil {
 			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
-		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeLargeParams{s.completeParams(tok, string(meta)), body, idem.IsText(body)})
+		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeLargeParams{s.completeParams(tok, string(meta)), body, jsonb.IsText(body)})
 	}
 	switch {
 	case err != nil:

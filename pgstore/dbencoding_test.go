@@ -88,7 +88,7 @@ func TestNonUTF8Database(t *testing.T) {
 			s := newStore(t, pool, pgstore.Options{})
 			for range 2 { // the refusal is remembered, not only the first claim's
 				_, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key("k")})
-				if !errors.As(err, &encErr) || encErr.Encoding != encoding || !errors.Is(err, pgstore.ErrEncoding) {
+				if !errors.As(err, &encErr) || encErr.Encoding != encoding || !errors.Is(err, migrations.ErrEncoding) {
 					t.Fatalf("Claim on a %s database = %v, want an EncodingError naming %s", encoding, err, encoding)
 				}
 			}

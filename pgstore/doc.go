@@ -31,8 +31,9 @@
 // The database must be UTF8 (the default of most installations): keys,
 // recorded headers and bodies are stored as UTF-8 text and jsonb, which
 // PostgreSQL holds and checks only in a UTF8 database. migrations.Up
-// refuses any other encoding, and so does the first Claim of a Store
-// ([*EncodingError], matching [ErrEncoding]), before any work runs.
+// refuses any other encoding, and so does the first Claim of a Store (a
+// *migrations.EncodingError naming the encoding, matching
+// migrations.ErrEncoding), before any work runs.
 //
 // # Where the SQL is
 //
@@ -303,9 +304,9 @@
 //
 // # Errors
 //
-// Invalid keys (and scopes over [MaxScopeLen] bytes) are rejected before
-// anything is sent; a database that is not UTF8, by Claim with an
-// [*EncodingError]. Every database failure, including a cancelled context,
+// Invalid keys (and scopes over [idem.MaxScopeLen] bytes) are rejected before
+// anything is sent; a database that is not UTF8, by Claim with a
+// *migrations.EncodingError. Every database failure, including a cancelled context,
 // is an [*idem.UnavailableError] naming the operation and wrapping the cause;
 // no pgx error reaches callers unwrapped.
 package pgstore

@@ -10,21 +10,6 @@ import (
 	"github.com/idemkit/idem/internal/pgschema"
 )
 
-// ErrLiveClaim is returned by [Store.Forget] for a key held by a claim whose
-// lease has not run out, unless forced. It is [idem.ErrLiveClaim], which
-// memstore's Forget returns too.
-var ErrLiveClaim = idem.ErrLiveClaim
-
-// ErrEncoding is matched by the error Claim returns on a database whose
-// encoding is not UTF8, an [*EncodingError]: pgstore needs UTF8 (see
-// EncodingError for why), and refuses to claim rather than run work whose
-// result it could not record. migrations.Up refuses such a database too.
-var ErrEncoding = pgschema.ErrEncoding
-
-// EncodingError names the encoding of a database that is not UTF8. It
-// matches [ErrEncoding].
-type EncodingError = pgschema.EncodingError
-
 // unavailable wraps a database error for callers: they see an
 // *idem.UnavailableError naming the operation, which unwraps to the cause
 // (so errors.Is(err, context.Canceled) still works).

@@ -68,7 +68,7 @@ const (
 type completeLargeParams struct {
 	completeParams
 	body []byte
-	text bool // idem.IsText(body)
+	text bool // jsonb.IsText(body)
 }
 
 func (a completeLargeParams) args() []any { return append(a.completeParams.args(), a.body, a.text) }

@@ -56,7 +56,7 @@ func TestInspectForgetStats(t *testing.T) {
 		t.Errorf("stats = %+v", st)
 	}
 
-	if ok, err := s.Forget(ctx, "s", key("live"), false); ok || !errors.Is(err, pgstore.ErrLiveClaim) {
+	if ok, err := s.Forget(ctx, "s", key("live"), false); ok || !errors.Is(err, idem.ErrLiveClaim) {
 		t.Errorf("forget live claim unforced = %v, %v; want ErrLiveClaim", ok, err)
 	}
 	for _, k := range []string{"abandoned", "done"} {
@@ -83,7 +83,7 @@ func TestInvalidScope(t *testing.T) {
 	t.Parallel()
 	pool, _ := migrated(t)
 	s := newStore(t, pool, pgstore.Options{})
-	long := string(make([]byte, pgstore.MaxScopeLen+1))
+	long := string(make([]byte, idem.MaxScopeLen+1))
 	_, err := s.Claim(testCtx(t), idem.ClaimRequest{Scope: long, Key: key("a")})
 	var ik *idem.InvalidKeyError
 	if !errors.As(err, &ik) {

@@ -13,11 +13,6 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// MaxScopeLen is the longest scope, in bytes, the store accepts. With a key
-// of [idem.MaxKeyLen] bytes it keeps a primary-key entry well inside
-// PostgreSQL's B-tree limit. A longer scope is an [*idem.InvalidKeyError].
-const MaxScopeLen = idem.MaxScopeLen
-
 // DefaultRetention is the retention of a store whose Options.Retention is
 // zero.
 const DefaultRetention = 24 * time.Hour
@@ -29,9 +24,6 @@ const DefaultPollInterval = time.Second
 // DefaultHeartbeat is how often the LISTEN connection proves it still hears
 // when Options.Heartbeat is zero.
 const DefaultHeartbeat = 10 * time.Second
-
-// DefaultSweepBatch is the batch a Sweep with limit <= 0 removes at most.
-const DefaultSweepBatch = idem.DefaultSweepBatch
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {

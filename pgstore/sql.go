@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"text/template"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgschema"
 )
 
@@ -50,7 +51,7 @@ type statements struct {
 	// forgetQuiet is forget without its NOTIFY, for Options.NoListen:
 	// nobody LISTENs, and the engine may have no pg_notify.
 	forgetQuiet rowQuery[forgetParams, forgetRow, *forgetRow]
-	// sweep is the sweep for DefaultSweepBatch rows; sweepTemplate is
+	// sweep is the sweep for idem.DefaultSweepBatch rows; sweepTemplate is
 	// rendered by Sweep for other batch sizes, which it writes in (see
 	// sweepFor).
 	sweep         rowQuery[clockParams, sweepRow, *sweepRow]
@@ -117,7 +118,7 @@ func (st *statements) files() []sqlFile {
 
 func buildStatements(o pgschema.Objects) (statements, error) {
 	st := statements{obj: o}
-	data := statementData{Objects: o, Notify: true, Batch: DefaultSweepBatch}
+	data := statementData{Objects: o, Notify: true, Batch: idem.DefaultSweepBatch}
 	for _, f := range st.files() {
 		t, err := pgschema.ParseStatement(sqlFiles, "sql/"+f.name+".sql")
 		if err != nil {
@@ -147,7 +148,7 @@ func buildStatements(o pgschema.Objects) (statements, error) {
 // size is written in as an integer literal, not sent as a parameter, so
 // that the planner knows how few rows the scans return (see sql/sweep.sql).
 func (st *statements) sweepFor(batch int) (rowQuery[clockParams, sweepRow, *sweepRow], error) {
-	if batch == DefaultSweepBatch {
+	if batch == idem.DefaultSweepBatch {
 		return st.sweep, nil
 	}
 	sql, err := pgschema.Execute(st.sweepTemplate, statementData{Objects: st.obj, Batch: batch})

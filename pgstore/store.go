@@ -35,7 +35,7 @@ type Store struct {
 	// utf8 is set once the database was seen to be UTF8; notUTF8 holds
 	// the refusal once it was seen not to be (see checkEncoding).
 	utf8    atomic.Bool
-	notUTF8 atomic.Pointer[EncodingError]
+	notUTF8 atomic.Pointer[pgschema.EncodingError]
 
 	// cacheInvalidated and cacheDropped, when set (tests only), are called
 	// after the cache handled a notification or dropped everything.

@@ -8,12 +8,12 @@ import (
 )
 
 // Sweep implements [idem.Store]: one statement deletes up to limit rows
-// (limit <= 0 means [DefaultSweepBatch]), abandoned claims first, locking
+// (limit <= 0 means [idem.DefaultSweepBatch]), abandoned claims first, locking
 // them with FOR UPDATE SKIP LOCKED so that sweepers running at once in
 // several instances never wait for each other nor delete a row twice.
 func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	if limit <= 0 {
-		limit = DefaultSweepBatch
+		limit = idem.DefaultSweepBatch
 	}
 	sweep, err := s.sql.sweepFor(limit)
 	if err != nil {
@@ -32,9 +32,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 
 // Run is shorthand for an [idem.Sweeper] over s with the given interval
 // (zero means [idem.DefaultSweepInterval], negative is an error), batches of
-// [DefaultSweepBatch] and the store's Logger: it sweeps at once and then
+// [idem.DefaultSweepBatch] and the store's Logger: it sweeps at once and then
 // every interval ±50% until ctx is done, then returns nil. Run it in every
 // instance: sweepers skip each other's rows.
 func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	return idem.Sweeper{Store: s, Interval: interval, Batch: DefaultSweepBatch, Logger: s.log}.Run(ctx)
+	return idem.Sweeper{Store: s, Interval: interval, Batch: idem.DefaultSweepBatch, Logger: s.log}.Run(ctx)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -36,7 +37,7 @@ func TestSweepPlanScalesWithTheBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := newStore(t, pool, pgstore.Options{})
-				plan := explainSweep(ctx, t, pool, pgstore.SweepSQL(s, pgstore.DefaultSweepBatch), mode)
+				plan := explainSweep(ctx, t, pool, pgstore.SweepSQL(s, idem.DefaultSweepBatch), mode)
 				if strings.Contains(plan, "Seq Scan") {
 					t.Errorf("the sweep scans the whole table:\n%s", plan)
 				}

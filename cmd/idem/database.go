@@ -71,7 +71,7 @@ func (c *cli) validateTable() error {
 
 func (c *cli) tableName() string {
 	if c.table == "" {
-		return migrations.DefaultTable
+		return pgschema.DefaultTable
 	}
 	return c.table
 }

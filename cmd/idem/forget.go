@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem"
 )
 
 func (c *cli) forget(ctx context.Context, args []string) error {
@@ -30,7 +30,7 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 	defer closeStore()
 	removed, err := s.Forget(ctx, kf.scope, kf.parsedKey, force)
 	switch {
-	case errors.Is(err, pgstore.ErrLiveClaim):
+	case errors.Is(err, idem.ErrLiveClaim):
 		return fmt.Errorf("refusing to forget scope %q, key %q: it holds a live claim, whose holder is probably still running; "+
 			"wait for it (see \"idem inspect\"), or pass --force if you know the holder is dead", kf.scope, kf.parsedKey)
 	case err != nil:

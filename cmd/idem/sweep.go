@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/pgstore"
 )
 
 func (c *cli) sweep(ctx context.Context, args []string) error {
@@ -22,7 +21,7 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 			"then every --interval (±50%) until SIGINT/SIGTERM. Safe next to the applications' sweepers.")
 	fs.BoolVar(&once, "once", false, "sweep once and exit")
 	fs.DurationVar(&interval, "interval", time.Minute, "time between sweeps when not --once")
-	fs.IntVar(&batch, "batch", pgstore.DefaultSweepBatch, "rows deleted per statement")
+	fs.IntVar(&batch, "batch", idem.DefaultSweepBatch, "rows deleted per statement")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/middleware"
 )
@@ -384,7 +384,7 @@ func TestMCPToolProgress(t *testing.T) {
 // TestMCPBothVersions: a 2025-11-25 client (a session) and a 2026-07-28
 // client (no session, stateless) each create an invoice through /mcp with
 // go-sdk's own client, and each one's repeated call, with the agent key
-// idem.AgentKey derives, is a replay: one invoice per client.
+// agentkey.Derive derives, is a replay: one invoice per client.
 func TestMCPBothVersions(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := pgURL(t)
@@ -392,7 +392,7 @@ func TestMCPBothVersions(t *testing.T) {
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		args := map[string]any{"customer": "v" + version, "amount_cents": 700}
 		raw, _ := json.Marshal(args)
-		key, err := idem.AgentKey(idem.SessionID("conv-"+version), "1", "create_invoice", raw)
+		key, err := agentkey.Derive("conv-"+version, "1", "create_invoice", raw)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/idemprom"
+	"github.com/idemkit/idem/mcphttp"
+	"github.com/idemkit/idem/middleware"
 )
 
 // metrics are the demo's Prometheus metrics, served at /metrics: idem's,
@@ -49,10 +51,10 @@ func (m *metrics) handler() http.Handler {
 }
 
 // observeHTTP is the middleware's Observer.
-func (m *metrics) observeHTTP(r *http.Request, e idem.Event) { m.observe(r, idem.AdapterHTTP, e) }
+func (m *metrics) observeHTTP(r *http.Request, e idem.Event) { m.observe(r, middleware.AdapterName, e) }
 
 // observeMCP is mcphttp's Observer.
-func (m *metrics) observeMCP(r *http.Request, e idem.Event) { m.observe(r, idem.AdapterMCP, e) }
+func (m *metrics) observeMCP(r *http.Request, e idem.Event) { m.observe(r, mcphttp.AdapterName, e) }
 
 func (m *metrics) observe(r *http.Request, adapter string, e idem.Event) {
 	if e.Adapter == "" {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/mcphttp"
 )
 
 // TestMetricsCountEveryEvent: each event kind an adapter reports moves its
@@ -22,8 +23,8 @@ func TestMetricsCountEveryEvent(t *testing.T) {
 	if got := scrape(`idem_rejected_total{adapter="mcp"}`); got != "0" {
 		t.Errorf("before any event: idem_rejected_total = %q, want 0", got)
 	}
-	m.observe(nil, idem.AdapterMCP, idem.Event{Kind: idem.EventRejected, Status: 403})
-	m.observe(nil, idem.AdapterMCP, idem.Event{Kind: idem.EventLeaseLost})
+	m.observe(nil, mcphttp.AdapterName, idem.Event{Kind: idem.EventRejected, Status: 403})
+	m.observe(nil, mcphttp.AdapterName, idem.Event{Kind: idem.EventLeaseLost})
 	for series, want := range map[string]string{
 		`idem_rejected_total{adapter="mcp"}`: "1",
 		`idem_stale_total{adapter="mcp"}`:    "1",

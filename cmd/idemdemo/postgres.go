@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/internal/pgconnect"
+	"github.com/idemkit/idem/internal/pgschema"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
@@ -147,7 +148,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, table string, logger *slog
 
 func tableName(t string) string {
 	if t == "" {
-		return migrations.DefaultTable
+		return pgschema.DefaultTable
 	}
 	return t
 }

@@ -178,7 +178,7 @@ func TestSlowOwnerTakeover(t *testing.T) {
 		// The middleware cancels the handler once its lease may have run
 		// out without a successful renewal; hold is never closed.
 		out := <-slow.result
-		if !errors.Is(out.ctxCause, middleware.ErrLeaseLost) {
+		if !errors.Is(out.ctxCause, idem.ErrLeaseLost) {
 			t.Fatalf("the slow handler's context ended with %v, want ErrLeaseLost", out.ctxCause)
 		}
 		if out.commitErr == nil {

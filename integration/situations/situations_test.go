@@ -66,7 +66,7 @@ type adapter struct {
 
 var adapters = []adapter{
 	{
-		name: idem.AdapterHTTP,
+		name: middleware.AdapterName,
 		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
 			opts := middleware.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown, Scope: func(*http.Request) string { return "tenant" }}
 			if o.observe != nil {
@@ -98,7 +98,7 @@ var adapters = []adapter{
 		},
 	},
 	{
-		name: idem.AdapterMCP,
+		name: mcphttp.AdapterName,
 		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
 			opts := mcphttp.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown}
 			if o.observe != nil {

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 )
 
 // deriveKeys is test-only middleware in front of mcphttp: it gives a
@@ -77,7 +78,7 @@ func withDerivedKey(salt, body []byte) ([]byte, bool) {
 	h := sha256.New()
 	h.Write(salt)
 	for _, part := range []json.RawMessage{params["name"], params["arguments"], params["_meta"]} {
-		canon, err := idem.CanonicalJSON(part)
+		canon, err := agentkey.CanonicalJSON(part)
 		if err != nil {
 			canon = part
 		}

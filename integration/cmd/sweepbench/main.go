@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -32,7 +33,7 @@ import (
 func main() {
 	dbURL := flag.String("database-url", "", "PostgreSQL `URL` of a private server (required)")
 	rows := flag.Int("rows", 1_000_000, "expired results to sweep")
-	batch := flag.Int("batch", pgstore.DefaultSweepBatch, "rows per Sweep call")
+	batch := flag.Int("batch", idem.DefaultSweepBatch, "rows per Sweep call")
 	parts := flag.String("partitions", "0,16", "comma-separated partition counts to measure (0: an ordinary table)")
 	flag.Parse()
 	if *dbURL == "" {

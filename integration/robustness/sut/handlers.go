@@ -93,7 +93,7 @@ func (s *service) ext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, _ := middleware.TokenFrom(r.Context())
-	ans, err := s.runEffect(r.Context(), attemptOf(r.Context()), tok.Generation, idem.AdapterHTTP, req)
+	ans, err := s.runEffect(r.Context(), attemptOf(r.Context()), tok.Generation, middleware.AdapterName, req)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -114,7 +114,7 @@ func (s *service) db(w http.ResponseWriter, r *http.Request) {
 	attempt := attemptOf(ctx)
 	tok, _ := middleware.TokenFrom(ctx)
 	exec := s.execID()
-	s.log.exec(wire.Record{Op: wire.OpStart, Attempt: attempt, Key: req.Key, Exec: exec, Gen: tok.Generation, Adapter: idem.AdapterHTTP, Variant: req.Variant})
+	s.log.exec(wire.Record{Op: wire.OpStart, Attempt: attempt, Key: req.Key, Exec: exec, Gen: tok.Generation, Adapter: middleware.AdapterName, Variant: req.Variant})
 	fail := func(err error) {
 		s.log.exec(wire.Record{Op: wire.OpAnswer, Attempt: attempt, Key: req.Key, Exec: exec, Code: http.StatusServiceUnavailable, Err: err.Error()})
 		w.Header().Set("Retry-After", "1")
@@ -180,7 +180,7 @@ func (s *service) mcpHandler(store idem.Store, logger *slog.Logger, observe func
 			if call.Extra != nil && call.Extra.Header != nil {
 				attempt = call.Extra.Header.Get("X-Attempt")
 			}
-			ans, err := s.runEffect(ctx, attempt, 0, idem.AdapterMCP, in)
+			ans, err := s.runEffect(ctx, attempt, 0, mcphttp.AdapterName, in)
 			if err != nil {
 				// A JSON-RPC error: mcphttp releases the key, so a retry
 				// runs again.

@@ -1,4 +1,4 @@
-package idem_test
+package agentkey_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/agentkey"
 )
 
 type agentKeyVector struct {
@@ -25,7 +25,7 @@ type agentKeyVector struct {
 
 func loadAgentKeyVectors(t testing.TB) []agentKeyVector {
 	t.Helper()
-	data, err := os.ReadFile("testdata/agentkey/vectors.json")
+	data, err := os.ReadFile("testdata/vectors.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func loadAgentKeyVectors(t testing.TB) []agentKeyVector {
 }
 
 // TestAgentKeyVectors checks the published vectors: the key is the SHA-256 of
-// the documented canonical preimage, and AgentKey computes it.
+// the documented canonical preimage, and Derive computes it.
 func TestAgentKeyVectors(t *testing.T) {
 	t.Parallel()
 	for _, v := range loadAgentKeyVectors(t) {
@@ -49,12 +49,12 @@ func TestAgentKeyVectors(t *testing.T) {
 			if got := hex.EncodeToString(sum[:]); got != v.Key {
 				t.Fatalf("vector inconsistent: sha256(canonical) = %s, key = %s", got, v.Key)
 			}
-			got, err := idem.AgentKey(idem.SessionID(v.Session), v.Turn, v.Tool, json.RawMessage(v.Arguments))
+			got, err := agentkey.Derive(v.Session, v.Turn, v.Tool, json.RawMessage(v.Arguments))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != v.Key {
-				t.Errorf("AgentKey = %s, want %s (canonical %s)", got, v.Key, v.Canonical)
+				t.Errorf("Derive = %s, want %s (canonical %s)", got, v.Key, v.Canonical)
 			}
 		})
 	}
@@ -62,17 +62,17 @@ func TestAgentKeyVectors(t *testing.T) {
 
 func TestAgentKeyDistinguishes(t *testing.T) {
 	t.Parallel()
-	base := func() (idem.SessionID, string, string, json.RawMessage) {
+	base := func() (string, string, string, json.RawMessage) {
 		return "conv", "1", "create_invoice", json.RawMessage(`{"customer":"ACME","amount_cents":100}`)
 	}
 	s, turn, tool, args := base()
-	want, err := idem.AgentKey(s, turn, tool, args)
+	want, err := agentkey.Derive(s, turn, tool, args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name       string
-		session    idem.SessionID
+		session    string
 		turn, tool string
 		args       string
 		same       bool
@@ -94,12 +94,12 @@ func TestAgentKeyDistinguishes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := idem.AgentKey(tt.session, tt.turn, tt.tool, json.RawMessage(tt.args))
+			got, err := agentkey.Derive(tt.session, tt.turn, tt.tool, json.RawMessage(tt.args))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if (got == want) != tt.same {
-				t.Errorf("AgentKey = %s, base %s; want same=%v", got, want, tt.same)
+				t.Errorf("Derive = %s, base %s; want same=%v", got, want, tt.same)
 			}
 		})
 	}
@@ -108,9 +108,9 @@ func TestAgentKeyDistinguishes(t *testing.T) {
 func TestAgentKeyInvalidArguments(t *testing.T) {
 	t.Parallel()
 	for _, args := range []string{`[1,2]`, `"x"`, `3`, `{"a":1`, `{"a":1}{"b":2}`, `{"a":1,"a":2}`, `{]`} {
-		_, err := idem.AgentKey("s", "t", "tool", json.RawMessage(args))
-		if !errors.Is(err, idem.ErrInvalidJSON) {
-			t.Errorf("AgentKey(%s) error = %v, want ErrInvalidJSON", args, err)
+		_, err := agentkey.Derive("s", "t", "tool", json.RawMessage(args))
+		if !errors.Is(err, agentkey.ErrInvalidJSON) {
+			t.Errorf("Derive(%s) error = %v, want ErrInvalidJSON", args, err)
 		}
 	}
 }
@@ -135,7 +135,7 @@ func TestCanonicalJSON(t *testing.T) {
 		{`{"n":{"y":null,"x":""}}`, `{"n":{"x":"","y":null}}`},
 	}
 	for _, tt := range tests {
-		got, err := idem.CanonicalJSON(json.RawMessage(tt.in))
+		got, err := agentkey.CanonicalJSON(json.RawMessage(tt.in))
 		if err != nil {
 			t.Errorf("CanonicalJSON(%s): %v", tt.in, err)
 			continue
@@ -149,7 +149,7 @@ func TestCanonicalJSON(t *testing.T) {
 		deep = append(deep, '[')
 	}
 	for _, bad := range [][]byte{deep, []byte(`1e1234567890`), []byte(`{"a":1,"a":1}`), []byte(`1 2`), nil} {
-		if _, err := idem.CanonicalJSON(bad); !errors.Is(err, idem.ErrInvalidJSON) {
+		if _, err := agentkey.CanonicalJSON(bad); !errors.Is(err, agentkey.ErrInvalidJSON) {
 			t.Errorf("CanonicalJSON(%.20q): error = %v, want ErrInvalidJSON", bad, err)
 		}
 	}
@@ -166,9 +166,9 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		canon, err := idem.CanonicalJSON(in)
+		canon, err := agentkey.CanonicalJSON(in)
 		if err != nil {
-			if !errors.Is(err, idem.ErrInvalidJSON) {
+			if !errors.Is(err, agentkey.ErrInvalidJSON) {
 				t.Fatalf("error %v does not wrap ErrInvalidJSON", err)
 			}
 			return
@@ -176,7 +176,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if !json.Valid(canon) {
 			t.Fatalf("canonical form %q is not valid JSON", canon)
 		}
-		again, err := idem.CanonicalJSON(canon)
+		again, err := agentkey.CanonicalJSON(canon)
 		if err != nil || string(again) != string(canon) {
 			t.Fatalf("not idempotent: %q -> %q (%v)", canon, again, err)
 		}

@@ -1,4 +1,21 @@
-package idem
+// Package agentkey derives the idempotency key an agent puts in an MCP
+// tools/call's _meta.idempotencyKey, and holds the canonical JSON form that
+// key is computed over.
+//
+// It is the client's half: an agent (or a gateway in front of tools) calls
+// [Derive] before sending a call, with no server, store or SDK involved, so
+// the package imports only the standard library and nothing of idem's. It
+// is not in the root package, which is the server-side domain (keys,
+// claims, results, the store port): the derivation is a protocol between an
+// agent and the tools it calls, published with test vectors
+// (testdata/vectors.json) that another implementation can check itself
+// against.
+//
+// mcphttp uses [CanonicalJSON] too, for the fingerprint of a call's
+// arguments and the digest of a multi round-trip call's round: the same
+// canonical form, so that the agent key and the server agree on which
+// arguments are the same.
+package agentkey
 
 import (
 	"bytes"
@@ -14,16 +31,16 @@ import (
 	"unicode/utf8"
 )
 
-// ErrInvalidJSON is returned by [CanonicalJSON] and [AgentKey] for input that
+// ErrInvalidJSON is returned by [CanonicalJSON] and [Derive] for input that
 // is not one JSON value, holds an object with a repeated member name, or (for
-// AgentKey) arguments that are not an object.
-var ErrInvalidJSON = errors.New("idem: invalid JSON")
+// Derive) arguments that are not an object.
+var ErrInvalidJSON = errors.New("agentkey: invalid JSON")
 
 // maxJSONDepth bounds the nesting CanonicalJSON follows, so a hostile input
 // cannot exhaust the stack.
 const maxJSONDepth = 512
 
-// AgentKey derives the idempotency key an agent puts in an MCP tools/call's
+// Derive derives the idempotency key an agent puts in an MCP tools/call's
 // _meta.idempotencyKey (which mcphttp reads, and which a tool that calls a
 // REST API forwards as X-Idempotency-Key): the lower-case hex SHA-256 of the
 // conversation's session id, the current turn (the user message the agent is
@@ -51,8 +68,8 @@ const maxJSONDepth = 512
 //
 //	["s","1","create_invoice",{"a":"x","b":2}]
 //
-// The published test vectors are in testdata/agentkey/vectors.json.
-func AgentKey(session SessionID, turn, tool string, args json.RawMessage) (string, error) {
+// The published test vectors are in testdata/vectors.json.
+func Derive(session, turn, tool string, args json.RawMessage) (string, error) {
 	pre, err := agentKeyPreimage(session, turn, tool, args)
 	if err != nil {
 		return "", err
@@ -61,7 +78,7 @@ func AgentKey(session SessionID, turn, tool string, args json.RawMessage) (strin
 	return hex.EncodeToString(sum[:]), nil
 }
 
-func agentKeyPreimage(session SessionID, turn, tool string, args json.RawMessage) ([]byte, error) {
+func agentKeyPreimage(session, turn, tool string, args json.RawMessage) ([]byte, error) {
 	var members map[string]any
 	if trimmed := bytes.TrimSpace(args); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
 		v, err := decodeJSON(trimmed)
@@ -82,7 +99,7 @@ func agentKeyPreimage(session SessionID, turn, tool string, args json.RawMessage
 		kept[name] = v
 	}
 	var b bytes.Buffer
-	writeCanonical(&b, []any{string(session), turn, tool, kept})
+	writeCanonical(&b, []any{session, turn, tool, kept})
 	return b.Bytes(), nil
 }
 
@@ -236,7 +253,7 @@ func writeCanonical(b *bytes.Buffer, v any) {
 		}
 		b.WriteByte('}')
 	default:
-		panic(fmt.Sprintf("idem: writeCanonical: unexpected %T", v))
+		panic(fmt.Sprintf("agentkey: writeCanonical: unexpected %T", v))
 	}
 }
 
