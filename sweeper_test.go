@@ -23,7 +23,7 @@ func abandon(t *testing.T, s idem.Store, clock *idemtest.Clock, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: k, Lease: time.Second}); err != nil {
+		if _, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: k, Lease: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +56,7 @@ func TestSweeperSweepOnceBatchesUntilShort(t *testing.T) {
 	abandon(t, s, clock, 5)
 	var reported idem.SweepStats
 	sw := idem.Sweeper{Store: s, Batch: 2, OnSweep: func(_ context.Context, st idem.SweepStats) { reported = st }}
-	st, err := sw.SweepOnce(context.Background())
+	st, err := sw.SweepOnce(t.Context())
 	if err != nil || st != (idem.SweepStats{Abandoned: 5}) {
 		t.Fatalf("SweepOnce = %+v, %v; want 5 abandoned", st, err)
 	}
@@ -76,7 +76,7 @@ func TestSweeperRunSweepsAtOnceRetriesAndStops(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- idem.Sweeper{Store: s, Interval: 10 * time.Millisecond, Logger: logger}.Run(ctx) }()
 	deadline := time.After(10 * time.Second)
@@ -116,7 +116,7 @@ func TestSweeperRejectsInvalidFields(t *testing.T) {
 	} {
 		// A cancelled ctx makes a valid Sweeper return nil at once, so an
 		// error here can only be the validation's.
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		if err := tc.sw.Run(ctx); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Run(%+v) = %v, want an error naming %s", tc.sw, err, tc.field)

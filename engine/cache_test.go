@@ -48,7 +48,7 @@ func TestClaimFromCache(t *testing.T) {
 	other, _ := idem.ParseKey("other")
 	store := &cachingStore{Store: memstore.New(memstore.Options{}), cached: cached, result: idem.Result{Status: 201}}
 	eng := engine.New(store, engine.Options{})
-	ctx := context.Background()
+	ctx := t.Context()
 
 	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: cached, Fingerprint: "fp"}})
 	if d.Outcome != engine.Replay || d.Claim.Result.Status != 201 {

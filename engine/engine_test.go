@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -75,7 +76,7 @@ func TestRetryAfter(t *testing.T) {
 		{"invalid key", idem.Claim{}, &idem.InvalidKeyError{Reason: "long"}, engine.InvalidKey, 0, 0},
 	} {
 		eng := engine.New(fixedStore{claim: tc.claim, err: tc.err}, engine.Options{Lease: lease, RetryAfter: 7 * time.Second})
-		d := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+		d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
 		if d.Outcome != tc.outcome || d.RetryAfter < tc.min || d.RetryAfter > tc.max {
 			t.Errorf("%s: %v after %v, want %v after %v..%v", tc.name, d.Outcome, d.RetryAfter, tc.outcome, tc.min, tc.max)
 		}
@@ -88,16 +89,16 @@ func TestGoneClient(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(memstore.Options{})
 	k, _ := idem.ParseKey("k")
-	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: time.Minute}); err != nil {
+	if _, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	eng := engine.New(store, engine.Options{Wait: time.Minute})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	var events []idem.Event
-	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { events = append(events, e) }})
-	if d.Outcome != engine.Gone || len(events) != 0 {
-		t.Fatalf("%v with events %v, want gone and none", d.Outcome, events)
+	var events idemtest.Events
+	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe})
+	if d.Outcome != engine.Gone || len(events.All()) != 0 {
+		t.Fatalf("%v with events %v, want gone and none", d.Outcome, events.Kinds())
 	}
 }
 
@@ -121,7 +122,7 @@ func TestPanics(t *testing.T) {
 		eng := engine.New(memstore.New(memstore.Options{}), engine.Options{})
 		var got []idem.EventKind
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { got = append(got, e.Kind) }}
-		d := eng.Claim(context.Background(), req)
+		d := eng.Claim(t.Context(), req)
 		func() {
 			defer func() {
 				if p := recover(); p != tc.p {
@@ -144,7 +145,7 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	store := memstore.New(memstore.Options{})
 	k, _ := idem.ParseKey("k")
-	holder, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: time.Minute})
+	holder, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +154,11 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 	eng := engine.New(store, engine.Options{Lease: lease, Wait: time.Minute})
 	var kinds []idem.EventKind
 	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
-	d := eng.Claim(context.Background(), req)
+	d := eng.Claim(t.Context(), req)
 	if d.Outcome != engine.Run {
 		t.Fatalf("outcome %v, want run", d.Outcome)
 	}
-	eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+	eng.Start(t.Context(), req, d).Do(func(ctx context.Context) engine.Verdict {
 		select {
 		case <-ctx.Done():
 			t.Errorf("the work's context ended (%v) right after a waited claim acquired", context.Cause(ctx))
@@ -183,8 +184,8 @@ func TestShutdownAsTheWorkReturns(t *testing.T) {
 		k, _ := idem.ParseKey(fmt.Sprintf("k%d", i))
 		var kinds []idem.EventKind
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
-		d := eng.Claim(context.Background(), req)
-		eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+		d := eng.Claim(t.Context(), req)
+		eng.Start(t.Context(), req, d).Do(func(ctx context.Context) engine.Verdict {
 			stop()
 			if i%2 == 0 {
 				<-ctx.Done() // the cancellation arrived before the work returned

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -83,29 +84,17 @@ func hang(ctx context.Context, _ idem.Token, _ time.Duration) (time.Time, error)
 	return time.Time{}, ctx.Err()
 }
 
-// events collects a request's events with their times.
+// events collects a request's events, with their times relative to start.
 type events struct {
 	start time.Time
-	mu    sync.Mutex
-	kinds []idem.EventKind
-	at    []time.Duration
+	idemtest.Events
 }
 
-func (e *events) observe(ev idem.Event) {
-	e.mu.Lock()
-	e.kinds = append(e.kinds, ev.Kind)
-	e.at = append(e.at, time.Since(e.start))
-	e.mu.Unlock()
-}
-
+// of returns when each event of kind was recorded, relative to start.
 func (e *events) of(kind idem.EventKind) []time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var out []time.Duration
-	for i, k := range e.kinds {
-		if k == kind {
-			out = append(out, e.at[i])
-		}
+	for _, at := range e.At(kind) {
+		out = append(out, at.Sub(e.start))
 	}
 	return out
 }
@@ -116,12 +105,12 @@ func (e *events) of(kind idem.EventKind) []time.Duration {
 func execute(t *testing.T, eng *engine.Engine, ev *events, work func(ctx context.Context) engine.Verdict) {
 	t.Helper()
 	k, _ := idem.ParseKey("k")
-	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: ev.observe}
-	d := eng.Claim(context.Background(), req)
+	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: ev.Observe}
+	d := eng.Claim(t.Context(), req)
 	if d.Outcome != engine.Run {
 		t.Fatalf("claim: %v (%v), want run", d.Outcome, d.Err)
 	}
-	eng.Start(context.Background(), req, d).Do(work, nil)
+	eng.Start(t.Context(), req, d).Do(work, nil)
 }
 
 // waitEnd is work that waits for its context to end, at most bound, and
@@ -395,7 +384,7 @@ func TestSynctestShutdown(t *testing.T) {
 			t.Errorf("the work's context ended at %v (%v), want at 1.5s with engine.ErrShutdown", ended, cause)
 		}
 		k, _ := idem.ParseKey("later")
-		if d := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}}); d.Outcome != engine.Unavailable || !errors.Is(d.Err, engine.ErrShutdown) {
+		if d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}}); d.Outcome != engine.Unavailable || !errors.Is(d.Err, engine.ErrShutdown) {
 			t.Errorf("a claim after shutdown: %v (%v), want unavailable with engine.ErrShutdown", d.Outcome, d.Err)
 		}
 	})
@@ -447,13 +436,13 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New(memstore.Options{})
 		k, _ := idem.ParseKey("held")
-		holder, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k, Lease: 10 * time.Second})
+		holder, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		eng := engine.New(store, engine.Options{Lease: 10 * time.Second, Wait: 2 * time.Second})
 		start := time.Now()
-		d := eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+		d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
 		if took := time.Since(start); d.Outcome != engine.InFlight || took != 2*time.Second || d.RetryAfter != 8*time.Second {
 			t.Errorf("duplicate: %v after %v, Retry-After %v; want in flight after the 2s wait, Retry-After 8s", d.Outcome, took, d.RetryAfter)
 		}
@@ -462,7 +451,7 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 			_ = store.Complete(context.Background(), holder.Token, idem.Result{Status: 201})
 		})
 		start = time.Now()
-		d = eng.Claim(context.Background(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
+		d = eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
 		if took := time.Since(start); d.Outcome != engine.Replay || took != 700*time.Millisecond {
 			t.Errorf("duplicate of a holder that completes at 700ms: %v after %v, want a replay at 700ms", d.Outcome, took)
 		}

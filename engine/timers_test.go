@@ -32,7 +32,7 @@ func newDeadlineEnv(t *testing.T, opts engine.Options) *deadlineEnv {
 	e.eng = engine.New(e.store, opts)
 	e.key, _ = idem.ParseKey("k")
 	e.req = &engine.Request{Claim: idem.ClaimRequest{Key: e.key}, Observe: e.events.Observe}
-	if e.d = e.eng.Claim(context.Background(), e.req); e.d.Outcome != engine.Run {
+	if e.d = e.eng.Claim(t.Context(), e.req); e.d.Outcome != engine.Run {
 		t.Fatalf("claim: %v, want run", e.d.Outcome)
 	}
 	return e
@@ -41,7 +41,7 @@ func newDeadlineEnv(t *testing.T, opts engine.Options) *deadlineEnv {
 // claimAgain is a retry's claim of the key.
 func (e *deadlineEnv) claimAgain(t *testing.T) idem.Claim {
 	t.Helper()
-	c, err := e.store.Claim(context.Background(), idem.ClaimRequest{Key: e.key, Lease: time.Minute})
+	c, err := e.store.Claim(t.Context(), idem.ClaimRequest{Key: e.key, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestHungWorkDoesNotHoldItsKeyForever(t *testing.T) {
 		if e.events.Count(idem.EventLeaseLost) != 1 || e.events.Count(idem.EventCompleted) != 0 {
 			t.Fatalf("events %v, want one lease lost and no completion", e.events.Kinds())
 		}
-		if err := e.store.Complete(context.Background(), c.Token, idem.Result{Status: 202}); err != nil {
+		if err := e.store.Complete(t.Context(), c.Token, idem.Result{Status: 202}); err != nil {
 			t.Fatalf("the new owner could not complete: %v", err)
 		}
 	})
@@ -88,7 +88,7 @@ func TestHungWorkDoesNotHoldItsKeyForever(t *testing.T) {
 func TestWorkKeepsTheRequestsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newDeadlineEnv(t, engine.Options{Lease: 3 * time.Second})
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		want, _ := ctx.Deadline()
 		e.eng.Start(ctx, e.req, e.d).Do(func(ctx context.Context) engine.Verdict {
@@ -139,7 +139,7 @@ func TestMaxExecution(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newDeadlineEnv(t, engine.Options{MaxExecution: tc.max})
-				ctx := context.Background()
+				ctx := t.Context()
 				if tc.request > 0 {
 					var cancel context.CancelFunc
 					ctx, cancel = context.WithTimeout(ctx, tc.request)
@@ -184,8 +184,8 @@ func TestWorkPastItsDeadlineFinishes(t *testing.T) {
 		k, _ := idem.ParseKey("k")
 		var events idemtest.Events
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
-		d := eng.Claim(context.Background(), req)
-		eng.Start(context.Background(), req, d).Do(func(ctx context.Context) engine.Verdict {
+		d := eng.Claim(t.Context(), req)
+		eng.Start(t.Context(), req, d).Do(func(ctx context.Context) engine.Verdict {
 			<-ctx.Done()
 			before := store.n.Load()
 			time.Sleep(15 * time.Second) // finishing its charge; within the lease
@@ -194,7 +194,7 @@ func TestWorkPastItsDeadlineFinishes(t *testing.T) {
 			}
 			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 		}, nil)
-		c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
+		c, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k})
 		if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
 			t.Fatalf("a retry: %v %q %v, want the charge replayed; events %v", c.Status, c.Result.Body, err, events.Kinds())
 		}
@@ -261,9 +261,9 @@ func TestCompleteRetried(t *testing.T) {
 				k, _ := idem.ParseKey("k")
 				var events idemtest.Events
 				req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
-				d := eng.Claim(context.Background(), req)
+				d := eng.Claim(t.Context(), req)
 				var returned time.Time
-				eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
+				eng.Start(t.Context(), req, d).Do(func(context.Context) engine.Verdict {
 					returned = time.Now()
 					return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 				}, nil)
@@ -278,7 +278,7 @@ func TestCompleteRetried(t *testing.T) {
 					}
 					return
 				}
-				c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
+				c, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k})
 				if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
 					t.Fatalf("a retry: %v %q %v, want the charge replayed", c.Status, c.Result.Body, err)
 				}
@@ -302,15 +302,15 @@ func TestCompleteRetriedThroughAFailover(t *testing.T) {
 		k, _ := idem.ParseKey("k")
 		var events idemtest.Events
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
-		d := eng.Claim(context.Background(), req)
-		eng.Start(context.Background(), req, d).Do(func(context.Context) engine.Verdict {
+		d := eng.Claim(t.Context(), req)
+		eng.Start(t.Context(), req, d).Do(func(context.Context) engine.Verdict {
 			store.Up = time.Now().Add(15 * time.Second)
 			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 		}, nil)
 		if kinds := events.Kinds(); len(kinds) != 2 || kinds[1] != idem.EventCompleted.String() {
 			t.Fatalf("events %v after %d completion attempts, want claimed, completed", kinds, store.Attempts.Load())
 		}
-		c, err := store.Claim(context.Background(), idem.ClaimRequest{Key: k})
+		c, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k})
 		if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
 			t.Fatalf("a retry: %v %q %v, want the charge replayed", c.Status, c.Result.Body, err)
 		}

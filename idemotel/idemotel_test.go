@@ -54,8 +54,7 @@ type fixture struct {
 	tracer  trace.Tracer // the recorder's, for server spans
 	handler http.Handler
 
-	mu     sync.Mutex
-	events []idem.Event // every event the Observer saw
+	events idemtest.Events // every event the Observer saw
 }
 
 // setup mounts the Observer on the middleware in front of work.
@@ -99,9 +98,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) observe(r *http.Request, e idem.Event) {
-	f.mu.Lock()
-	f.events = append(f.events, e)
-	f.mu.Unlock()
+	f.events.Observe(e)
 	f.obs.Observe(r, e)
 }
 
@@ -243,12 +240,10 @@ var (
 // point carries a scope or a key the Observer was given, in clear.
 func (f *fixture) noClearText() {
 	f.t.Helper()
-	f.mu.Lock()
 	secrets := []string{secretScope, secretKey}
-	for _, e := range f.events {
+	for _, e := range f.events.All() {
 		secrets = append(secrets, e.Scope, e.Key.String())
 	}
-	f.mu.Unlock()
 	check := func(where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
 			for _, s := range secrets {
@@ -304,7 +299,7 @@ func TestReplay(t *testing.T) {
 	}
 	wantAttr(t, "first claim", claims[0].Attributes(), idemotel.AttrOutcome, "acquired")
 	wantAttr(t, "retry's claim", claims[1].Attributes(), idemotel.AttrOutcome, "replayed")
-	digest := idem.KeyDigest(f.events[0].Scope, f.events[0].Key)
+	digest := idem.KeyDigest(f.events.All()[0].Scope, f.events.All()[0].Key)
 	for _, s := range claims {
 		wantAttr(t, "claim", s.Attributes(), idemotel.AttrKeyDigest, digest)
 		wantAttr(t, "claim", s.Attributes(), idemotel.AttrStore, "memory")
@@ -362,7 +357,7 @@ func TestMCPReplay(t *testing.T) {
 	defer srv.Close()
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +365,7 @@ func TestMCPReplay(t *testing.T) {
 	call := &mcp.CallToolParams{Name: "create_invoice", Arguments: map[string]any{},
 		Meta: mcp.Meta{"sessionId": secretScope, "idempotencyKey": secretKey}}
 	for range 2 {
-		if _, err := cs.CallTool(context.Background(), call); err != nil {
+		if _, err := cs.CallTool(t.Context(), call); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -565,12 +560,7 @@ func TestLeaseLostWhileRunning(t *testing.T) {
 	}
 	<-first // returns once a renewal found the claim taken over
 
-	var kinds []string
-	f.mu.Lock()
-	for _, e := range f.events {
-		kinds = append(kinds, e.Kind.String())
-	}
-	f.mu.Unlock()
+	kinds := f.events.Kinds()
 	if !slices.Contains(kinds, idem.EventLeaseLost.String()) {
 		t.Fatalf("events %q, want a lease lost", kinds)
 	}
@@ -614,7 +604,7 @@ func TestEventFields(t *testing.T) {
 		// does not list.
 		{Kind: idem.EventStoreError, Adapter: "grpc", Scope: scope, Key: key, Op: "forget", Err: unavailable},
 	} {
-		ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 		r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
 		f.observe(r, e)
 		span.End()
@@ -719,8 +709,8 @@ func TestReplayCacheHits(t *testing.T) {
 func TestSwept(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
-	f.obs.Swept(context.Background(), idem.SweepStats{Abandoned: 2, Expired: 5})
-	f.obs.Swept(context.Background(), idem.SweepStats{Expired: 1})
+	f.obs.Swept(t.Context(), idem.SweepStats{Abandoned: 2, Expired: 5})
+	f.obs.Swept(t.Context(), idem.SweepStats{Expired: 1})
 	if n := f.sum("idem.sweeps", store); n != 2 {
 		t.Errorf("idem.sweeps = %d, want 2", n)
 	}
@@ -763,7 +753,7 @@ func BenchmarkObserve(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, span := opts.TracerProvider.Tracer("bench").Start(context.Background(), "POST /invoices")
+			ctx, span := opts.TracerProvider.Tracer("bench").Start(b.Context(), "POST /invoices")
 			defer span.End()
 			r := httptest.NewRequest(http.MethodPost, "/invoices", nil).WithContext(ctx)
 			b.ReportAllocs()
@@ -780,7 +770,7 @@ func BenchmarkObserve(b *testing.B) {
 func TestKeyRotated(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
-	ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
 	f.observe(r, idem.Event{Kind: idem.EventKeyRotated, Adapter: "mcp"})
 	span.End()
@@ -803,7 +793,7 @@ func TestKeyRotated(t *testing.T) {
 func TestRejected(t *testing.T) {
 	t.Parallel()
 	f := setup(t, middleware.Options{}, ok)
-	ctx, span := f.tracer.Start(context.Background(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := f.tracer.Start(t.Context(), "POST /mcp", trace.WithSpanKind(trace.SpanKindServer))
 	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
 	f.observe(r, idem.Event{Kind: idem.EventRejected, Adapter: "mcp", Status: http.StatusBadRequest})
 	span.End()
@@ -851,9 +841,7 @@ func TestLeftClaimEnds(t *testing.T) {
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
 	if n := f.sum("idem.active_claims"); n != 0 {
-		f.mu.Lock()
-		t.Errorf("idem.active_claims = %d after three calls left to their leases, want 0; events %v", n, f.events)
-		f.mu.Unlock()
+		t.Errorf("idem.active_claims = %d after three calls left to their leases, want 0; events %v", n, f.events.All())
 	}
 	if n, _ := f.histogramCount("idem.execution.duration", idemotel.AttrExecutionOutcome.String("left")); n != 3 {
 		t.Errorf("idem.execution.duration{left} count = %d, want 3", n)

@@ -45,7 +45,7 @@ func TestCounters(t *testing.T) {
 	post("/orders", "a", "{}")      // replayed
 	post("/orders", "a", `{"x":1}`) // mismatched
 	post("/fail", "b", "{}")        // released
-	m.Swept(context.Background(), idem.SweepStats{Abandoned: 2, Expired: 5})
+	m.Swept(t.Context(), idem.SweepStats{Abandoned: 2, Expired: 5})
 	m.Observe(nil, idem.Event{Kind: idem.EventStoreError, Adapter: "mcp", Op: "claim"})
 	m.Observe(nil, idem.Event{Kind: idem.EventLeft, Adapter: "mcp"})                                           // a duration, no counter
 	m.Observe(nil, idem.Event{Kind: idem.EventStoreError, Adapter: "mcp", Op: "claim", Err: context.Canceled}) // the client left: not counted

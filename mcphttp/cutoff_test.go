@@ -48,9 +48,35 @@ type cutOff struct {
 	name string
 	// setup sets the options and store that let the test cut the call
 	// off; happen cuts it off once the tool has entered, and returns once
-	// the call's work context has ended.
+	// the call's work context has ended (cut is closed when it does).
 	setup  func(o *mcphttp.Options, store idem.Store) idem.Store
-	happen func(t *testing.T)
+	happen func(t *testing.T, cut <-chan struct{})
+}
+
+// waitCut waits for a call's work context to end, failing t after 10 s.
+func waitCut(t *testing.T, cut <-chan struct{}) {
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call's work was not cut off")
+	}
+}
+
+// watchCut wraps the inner handler with what tells a test a call was cut
+// off: for a request the wrapper runs a call on, the call's
+// mcphttp.WorkContext; cut is closed the first time one ends while the
+// inner handler runs.
+func watchCut(cut chan struct{}, inner http.Handler) http.Handler {
+	closeCut := sync.OnceFunc(func() { close(cut) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		work, stop := mcphttp.WorkContext(r.Context())
+		defer stop()
+		if work != r.Context() {
+			stopWatch := context.AfterFunc(work, closeCut)
+			defer stopWatch()
+		}
+		inner.ServeHTTP(w, r)
+	})
 }
 
 // cutOffs returns the three cut-offs, each with its own trigger.
@@ -60,9 +86,9 @@ func cutOffs() []func() cutOff {
 			ctx, cancel := context.WithCancel(context.Background())
 			return cutOff{name: "shutdown",
 				setup: func(o *mcphttp.Options, s idem.Store) idem.Store { o.Shutdown = ctx; return s },
-				happen: func(*testing.T) {
+				happen: func(t *testing.T, cut <-chan struct{}) {
 					cancel()
-					time.Sleep(50 * time.Millisecond) // the engine cancels the work from an AfterFunc
+					waitCut(t, cut) // the engine cancels the work from an AfterFunc
 				}}
 		},
 		func() cutOff {
@@ -78,7 +104,7 @@ func cutOffs() []func() cutOff {
 					}
 					return hangingRenew{s}
 				},
-				happen: func(t *testing.T) {
+				happen: func(t *testing.T, _ <-chan struct{}) {
 					select {
 					case <-lost:
 					case <-time.After(5 * leaseLostLease):
@@ -92,7 +118,7 @@ func cutOffs() []func() cutOff {
 					o.MaxExecution, o.Lease = 100*time.Millisecond, 3*time.Second
 					return s
 				},
-				happen: func(*testing.T) { time.Sleep(200 * time.Millisecond) }}
+				happen: waitCut}
 		},
 	}
 }
@@ -104,7 +130,9 @@ type cutOffServer struct {
 	runs *runs
 	// entered receives as a tool starts; proceed lets the "effect" tool
 	// answer; release ends the "stuck" tool (at the end of the test).
-	entered          chan struct{}
+	entered chan struct{}
+	// workCut is closed once a call's work on cut was cut off.
+	workCut          chan struct{}
 	proceed, release chan struct{}
 	// cut and plain are clients of the two wrappers (for the stateful
 	// server, on a session each).
@@ -113,7 +141,7 @@ type cutOffServer struct {
 
 func newCutOffServer(t *testing.T, mode cutOffMode, c cutOff) *cutOffServer {
 	t.Helper()
-	s := &cutOffServer{runs: &runs{}, entered: make(chan struct{}, 4), proceed: make(chan struct{}), release: make(chan struct{})}
+	s := &cutOffServer{runs: &runs{}, entered: make(chan struct{}, 4), workCut: make(chan struct{}), proceed: make(chan struct{}), release: make(chan struct{})}
 	server := mcp.NewServer(&mcp.Implementation{Name: "cut-off", Version: "1"}, nil)
 	if mode.toolCancellation {
 		server.AddReceivingMiddleware(mcphttp.ToolCancellation)
@@ -153,7 +181,7 @@ func newCutOffServer(t *testing.T, mode cutOffMode, c cutOff) *cutOffServer {
 	cutStore := c.setup(&wrap, store)
 	plain := mode.wrap
 	plain.Wait = -1
-	cutSrv := httptest.NewServer(mcphttp.New(cutStore, wrap)(inner))
+	cutSrv := httptest.NewServer(mcphttp.New(cutStore, wrap)(watchCut(s.workCut, inner)))
 	plainSrv := httptest.NewServer(mcphttp.New(store, plain)(inner))
 	t.Cleanup(func() {
 		cutSrv.CloseClientConnections()
@@ -231,7 +259,7 @@ func TestCutOffAnswerRecorded(t *testing.T) {
 				key := "cut-" + mode.name + "-" + c.name
 				answered := startCall(t, s.cut, 1, "effect", key)
 				<-s.entered
-				c.happen(t)
+				c.happen(t, s.workCut)
 				close(s.proceed)
 				first := responsesOf(t, <-answered)
 				if len(first) != 1 || first[0].text() != "effect #1" {
@@ -282,7 +310,7 @@ func TestCutOffWithoutAnswerIsRetryable(t *testing.T) {
 				key := "stuck-" + mode.name + "-" + c.name
 				answered := startCall(t, s.cut, 1, "stuck", key)
 				<-s.entered
-				c.happen(t)
+				c.happen(t, s.workCut)
 				var resp *http.Response
 				select {
 				case resp = <-answered:

@@ -10,6 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )
@@ -40,37 +42,37 @@ func TestMaxExecutionEndsGoSDKTool(t *testing.T) {
 		}
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	var events idemtest.Events
 	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{
-		Lease: 3 * time.Second, MaxExecution: 200 * time.Millisecond, Wait: -1,
+		Lease: 3 * time.Second, MaxExecution: 200 * time.Millisecond, Wait: -1, Observer: events.ObserveHTTP,
 	})(inner))
 	defer srv.Close()
 	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
 	params := &mcp.CallToolParams{Name: "wait", Meta: mcp.Meta{"idempotencyKey": "deadline"}}
-	first, err := cs.CallTool(context.Background(), params)
+	first, err := cs.CallTool(t.Context(), params)
 	if err == nil && !first.IsError {
 		t.Fatalf("the first call answered %+v, want a tool error: its tool was cut off", first.Content)
 	}
 	if after := <-ended; after < 0 || after > 2*time.Second {
 		t.Fatalf("the tool's context ended after %v; want at about MaxExecution (200ms)", after)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		res, err := cs.CallTool(context.Background(), params)
-		if err == nil && !res.IsError && len(res.Content) == 1 {
-			if text, ok := res.Content[0].(*mcp.TextContent); !ok || text.Text != "second run" {
-				t.Fatalf("the retry answered %+v, want the second run", res.Content[0])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the retry answered %+v (%v); want the tool run again", res, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The release follows the tool's return: wait for it, then retry.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := events.Wait(ctx, idem.EventReleased, 1); err != nil {
+		t.Fatalf("the cut-off call was not released: %v (events %v)", err, events.Kinds())
+	}
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil || res.IsError || len(res.Content) != 1 {
+		t.Fatalf("the retry answered %+v (%v); want the tool run again", res, err)
+	}
+	if text, ok := res.Content[0].(*mcp.TextContent); !ok || text.Text != "second run" {
+		t.Fatalf("the retry answered %+v, want the second run", res.Content[0])
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("the tool ran %d times, want 2", n)

@@ -37,6 +37,8 @@ type runs struct {
 	// seq numbers every execution, so two executions never return the
 	// same text.
 	seq int
+	// added is closed at the next add; nil until watch needs it.
+	added chan struct{}
 }
 
 func (r *runs) add(name string) int {
@@ -47,7 +49,22 @@ func (r *runs) add(name string) int {
 	}
 	r.n[name]++
 	r.seq++
+	if r.added != nil {
+		close(r.added)
+		r.added = nil
+	}
 	return r.seq
+}
+
+// watch returns how many times name ran, and a channel closed at the next
+// run of any tool.
+func (r *runs) watch(name string) (int, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.added == nil {
+		r.added = make(chan struct{})
+	}
+	return r.n[name], r.added
 }
 
 func (r *runs) get(name string) int {
@@ -222,7 +239,7 @@ func (h *harness) client(t *testing.T, hc *http.Client, opts *mcp.ClientOptions)
 		hc = &http.Client{}
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "mcphttp-test-client", Version: "1"}, opts)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: h.url, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true,
 	}, nil)
 	if err != nil {

@@ -108,7 +108,7 @@ func callUntilLeaseLost(t *testing.T, httpOpts *mcp.StreamableHTTPOptions, wrap 
 			inner.ServeHTTP(w, r)
 		})))
 	defer srv.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(),
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(t.Context(),
 		&mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func TestLostResponseRetried(t *testing.T) {
 				<-store.completed
 			}
 			cs := h.client(t, &http.Client{Transport: rt}, nil)
-			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "gate", Arguments: map[string]any{"text": "a"}})
+			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "gate", Arguments: map[string]any{"text": "a"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,11 +191,11 @@ func TestMetaKeyReplay(t *testing.T) {
 		Name: "echo", Arguments: map[string]any{"text": "k"},
 		Meta: mcp.Meta{"idempotencyKey": "key-1", "sessionId": "conv-1"},
 	}
-	first, err := cs.CallTool(context.Background(), params)
+	first, err := cs.CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := cs.CallTool(context.Background(), params)
+	second, err := cs.CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestMetaKeyReplay(t *testing.T) {
 	}
 	// Another client session, same key and _meta.sessionId: same scope.
 	other := h.client(t, nil, nil)
-	third, err := other.CallTool(context.Background(), params)
+	third, err := other.CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestMetaKeyReplay(t *testing.T) {
 	}
 	// Another _meta.sessionId is another scope.
 	params.Meta = mcp.Meta{"idempotencyKey": "key-1", "sessionId": "conv-2"}
-	fourth, err := cs.CallTool(context.Background(), params)
+	fourth, err := cs.CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,14 +232,14 @@ func TestMetaKeyReusedOtherArguments(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	cs := h.client(t, nil, nil)
 	meta := mcp.Meta{"idempotencyKey": "key-2"}
-	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "one"}, Meta: meta}); err != nil {
+	if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "one"}, Meta: meta}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []*mcp.CallToolParams{
 		{Name: "echo", Arguments: map[string]any{"text": "two"}, Meta: meta},
 		{Name: "fail", Meta: meta},
 	} {
-		_, err := cs.CallTool(context.Background(), p)
+		_, err := cs.CallTool(t.Context(), p)
 		var jerr *jsonrpc.Error
 		if !errors.As(err, &jerr) {
 			t.Fatalf("%s: error %v, want a JSON-RPC error", p.Name, err)
@@ -255,7 +255,7 @@ func TestMetaKeyReusedOtherArguments(t *testing.T) {
 	}
 
 	// An invalid key is invalid params, and nothing runs.
-	_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "bad"}, Meta: mcp.Meta{"idempotencyKey": "tab\there"}})
+	_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "bad"}, Meta: mcp.Meta{"idempotencyKey": "tab\there"}})
 	var jerr *jsonrpc.Error
 	if !errors.As(err, &jerr) || jerr.Code != mcphttp.CodeInvalidParams || !bytes.Contains(jerr.Data, []byte(mcphttp.ReasonInvalidKey)) {
 		t.Errorf("invalid key: %v, want invalid params with reason %s", err, mcphttp.ReasonInvalidKey)
@@ -392,7 +392,7 @@ func TestSamplingWithClient(t *testing.T) {
 			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "from client"}}, nil
 		},
 	})
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"text": "q"}, Meta: mcp.Meta{"idempotencyKey": "key-6"}})
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"text": "q"}, Meta: mcp.Meta{"idempotencyKey": "key-6"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func TestServerRestart(t *testing.T) {
 
 	before := newHarness(t, harnessOptions{store: store, runs: counts})
 	cs := before.client(t, nil, nil)
-	res1, err := cs.CallTool(context.Background(), params)
+	res1, err := cs.CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestServerRestart(t *testing.T) {
 	before.close()
 
 	after := newHarness(t, harnessOptions{store: store, runs: counts})
-	res2, err := after.client(t, nil, nil).CallTool(context.Background(), params)
+	res2, err := after.client(t, nil, nil).CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/mcphttp"
 )
 
@@ -31,8 +32,8 @@ func TestNewKeyGuard(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			events := &eventLog{counts: map[idem.EventKind]int{}}
-			h := newHarness(t, harnessOptions{wrap: mcphttp.Options{NewKeyGuard: c.guard, Observer: events.observe}})
+			var events idemtest.Events
+			h := newHarness(t, harnessOptions{wrap: mcphttp.Options{NewKeyGuard: c.guard, Observer: events.ObserveHTTP}})
 			session := h.initialize(t)
 			alice := http.Header{"Authorization": {"Bearer alice"}}
 			call := func(id int, text, key string, who http.Header) rpcMessage {
@@ -71,9 +72,7 @@ func TestNewKeyGuard(t *testing.T) {
 			if n := h.runs.get("echo:invoice") + h.runs.get("echo:other invoice"); n != c.runs+2 {
 				t.Errorf("new calls ran %d times in all, want %d", n, c.runs+2)
 			}
-			events.mu.Lock()
-			defer events.mu.Unlock()
-			if n := events.counts[idem.EventKeyRotated]; n != rotated {
+			if n := events.Count(idem.EventKeyRotated); n != rotated {
 				t.Errorf("%d EventKeyRotated, want %d", n, rotated)
 			}
 		})

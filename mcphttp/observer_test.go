@@ -2,35 +2,23 @@ package mcphttp_test
 
 import (
 	"context"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/mcphttp"
 )
-
-type eventLog struct {
-	mu     sync.Mutex
-	counts map[idem.EventKind]int
-}
-
-func (l *eventLog) observe(_ *http.Request, e idem.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.counts[e.Kind]++
-}
 
 // The observer sees each call's fate: claimed and completed when it runs,
 // replayed on a retry, mismatch on a key reused with other arguments,
 // released when the tool fails with a JSON-RPC error.
 func TestObserverEvents(t *testing.T) {
 	t.Parallel()
-	events := &eventLog{counts: map[idem.EventKind]int{}}
-	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Observer: events.observe}})
+	var events idemtest.Events
+	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Observer: events.ObserveHTTP}})
 	cs := h.client(t, nil, nil)
 	call := func(p *mcp.CallToolParams) {
 		t.Helper()
@@ -49,27 +37,23 @@ func TestObserverEvents(t *testing.T) {
 	// A call's completion or release is reported once the inner handler
 	// returned, which can be after its client read the answer: wait for
 	// the events, then check them all.
-	deadline := time.Now().Add(5 * time.Second)
-	for !events.match(want) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	events.mu.Lock()
-	defer events.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_ = events.WaitFor(ctx, func(all []idem.Event) bool {
+		seen := map[idem.EventKind]int{}
+		for _, e := range all {
+			seen[e.Kind]++
+		}
+		for kind, n := range want {
+			if seen[kind] != n {
+				return false
+			}
+		}
+		return true
+	})
 	for kind, n := range want {
-		if events.counts[kind] != n {
-			t.Errorf("%v events = %d, want %d (all: %v)", kind, events.counts[kind], n, events.counts)
+		if got := events.Count(kind); got != n {
+			t.Errorf("%v events = %d, want %d (all: %v)", kind, got, n, events.Kinds())
 		}
 	}
-}
-
-// match reports whether the events seen so far are want.
-func (l *eventLog) match(want map[idem.EventKind]int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for kind, n := range want {
-		if l.counts[kind] != n {
-			return false
-		}
-	}
-	return true
 }

@@ -45,18 +45,18 @@ func TestParamHeaderKeyFromGoSDKClient(t *testing.T) {
 		srv.CloseClientConnections()
 		srv.Close()
 	})
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(),
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(t.Context(),
 		&mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	if _, err := cs.ListTools(context.Background(), nil); err != nil { // the client learns the x-mcp-header
+	if _, err := cs.ListTools(t.Context(), nil); err != nil { // the client learns the x-mcp-header
 		t.Fatal(err)
 	}
 	var texts []string
 	for range 2 {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "book", Arguments: map[string]any{"room": "7", "idempotencyKey": "book-7"}})
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "book", Arguments: map[string]any{"room": "7", "idempotencyKey": "book-7"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package mcphttp_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/idemkit/idem/mcphttp"
@@ -16,14 +15,14 @@ func TestReplayMarkerInMeta(t *testing.T) {
 	t.Parallel()
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		cs := h.client(t, nil)
-		first, err := cs.CallTool(context.Background(), keyed("charge", 7, "marker-1"))
+		first, err := cs.CallTool(t.Context(), keyed("charge", 7, "marker-1"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := first.Meta[mcphttp.ReplayedMetaKey]; ok {
 			t.Errorf("the first run carries the replay marker: %v", first.Meta)
 		}
-		again, err := cs.CallTool(context.Background(), keyed("charge", 7, "marker-1"))
+		again, err := cs.CallTool(t.Context(), keyed("charge", 7, "marker-1"))
 		if err != nil {
 			t.Fatal(err)
 		}

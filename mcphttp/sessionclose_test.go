@@ -110,6 +110,8 @@ func closeSessionMidCall(t *testing.T, h *harness, deleting <-chan struct{}, tex
 	// The DELETE has reached the server while the tool runs (go-sdk's
 	// DELETE waits for the tool itself). Unheld, go-sdk closes the session
 	// at once; the pause makes sure it would have before the tool finishes.
+	// (A window for a defect to show: nothing signals a close that, held,
+	// does not happen.)
 	time.Sleep(50 * time.Millisecond)
 	close(h.gate)
 	first, deleteStatus = <-answered, <-deleted

@@ -26,7 +26,7 @@ import (
 // left out of InTransaction is claimed on its own and gets no transaction.
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	pool, _ := testdb.Pool(t)
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
@@ -146,7 +146,7 @@ func TestInTransaction(t *testing.T) {
 	go func() { text, err := call("gated", "k4"); first2 <- answer{text, err} }()
 	<-entered
 	go func() { text, err := call("gated", "k4"); dup <- answer{text, err} }()
-	time.Sleep(100 * time.Millisecond) // the duplicate is waiting
+	testdb.WaitLockWaiter(t, pool, "idem_keys") // the duplicate is waiting
 	close(gate)
 	a, b := <-first2, <-dup
 	if a.err != nil || b.err != nil || a.text != b.text || runs.Load() != 2 || invoices() != 2 {

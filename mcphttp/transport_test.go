@@ -1,7 +1,6 @@
 package mcphttp_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,7 +38,7 @@ var forwarded = mcphttp.Meta{SessionID: "conv-1", IdempotencyKey: "key-1", Autho
 // context, as a tool handler does.
 func upstreamCall(t *testing.T, client *http.Client, url string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(mcphttp.NewContext(context.Background(), forwarded), http.MethodPost, url, strings.NewReader("{}"))
+	req, err := http.NewRequestWithContext(mcphttp.NewContext(t.Context(), forwarded), http.MethodPost, url, strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func TestTransportBadUpstream(t *testing.T) {
 	t.Cleanup(srv.Close)
 	for _, bad := range []string{"api.example.com", "ftp://api.example.com", "https://api.example.com/v1", "https://user@api.example.com", "https://"} {
 		tr := &mcphttp.Transport{Upstreams: []string{bad}}
-		req, _ := http.NewRequestWithContext(mcphttp.NewContext(context.Background(), forwarded), http.MethodGet, srv.URL, nil)
+		req, _ := http.NewRequestWithContext(mcphttp.NewContext(t.Context(), forwarded), http.MethodGet, srv.URL, nil)
 		if resp, err := tr.RoundTrip(req); err == nil {
 			resp.Body.Close()
 			t.Errorf("Upstreams %q: request sent, want an error", bad)

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )
@@ -47,7 +48,7 @@ type vharness struct {
 	rounds  *runs  // handler invocations of "confirm", one per round
 	url     string // wrapped
 	bareURL string // unwrapped
-	events  *eventLog
+	events  *idemtest.Events
 }
 
 type chargeArgs struct {
@@ -57,7 +58,7 @@ type chargeArgs struct {
 
 func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 	t.Helper()
-	h := &vharness{v: v, runs: &runs{}, rounds: &runs{}, events: &eventLog{counts: map[idem.EventKind]int{}}}
+	h := &vharness{v: v, runs: &runs{}, rounds: &runs{}, events: &idemtest.Events{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "versions", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "charge"}, func(ctx context.Context, req *mcp.CallToolRequest, in chargeArgs) (*mcp.CallToolResult, any, error) {
 		select {
@@ -94,7 +95,7 @@ func newVHarness(t *testing.T, v version, wrap mcphttp.Options) *vharness {
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: v.stateless, PropagateRequestCancellation: true})
 	if wrap.Observer == nil {
-		wrap.Observer = h.events.observe
+		wrap.Observer = h.events.ObserveHTTP
 	}
 	wrapped := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), wrap)(inner))
 	bare := httptest.NewServer(inner)
@@ -120,7 +121,7 @@ func (h *vharness) client(t *testing.T, hc *http.Client) *mcp.ClientSession {
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
 		},
 	})
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: h.url, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true,
 	}, &mcp.ClientSessionOptions{ProtocolVersion: h.v.protocol})
 	if err != nil {
@@ -199,9 +200,17 @@ func keyed(name string, amount int, key string) *mcp.CallToolParams {
 // client went away finishes after the client saw its error).
 func waitRuns(t *testing.T, r *runs, name string, n int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for r.get(name) < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	timeout := time.After(d)
+	for {
+		got, added := r.watch(name)
+		if got >= n {
+			return
+		}
+		select {
+		case <-added:
+		case <-timeout:
+			return
+		}
 	}
 }
 
@@ -212,17 +221,23 @@ func TestVersionsLostResponse(t *testing.T) {
 	t.Parallel()
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
-		if _, err := lossy.CallTool(context.Background(), keyed("charge", 5, "lost-1")); err == nil {
+		if _, err := lossy.CallTool(t.Context(), keyed("charge", 5, "lost-1")); err == nil {
 			t.Fatal("the first call got its answer; the drop did not happen")
 		}
-		retry, err := h.client(t, nil).CallTool(context.Background(), keyed("charge", 5, "lost-1"))
+		retry, err := h.client(t, nil).CallTool(t.Context(), keyed("charge", 5, "lost-1"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := resultText(t, retry); got != "charged 5 #1" {
 			t.Errorf("retry got %q, want the first execution's result", got)
 		}
-		waitRuns(t, h.runs, "charge", 2, time.Second) // a second run would be a defect: give it a chance to show
+		// The first call's completion is reported once its tool
+		// returned; after it, nothing is left to run the tool again.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if err := h.events.Wait(ctx, idem.EventCompleted, 1); err != nil {
+			t.Fatalf("the first call did not complete: %v (events %v)", err, h.events.Kinds())
+		}
 		if n := h.runs.get("charge"); n != 1 {
 			t.Errorf("tool ran %d times, want 1", n)
 		}
@@ -243,7 +258,7 @@ func TestModernStreamCloseWithoutKey(t *testing.T) {
 	h := newVHarness(t, versions[0], mcphttp.Options{})
 	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
 	unkeyed := &mcp.CallToolParams{Name: "charge", Arguments: chargeArgs{Amount: 9, DelayMs: 300}}
-	if _, err := lossy.CallTool(context.Background(), unkeyed); err == nil {
+	if _, err := lossy.CallTool(t.Context(), unkeyed); err == nil {
 		t.Fatal("the call got its answer; the drop did not happen")
 	}
 	waitRuns(t, h.runs, "charge:cancelled", 1, 5*time.Second)
@@ -259,11 +274,11 @@ func TestCancelWithClient(t *testing.T) {
 	t.Parallel()
 	h := newVHarness(t, versions[0], mcphttp.Options{CancelWithClient: true})
 	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
-	if _, err := lossy.CallTool(context.Background(), keyed("charge", 5, "cancel-1")); err == nil {
+	if _, err := lossy.CallTool(t.Context(), keyed("charge", 5, "cancel-1")); err == nil {
 		t.Fatal("the first call got its answer; the drop did not happen")
 	}
 	waitRuns(t, h.runs, "charge:cancelled", 1, 10*time.Second)
-	retry, err := h.client(t, nil).CallTool(context.Background(), keyed("charge", 5, "cancel-1"))
+	retry, err := h.client(t, nil).CallTool(t.Context(), keyed("charge", 5, "cancel-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,11 +334,11 @@ func TestVersionsTwoPrincipals(t *testing.T) {
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		alice := h.client(t, &http.Client{Transport: bearer("alice")})
 		bob := h.client(t, &http.Client{Transport: bearer("bob")})
-		ra, err := alice.CallTool(context.Background(), keyed("charge", 1, "k"))
+		ra, err := alice.CallTool(t.Context(), keyed("charge", 1, "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rb, err := bob.CallTool(context.Background(), keyed("charge", 1, "k"))
+		rb, err := bob.CallTool(t.Context(), keyed("charge", 1, "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,14 +362,14 @@ func TestVersionsConfirm(t *testing.T) {
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		cs := h.client(t, nil)
 		params := &mcp.CallToolParams{Name: "confirm", Arguments: chargeArgs{Amount: 9}, Meta: mcp.Meta{"idempotencyKey": "confirm-9"}}
-		res, err := cs.CallTool(context.Background(), params)
+		res, err := cs.CallTool(t.Context(), params)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := resultText(t, res); got != "confirmed 9 #1" {
 			t.Fatalf("got %q", got)
 		}
-		again, err := h.client(t, nil).CallTool(context.Background(), params)
+		again, err := h.client(t, nil).CallTool(t.Context(), params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -826,9 +841,7 @@ func TestModernProbeRejectionReported(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "charged") {
 		t.Errorf("HTTP %d %s, want the server's 400", resp.StatusCode, b)
 	}
-	h.events.mu.Lock()
-	defer h.events.mu.Unlock()
-	if n := h.events.counts[idem.EventRejected]; n != 1 {
+	if n := h.events.Count(idem.EventRejected); n != 1 {
 		t.Errorf("%d rejected events, want 1", n)
 	}
 	if n := h.runs.get("charge"); n != 1 {

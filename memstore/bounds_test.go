@@ -24,13 +24,13 @@ func TestWaitersDoNotLeak(t *testing.T) {
 	for name, end := range map[string]func(t *testing.T, s *Store, clock *idemtest.Clock, k idem.Key){
 		"takeover": func(t *testing.T, s *Store, clock *idemtest.Clock, k idem.Key) {
 			clock.Advance(2 * time.Second)
-			if c, err := s.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: k}); err != nil || !c.Takeover {
+			if c, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: k}); err != nil || !c.Takeover {
 				t.Fatalf("takeover: %+v %v", c, err)
 			}
 		},
 		"sweep": func(t *testing.T, s *Store, clock *idemtest.Clock, k idem.Key) {
 			clock.Advance(2 * time.Second)
-			if st, err := s.Sweep(context.Background(), 0); err != nil || st.Abandoned != 1 {
+			if st, err := s.Sweep(t.Context(), 0); err != nil || st.Abandoned != 1 {
 				t.Fatalf("sweep: %+v %v", st, err)
 			}
 		},
@@ -41,7 +41,7 @@ func TestWaitersDoNotLeak(t *testing.T) {
 			clock := idemtest.NewClock()
 			s := New(Options{Now: clock.Now, PollInterval: 5 * time.Millisecond})
 			k, _ := idem.ParseKey("k")
-			if _, err := s.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: k, Lease: time.Second}); err != nil {
+			if _, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: k, Lease: time.Second}); err != nil {
 				t.Fatal(err)
 			}
 			var wg sync.WaitGroup
@@ -63,10 +63,10 @@ func TestWaitersDoNotLeak(t *testing.T) {
 func TestRunInterval(t *testing.T) {
 	t.Parallel()
 	s := New(Options{})
-	if err := s.Run(context.Background(), -time.Second); err == nil {
+	if err := s.Run(t.Context(), -time.Second); err == nil {
 		t.Errorf("Run(ctx, -1s) = nil, want an error")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, 0) }()
 	cancel()
@@ -79,7 +79,7 @@ func TestRunInterval(t *testing.T) {
 // refuses an invalid key and a done ctx.
 func TestInspect(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := New(Options{})
 	k, err := idem.ParseKey("k")
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // written against either store: a live claim is refused unless forced.
 func TestForget(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := New(Options{Now: func() time.Time { return now }})
 	key := func(k string) idem.Key {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
@@ -27,7 +28,8 @@ func TestTimeoutHandlerEndsTheWork(t *testing.T) {
 	}
 	first := make(chan ended, 1)
 	var runs atomic.Int64
-	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Lease: 3 * time.Second, Wait: -1, Scope: fixedScope})(
+	var events idemtest.Events
+	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Lease: 3 * time.Second, Wait: -1, Scope: fixedScope, Observer: events.ObserveHTTP})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) > 1 {
 				w.WriteHeader(http.StatusCreated)
@@ -59,16 +61,9 @@ func TestTimeoutHandlerEndsTheWork(t *testing.T) {
 		resp, body := retry(t, srv.URL, "timeout")
 		t.Fatalf("2 s after TimeoutHandler's 503 the handler still runs; a retry gets %d %s", resp.StatusCode, body)
 	}
-	// The release follows the handler's return: retry until it is done.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, body := retry(t, srv.URL, "timeout")
-		if resp.StatusCode == http.StatusCreated && string(body) == "second run" {
-			break
-		}
-		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
-			t.Fatalf("retry: %d %s, want the handler to run again (201)", resp.StatusCode, body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The release follows the handler's return: wait for it, then retry.
+	waitEnded(t, &events)
+	if resp, body := retry(t, srv.URL, "timeout"); resp.StatusCode != http.StatusCreated || string(body) != "second run" {
+		t.Fatalf("retry: %d %s, want the handler to run again (201); events %v", resp.StatusCode, body, events.Kinds())
 	}
 }

@@ -9,10 +9,13 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
@@ -44,7 +47,7 @@ func postKey(ctx context.Context, url, k string) (*http.Response, error) {
 // retry posts k again and reads the whole answer.
 func retry(t *testing.T, url, k string) (*http.Response, []byte) {
 	t.Helper()
-	resp, err := postKey(context.Background(), url, k)
+	resp, err := postKey(t.Context(), url, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,31 +59,77 @@ func retry(t *testing.T, url, k string) (*http.Response, []byte) {
 	return resp, body
 }
 
+// hangUps wraps h with what tells a test the client hung up: outside the
+// middleware a request's context is the client's, and net/http ends it
+// when the client closes its connection while h runs. gone is closed at
+// the first such hang-up.
+func hangUps(gone chan struct{}, h http.Handler) http.Handler {
+	hungUp := sync.OnceFunc(func() { close(gone) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stop := context.AfterFunc(r.Context(), hungUp)
+		defer stop()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// waitGone waits until the front server saw the client hang up, failing
+// the test if it has not within 10 s.
+func waitGone(t *testing.T, gone <-chan struct{}) {
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Error("the server did not see the client hang up")
+	}
+}
+
+// waitEnded waits until the middleware completed or released the key of a
+// request that runs on: the first request's end, before its retry.
+func waitEnded(t *testing.T, events *idemtest.Events) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := events.WaitAny(ctx, idem.EventCompleted, idem.EventReleased); err != nil {
+		t.Fatalf("the first request did not end: %v (events: %v)", err, events.Kinds())
+	}
+}
+
 // TestReverseProxyHangUp: idem in front of httputil.ReverseProxy, whose
-// upstream takes 300 ms and answers 201 with 256 KiB. A client that hangs up
-// before the upstream answers, or after 4 KiB of its body, retries a second
-// later: the upstream ran once, and the retry gets the whole answer as a
-// replay. (Behind a proxy, a hang-up becomes a 502 or an
+// upstream answers 201 with 256 KiB. A client that hangs up before the
+// upstream answers, or after 4 KiB of its body, retries once the first
+// request ended: the upstream ran once, and the retry gets the whole answer
+// as a replay. (Behind a proxy, a hang-up becomes a 502 or an
 // http.ErrAbortHandler panic; releasing the key on either would run the
-// upstream again.)
+// upstream again.) The upstream holds back its answer, or the rest of its
+// body, until the front server saw the client hang up.
 func TestReverseProxyHangUp(t *testing.T) {
 	t.Parallel()
-	const size = 256 << 10
+	const size, piece = 256 << 10, 16 << 10
 	want := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	for _, tc := range []struct {
-		name   string
-		hangUp func(t *testing.T, url string)
+		name string
+		// sent is how much of the body the upstream sends before the
+		// client hangs up; -1: not even the status.
+		sent   int
+		hangUp func(t *testing.T, url string, started <-chan struct{})
 	}{
-		{"before the upstream answers", func(t *testing.T, url string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			if resp, err := postKey(ctx, url, "proxied"); err == nil {
-				resp.Body.Close()
-				t.Fatal("the request did not time out")
+		{"before the upstream answers", -1, func(t *testing.T, url string, started <-chan struct{}) {
+			ctx, cancel := context.WithCancel(t.Context())
+			sent := make(chan error, 1)
+			go func() {
+				resp, err := postKey(ctx, url, "proxied")
+				if err == nil {
+					resp.Body.Close()
+				}
+				sent <- err
+			}()
+			<-started
+			cancel()
+			if err := <-sent; err == nil {
+				t.Fatal("the request was not cut off")
 			}
 		}},
-		{"after 4 KiB of the body", func(t *testing.T, url string) {
-			resp, err := postKey(context.Background(), url, "proxied")
+		{"after 4 KiB of the body", piece, func(t *testing.T, url string, _ <-chan struct{}) {
+			resp, err := postKey(t.Context(), url, "proxied")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,27 +142,45 @@ func TestReverseProxyHangUp(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
+			started := make(chan struct{}, 1)
+			gone := make(chan struct{})
 			upstream := quietServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
-				time.Sleep(300 * time.Millisecond)
-				w.Header().Set("Content-Type", "application/octet-stream")
-				w.WriteHeader(http.StatusCreated)
-				// In 16 KiB pieces, 10 ms apart: the body is still
-				// on its way when the client hangs up.
-				for p := want; len(p) > 0; p = p[16<<10:] {
-					w.Write(p[:16<<10])
+				answer := func() {
+					w.Header().Set("Content-Type", "application/octet-stream")
+					w.WriteHeader(http.StatusCreated)
+				}
+				rest := want
+				if tc.sent >= 0 {
+					answer()
+					w.Write(rest[:tc.sent])
 					w.(http.Flusher).Flush()
-					time.Sleep(10 * time.Millisecond)
+					rest = rest[tc.sent:]
+				}
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+				waitGone(t, gone)
+				if tc.sent < 0 {
+					answer()
+				}
+				// In pieces, flushed: the rest of the body goes
+				// through the middleware after the hang-up.
+				for p := rest; len(p) > 0; p = p[piece:] {
+					w.Write(p[:piece])
+					w.(http.Flusher).Flush()
 				}
 			}))
 			target, _ := url.Parse(upstream.URL)
 			proxy := httputil.NewSingleHostReverseProxy(target)
 			proxy.ErrorLog = log.New(io.Discard, "", 0)
-			front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(proxy))
+			var events idemtest.Events
+			srv := quietServer(t, hangUps(gone, middleware.New(memstore.New(memstore.Options{}), middleware.Options{Observer: events.ObserveHTTP})(proxy)))
 
-			tc.hangUp(t, front.URL)
-			time.Sleep(time.Second)
-			resp, body := retry(t, front.URL, "proxied")
+			tc.hangUp(t, srv.URL, started)
+			waitEnded(t, &events)
+			resp, body := retry(t, srv.URL, "proxied")
 			if n := calls.Load(); n != 1 {
 				t.Fatalf("the upstream ran %d times, want 1", n)
 			}
@@ -125,14 +192,25 @@ func TestReverseProxyHangUp(t *testing.T) {
 	}
 }
 
-// slowReader hands out its bytes 32 KiB at a time, 5 ms apart, so that a
-// handler copying it is still writing when the client hangs up. It has no
-// WriteTo: io.Copy writes it piece by piece.
-type slowReader struct{ r io.Reader }
+// heldReader hands out its first n bytes, then waits for gone before the
+// rest, so that a handler copying it is still writing when the client
+// hangs up. It has no WriteTo: io.Copy writes it piece by piece.
+type heldReader struct {
+	r    io.Reader
+	n    int
+	gone <-chan struct{}
+	t    *testing.T
+}
 
-func (s slowReader) Read(p []byte) (int, error) {
-	time.Sleep(5 * time.Millisecond)
-	return s.r.Read(p[:min(len(p), 32<<10)])
+func (h *heldReader) Read(p []byte) (int, error) {
+	if h.n <= 0 {
+		waitGone(h.t, h.gone)
+	} else if len(p) > h.n {
+		p = p[:h.n]
+	}
+	n, err := h.r.Read(p[:min(len(p), 32<<10)])
+	h.n -= n
+	return n, err
 }
 
 // TestCopyTruncatedByHangUp: a handler that io.Copy's 1 MiB stops at its
@@ -144,15 +222,18 @@ func TestCopyTruncatedByHangUp(t *testing.T) {
 	want := bytes.Repeat([]byte("abcdefgh"), size/8)
 	var calls atomic.Int64
 	copied := make(chan error, 2)
-	front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(http.HandlerFunc(
+	gone := make(chan struct{})
+	front := quietServer(t, hangUps(gone, middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
 			w.Header().Set("Content-Type", "application/octet-stream")
-			_, err := io.Copy(w, slowReader{bytes.NewReader(want)})
+			// 96 KiB: the client's 64 KiB are through whatever
+			// net/http buffers; the rest waits for the hang-up.
+			_, err := io.Copy(w, &heldReader{r: bytes.NewReader(want), n: 96 << 10, gone: gone, t: t})
 			copied <- err
-		})))
+		}))))
 
-	resp, err := postKey(context.Background(), front.URL, "copied")
+	resp, err := postKey(t.Context(), front.URL, "copied")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +260,8 @@ func TestCancelWithClient(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
 	started := make(chan struct{}, 2)
-	front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{CancelWithClient: true})(http.HandlerFunc(
+	var events idemtest.Events
+	front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{CancelWithClient: true, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			n := calls.Add(1)
 			started <- struct{}{}
@@ -190,7 +272,7 @@ func TestCancelWithClient(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusCreated)
 		})))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	sent := make(chan error, 1)
 	go func() {
 		resp, err := postKey(ctx, front.URL, "cancelled")
@@ -202,15 +284,12 @@ func TestCancelWithClient(t *testing.T) {
 	<-started
 	cancel()
 	<-sent
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, _ := retry(t, front.URL, "cancelled")
-		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
-			if resp.StatusCode != http.StatusCreated || resp.Header.Get(middleware.ReplayedHeader) != "" || calls.Load() != 2 {
-				t.Fatalf("retry got %d (replayed %q) after %d runs; want a fresh run", resp.StatusCode, resp.Header.Get(middleware.ReplayedHeader), calls.Load())
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitEnded(t, &events)
+	if n := events.Count(idem.EventReleased); n != 1 {
+		t.Fatalf("the cut-off handler's key: %v, want released", events.Kinds())
+	}
+	resp, _ := retry(t, front.URL, "cancelled")
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get(middleware.ReplayedHeader) != "" || calls.Load() != 2 {
+		t.Fatalf("retry got %d (replayed %q) after %d runs; want a fresh run", resp.StatusCode, resp.Header.Get(middleware.ReplayedHeader), calls.Load())
 	}
 }

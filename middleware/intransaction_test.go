@@ -33,7 +33,7 @@ type txKit struct {
 func newTxKit(t *testing.T) *txKit {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
@@ -214,7 +214,7 @@ func TestInTransactionDuplicates(t *testing.T) {
 	}
 	dupDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { dupDone <- postTo(patient, "", "k") }()
-	time.Sleep(50 * time.Millisecond) // the duplicate is waiting
+	testdb.WaitLockWaiter(t, k.pool, "idem_keys") // the duplicate is waiting
 	close(release)
 	first := <-firstDone
 	wantStatus(t, first, http.StatusCreated)
@@ -338,6 +338,8 @@ func TestInTransactionLease(t *testing.T) {
 			return
 		}
 		if string(body) == "busy" {
+			// Busy for real durations: PostgreSQL's idle timeout
+			// measures the gaps between statements.
 			for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 6) {
 				if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
 					http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -345,6 +347,9 @@ func TestInTransactionLease(t *testing.T) {
 				}
 			}
 		} else {
+			// Idle for a real duration: PostgreSQL's
+			// idle_in_transaction_session_timeout, not a clock a
+			// synctest bubble fakes, ends the transaction.
 			time.Sleep(3 * lease)
 		}
 		w.WriteHeader(http.StatusCreated)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
@@ -120,10 +121,10 @@ func (hinting) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
 func TestRenewalOutageCancelsHandler(t *testing.T) {
 	t.Parallel()
 	s := &breakable{Store: memstore.New(memstore.Options{})}
-	var events eventLog
+	var events idemtest.Events
 	running := make(chan struct{})
 	cause := make(chan error, 1)
-	h := middleware.New(s, middleware.Options{Lease: 150 * time.Millisecond, Observer: events.observe})(http.HandlerFunc(
+	h := middleware.New(s, middleware.Options{Lease: 150 * time.Millisecond, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			close(running)
 			<-r.Context().Done()
@@ -137,8 +138,8 @@ func TestRenewalOutageCancelsHandler(t *testing.T) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", err)
 	}
 	<-done
-	if events.count(idem.EventLeaseLost) != 1 || events.count(idem.EventStoreError) < 1 {
-		t.Fatalf("events %v, want renew store errors then one lease lost", events.kinds())
+	if events.Count(idem.EventLeaseLost) != 1 || events.Count(idem.EventStoreError) < 1 {
+		t.Fatalf("events %v, want renew store errors then one lease lost", events.Kinds())
 	}
 }
 

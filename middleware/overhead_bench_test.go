@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"context"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -261,7 +260,7 @@ func heapGrowth(f func()) uint64 {
 
 func openPgstore(b *testing.B, opts pgstore.Options) *pgstore.Store {
 	pool, _ := testdb.Pool(b)
-	if err := migrations.Up(context.Background(), pool, migrations.Options{}); err != nil {
+	if err := migrations.Up(b.Context(), pool, migrations.Options{}); err != nil {
 		b.Fatal(err)
 	}
 	s, err := pgstore.New(pool, opts)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
@@ -23,7 +24,7 @@ func TestPgstore(t *testing.T) {
 	t.Parallel()
 	runSuite(t, func(t *testing.T) storeKit {
 		pool, _ := testdb.Pool(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 			t.Fatalf("migrations.Up: %v", err)
@@ -43,7 +44,7 @@ func TestPgstore(t *testing.T) {
 func TestPgstoreCommitTx(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatalf("migrations.Up: %v", err)
 	}
@@ -149,7 +150,7 @@ func TestPgstoreCommitTx(t *testing.T) {
 // (instead of a 409 until the lease runs out, then a second run).
 func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	schema := testdb.Schema(t)
 	cfg := testdb.Config(t, schema)
 	cfg.MaxConns = 1
@@ -162,9 +163,9 @@ func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := testdb.NewPool(t, testdb.DirectConfig(t, schema))
-	var events eventLog
+	var events idemtest.Events
 	var runs atomic.Int64
-	h := middleware.New(store, middleware.Options{Wait: -1, Scope: fixedScope, Observer: events.observe})(http.HandlerFunc(
+	h := middleware.New(store, middleware.Options{Wait: -1, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			conn, err := pool.Acquire(r.Context())
@@ -187,9 +188,9 @@ func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 	retry := serve(h, newReq("POST", "/charge", `{}`, key("killed")))
 	if retry.Code != http.StatusCreated || retry.Header().Get(middleware.ReplayedHeader) != "true" || runs.Load() != 1 {
 		t.Fatalf("retry: %d %s (replayed %q) after %d runs; events %v; want the first answer replayed",
-			retry.Code, retry.Body, retry.Header().Get(middleware.ReplayedHeader), runs.Load(), events.kinds())
+			retry.Code, retry.Body, retry.Header().Get(middleware.ReplayedHeader), runs.Load(), events.Kinds())
 	}
-	if n := events.count(idem.EventStoreError); n != 0 {
-		t.Fatalf("events %v, want no store error", events.kinds())
+	if n := events.Count(idem.EventStoreError); n != 0 {
+		t.Fatalf("events %v, want no store error", events.Kinds())
 	}
 }

@@ -38,7 +38,7 @@ func TestServerCancelledWait(t *testing.T) {
 	t.Parallel()
 	store := waitSignal{memstore.New(memstore.Options{}), make(chan struct{}, 1)}
 	key, _ := idem.ParseKey("k")
-	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: key, Lease: time.Minute}); err != nil {
+	if _, err := store.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: key, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	protect := middleware.New(store, middleware.Options{Wait: time.Minute, Scope: func(*http.Request) string { return "s" }})
@@ -55,7 +55,7 @@ func TestServerCancelledWait(t *testing.T) {
 		<-store.waiting
 		cancelRequests()
 	}()
-	resp, err := postKey(context.Background(), srv.URL, "k")
+	resp, err := postKey(t.Context(), srv.URL, "k")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
 func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool, schema := testdb.Pool(t)
 	// Four replicas starting at once: four pools, four goroutines.
 	var wg sync.WaitGroup
@@ -65,7 +65,7 @@ func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 
 func TestUpDownSchemaQualified(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool, schema := testdb.Pool(t)
 	opts := migrations.Options{Table: schema + ".claims"}
 	if err := migrations.Up(ctx, pool, opts); err != nil {
@@ -104,7 +104,7 @@ func TestUpDownSchemaQualified(t *testing.T) {
 // (no goose version table).
 func TestDownWithNothingApplied(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool, _ := testdb.Pool(t)
 	versionTable := func() bool {
 		t.Helper()
@@ -137,7 +137,7 @@ func TestDownWithNothingApplied(t *testing.T) {
 func TestUpInvalidTable(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
-	err := migrations.Up(context.Background(), pool, migrations.Options{Table: "x; DROP TABLE y"})
+	err := migrations.Up(t.Context(), pool, migrations.Options{Table: "x; DROP TABLE y"})
 	if !errors.Is(err, migrations.ErrInvalidTable) {
 		t.Fatalf("err = %v, want ErrInvalidTable", err)
 	}
@@ -149,7 +149,7 @@ func TestUpInvalidTable(t *testing.T) {
 // and a mismatching or out-of-range Partitions is refused.
 func TestUpPartitioned(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool, schema := testdb.Pool(t)
 	opts := migrations.Options{Table: schema + ".claims", Partitions: 4}
 	if err := migrations.Up(ctx, pool, opts); err != nil {
@@ -246,7 +246,7 @@ func downToZero(ctx context.Context, t *testing.T, pool *pgxpool.Pool, opts migr
 // replaced completion function completes the claim.
 func TestUpgradeFromVersion1(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool, _ := testdb.Pool(t)
 	if err := migrations.UpTo(ctx, pool, migrations.Options{}, 1); err != nil {
 		t.Fatal(err)

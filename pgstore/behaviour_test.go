@@ -23,7 +23,7 @@ func key(s string) idem.Key { return idem.KeyFromRequestID(idem.StringRequestID(
 
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

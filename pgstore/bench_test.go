@@ -21,7 +21,7 @@ import (
 // BenchmarkClaimComplete is the lifecycle of a first request: claim a new
 // key, then record its result. Two statements per operation.
 func BenchmarkClaimComplete(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	pool, _ := migrated(b)
 	s := newStore(b, pool, pgstore.Options{})
 	res := idem.Result{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"inv_123","amount_cents":4200}`)}
@@ -54,7 +54,7 @@ func lifecycle(b *testing.B, ctx context.Context, s *pgstore.Store, k idem.Key, 
 // BenchmarkReplay is a retry of a completed request: one claim statement
 // that finds the result. "hot" replays one key from every goroutine.
 func BenchmarkReplay(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	pool, _ := migrated(b)
 	s := newStore(b, pool, pgstore.Options{})
 	res := idem.Result{Status: 201, Body: []byte(`{"id":"inv_123","amount_cents":4200}`)}
@@ -97,7 +97,7 @@ func BenchmarkReplay(b *testing.B) {
 // BenchmarkHotKeyInFlight is a burst of duplicates of one request while it
 // runs: every goroutine claims the same key and is told it is in flight.
 func BenchmarkHotKeyInFlight(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	pool, _ := migrated(b)
 	s := newStore(b, pool, pgstore.Options{})
 	if _, err := s.Claim(ctx, idem.ClaimRequest{Scope: "bench", Key: key("hot"), Lease: time.Hour}); err != nil {
@@ -117,7 +117,7 @@ func BenchmarkHotKeyInFlight(b *testing.B) {
 // BenchmarkSweepBatch removes one batch of DefaultSweepBatch abandoned
 // claims per operation.
 func BenchmarkSweepBatch(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	pool, _ := migrated(b)
 	clock := idemtest.NewClock()
 	s := newStore(b, pool, pgstore.Options{Now: clock.Now})
@@ -145,7 +145,7 @@ func BenchmarkSweepBatch(b *testing.B) {
 // BenchmarkBaselineSelect1 is one round trip doing nothing, on the same
 // pool: the floor the other benchmarks compare with.
 func BenchmarkBaselineSelect1(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	pool, _ := migrated(b)
 	var one int
 	for b.Loop() {

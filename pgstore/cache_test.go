@@ -39,7 +39,7 @@ var cacheResult = idem.Result{Status: 201, Header: map[string][]string{"Content-
 // cached afterwards cannot be dropped by a late one.
 func complete(t *testing.T, s *pgstore.Store, key idem.Key) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	c, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key, Fingerprint: "fp"})
 	if err != nil || c.Status != idem.Acquired {
@@ -56,7 +56,7 @@ func complete(t *testing.T, s *pgstore.Store, key idem.Key) {
 // the LISTEN began before it), so it may take more than one.
 func cachedReplay(t *testing.T, s *pgstore.Store, key idem.Key) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := pgstore.CacheReady(ctx, s); err != nil {
 		t.Fatalf("waiting for the cache's LISTEN: %v", err)
@@ -74,7 +74,7 @@ func cachedReplay(t *testing.T, s *pgstore.Store, key idem.Key) {
 
 func wantReplay(t *testing.T, s *pgstore.Store, key idem.Key) {
 	t.Helper()
-	c, err := s.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: key, Fingerprint: "fp"})
+	c, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: key, Fingerprint: "fp"})
 	if err != nil || c.Status != idem.Completed || !c.Result.Equal(cacheResult) {
 		t.Fatalf("claim = %v %+v, %v; want the completed result", c.Status, c.Result, err)
 	}
@@ -82,7 +82,7 @@ func wantReplay(t *testing.T, s *pgstore.Store, key idem.Key) {
 
 func wantAcquired(t *testing.T, s *pgstore.Store, key idem.Key) {
 	t.Helper()
-	c, err := s.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: key, Fingerprint: "fp"})
+	c, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: key, Fingerprint: "fp"})
 	if err != nil || c.Status != idem.Acquired {
 		t.Fatalf("claim = %v, %v; want acquired", c.Status, err)
 	}
@@ -93,14 +93,14 @@ func wantAcquired(t *testing.T, s *pgstore.Store, key idem.Key) {
 // a replay.
 func deleteBehindBack(t *testing.T, pool *pgxpool.Pool, key idem.Key) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(), `DELETE FROM idem_keys WHERE key = $1`, key.String()); err != nil {
+	if _, err := pool.Exec(t.Context(), `DELETE FROM idem_keys WHERE key = $1`, key.String()); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestReplayCache(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	setup := func(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 		pool, _ := migrated(t)
 		return pool, newStore(t, pool, pgstore.Options{ReplayCacheBytes: cacheBytes})
@@ -275,7 +275,7 @@ func TestReplayCacheRetentionOnTestClock(t *testing.T) {
 // the NOTIFY the other's LISTEN connection delivers.
 func TestReplayCacheForgetAcrossInstances(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	poolA, schema := migrated(t)
 	poolB := testdb.NewPool(t, testdb.Config(t, schema))
 	a := newStore(t, poolA, pgstore.Options{ReplayCacheBytes: cacheBytes})

@@ -23,7 +23,7 @@ import (
 // pooler, which would not know the database.
 func encodedDatabase(t *testing.T, encoding string) *pgxpool.Pool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	url := testdb.URL(t)
 	var b [6]byte

@@ -28,7 +28,7 @@ func migrated(t testing.TB) (*pgxpool.Pool, string) {
 func migratedWith(t testing.TB, opts migrations.Options) (*pgxpool.Pool, string) {
 	t.Helper()
 	pool, schema := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	session := sessionPool(t, pool, schema)
 	if err := migrations.Up(ctx, session, opts); err != nil {

@@ -1,7 +1,6 @@
 package pgstore_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -26,7 +25,7 @@ func BenchmarkWaitWake(b *testing.B) {
 	for _, mode := range []string{"listen", "poll"} {
 		for _, hold := range []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second} {
 			b.Run(fmt.Sprintf("%s/hold=%v", mode, hold), func(b *testing.B) {
-				ctx := context.Background()
+				ctx := b.Context()
 				pool, schema := migrated(b)
 				holder := newStore(b, pool, pgstore.Options{})
 				waiter := newStore(b, testdb.NewPool(b, testdb.Config(b, schema)), pgstore.Options{NoListen: mode == "poll"})

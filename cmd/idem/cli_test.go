@@ -48,7 +48,7 @@ func idemCLI(ctx context.Context, dbURL string, args ...string) result {
 
 func mustRun(t *testing.T, dbURL string, args ...string) string {
 	t.Helper()
-	r := idemCLI(context.Background(), dbURL, args...)
+	r := idemCLI(t.Context(), dbURL, args...)
 	if r.err != nil {
 		t.Fatalf("idem %s: %v\nstderr: %s", strings.Join(args, " "), r.err, r.stderr)
 	}
@@ -84,7 +84,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal("idem_keys missing after migrate up")
 	}
 
-	r := idemCLI(context.Background(), dbURL, "migrate", "down")
+	r := idemCLI(t.Context(), dbURL, "migrate", "down")
 	if r.code() != 2 || !strings.Contains(r.err.Error(), "--yes") {
 		t.Fatalf("down without --yes: exit %d, %v", r.code(), r.err)
 	}
@@ -124,7 +124,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal("--table other_keys: table missing")
 	}
 	for _, args := range [][]string{{"migrate"}, {"migrate", "sideways"}, {"migrate", "up", "down"}} {
-		if r := idemCLI(context.Background(), dbURL, args...); r.code() != 2 {
+		if r := idemCLI(t.Context(), dbURL, args...); r.code() != 2 {
 			t.Errorf("idem %v: exit %d (%v), want 2", args, r.code(), r.err)
 		}
 	}
@@ -138,13 +138,13 @@ func TestMigratePartitions(t *testing.T) {
 	dbURL, pool := schemaURL(t)
 	mustRun(t, dbURL, "migrate", "up", "--partitions", "4")
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem_keys'::regclass`).Scan(&n); err != nil || n != 4 {
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem_keys'::regclass`).Scan(&n); err != nil || n != 4 {
 		t.Fatalf("partitions after migrate up --partitions 4: %d, %v", n, err)
 	}
-	if r := idemCLI(context.Background(), dbURL, "migrate", "up", "--partitions", "8"); r.err == nil || !strings.Contains(r.err.Error(), "4 partitions") {
+	if r := idemCLI(t.Context(), dbURL, "migrate", "up", "--partitions", "8"); r.err == nil || !strings.Contains(r.err.Error(), "4 partitions") {
 		t.Errorf("--partitions 8 on a table of 4: %v, want a mismatch error", r.err)
 	}
-	if r := idemCLI(context.Background(), dbURL, "migrate", "up", "--partitions", "-1"); r.code() != 2 {
+	if r := idemCLI(t.Context(), dbURL, "migrate", "up", "--partitions", "-1"); r.code() != 2 {
 		t.Errorf("--partitions -1: exit %d (%v), want 2", r.code(), r.err)
 	}
 }
@@ -152,7 +152,7 @@ func TestMigratePartitions(t *testing.T) {
 func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 	t.Helper()
 	var ok bool
-	if err := pool.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+	if err := pool.QueryRow(t.Context(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
 		t.Fatal(err)
 	}
 	return ok
@@ -177,7 +177,7 @@ func migratedStore(t *testing.T) (dbURL string, store *pgstore.Store) {
 func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
 	t.Helper()
 	dbURL, store = migratedStore(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	claim := func(key string, lease time.Duration) idem.Claim {
 		k, err := idem.ParseKey(key)
 		if err != nil {
@@ -266,7 +266,7 @@ func TestInspect(t *testing.T) {
 		{"--scope", "tenant-1", "--key", "nope"},
 		{"--scope", "tenant-2", "--key", "done"},
 	} {
-		r := idemCLI(context.Background(), dbURL, append([]string{"inspect"}, args...)...)
+		r := idemCLI(t.Context(), dbURL, append([]string{"inspect"}, args...)...)
 		if r.code() != 1 || !errors.Is(r.err, errAbsent) {
 			t.Errorf("inspect %v: exit %d, %v; want exit 1, absent", args, r.code(), r.err)
 		}
@@ -280,7 +280,7 @@ func TestInspect(t *testing.T) {
 		{"--scope", "s", "--key", strings.Repeat("k", 256)},     // too long
 		{"--scope", "s", "--key", "a", "--table", "Bad-Name"},   // invalid table
 	} {
-		if r := idemCLI(context.Background(), dbURL, append([]string{"inspect"}, args...)...); r.code() != 2 {
+		if r := idemCLI(t.Context(), dbURL, append([]string{"inspect"}, args...)...); r.code() != 2 {
 			t.Errorf("inspect %q: exit %d (%v), want 2", args, r.code(), r.err)
 		}
 	}
@@ -289,7 +289,7 @@ func TestInspect(t *testing.T) {
 func TestForget(t *testing.T) {
 	t.Parallel()
 	dbURL, store := fixture(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	present := func(key string) bool {
 		_, ok, err := store.Inspect(ctx, "tenant-1", mustKey(t, key))
 		if err != nil {
@@ -350,7 +350,7 @@ func TestSweep(t *testing.T) {
 		if !strings.Contains(out, "swept: 1 abandoned claims released, 0 expired results deleted") {
 			t.Fatalf("sweep --once: %s", out)
 		}
-		st, err := store.Stats(context.Background())
+		st, err := store.Stats(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,11 +361,11 @@ func TestSweep(t *testing.T) {
 	t.Run("loop until cancelled", func(t *testing.T) {
 		t.Parallel()
 		dbURL, store := fixture(t)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan result, 1)
 		go func() { done <- idemCLI(ctx, dbURL, "sweep", "--interval", "20ms") }()
 		for {
-			st, err := store.Stats(context.Background())
+			st, err := store.Stats(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -385,7 +385,7 @@ func TestSweep(t *testing.T) {
 
 func TestConnectionErrors(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	check := func(t *testing.T, url string, code int, want string) {
 		t.Helper()
 		r := idemCLI(ctx, url, "stats")
@@ -428,16 +428,16 @@ func TestHelp(t *testing.T) {
 	// Asked for, the usage goes to stdout (idem --help | less).
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"migrate", "--help"}, {"sweep", "--help"},
 		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}} {
-		r := idemCLI(context.Background(), "", args...)
+		r := idemCLI(t.Context(), "", args...)
 		if r.code() != 0 || !strings.Contains(r.stdout, "Usage: idem") || r.stderr != "" {
 			t.Errorf("idem %v: exit %d (%v), stdout %q, stderr %q", args, r.code(), r.err, r.stdout, r.stderr)
 		}
 	}
-	if r := idemCLI(context.Background(), "", "stats", "--help"); !strings.Contains(r.stdout, "-json") {
+	if r := idemCLI(t.Context(), "", "stats", "--help"); !strings.Contains(r.stdout, "-json") {
 		t.Errorf("stats --help does not list its flags:\n%s", r.stdout)
 	}
 	for _, args := range [][]string{{}, {"frobnicate"}, {"stats", "--nope"}, {"stats", "extra"}} {
-		if r := idemCLI(context.Background(), "", args...); r.code() != 2 {
+		if r := idemCLI(t.Context(), "", args...); r.code() != 2 {
 			t.Errorf("idem %v: exit %d (%v), want 2", args, r.code(), r.err)
 		}
 	}
@@ -456,7 +456,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stats", "extra"}, `idem: stats: unexpected arguments ["extra"] (see idem stats --help)`},
 		{[]string{"frobnicate"}, `idem: unknown command "frobnicate" (see idem --help)`},
 	} {
-		r := idemCLI(context.Background(), "", tc.args...)
+		r := idemCLI(t.Context(), "", tc.args...)
 		if r.code() != 2 {
 			t.Errorf("idem %v: exit %d (%v), want 2", tc.args, r.code(), r.err)
 			continue

@@ -35,7 +35,7 @@ tenant-1  key/done  completed  <d>  test
 `)
 	checkOutput(t, "keys --scope tenant-2", mustRun(t, dbURL, "keys", "--scope", "tenant-2"), "no keys in table idem_keys match\n")
 
-	r := idemCLI(context.Background(), dbURL, "keys", "--limit", "1")
+	r := idemCLI(t.Context(), dbURL, "keys", "--limit", "1")
 	if r.err != nil || r.stderr != "idem: keys: showed the 1 most recent; --limit N shows more\n" {
 		t.Errorf("keys --limit 1: %v, stderr %q", r.err, r.stderr)
 	}
@@ -59,7 +59,7 @@ tenant-1  key/done  completed  <d>  test
 func TestInspectStoredKeyAsKey(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := fixture(t)
-	r := idemCLI(context.Background(), dbURL, "inspect", "--scope", "tenant-1", "--key", "key/done")
+	r := idemCLI(t.Context(), dbURL, "inspect", "--scope", "tenant-1", "--key", "key/done")
 	const want = `idem: no such key: scope "tenant-1", key "key/key%2Fdone" is absent (never claimed, released, swept or forgotten); if "key/done" is the key as stored (as "idem keys" prints it), pass --stored-key key/done`
 	if got := cmdmain.Message("idem", r.err); r.code() != 1 || got != want {
 		t.Errorf("exit %d\n got %s\nwant %s", r.code(), got, want)
@@ -103,7 +103,7 @@ func TestScopeFindsTheKey(t *testing.T) {
 	idemScope := func(t *testing.T, args ...string) string {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
-		if err := run(context.Background(), append([]string{"scope", "--secret-env", "SHOP_SCOPE_SECRET"}, args...), getenv, &stdout, &stderr); err != nil || stderr.Len() > 0 {
+		if err := run(t.Context(), append([]string{"scope", "--secret-env", "SHOP_SCOPE_SECRET"}, args...), getenv, &stdout, &stderr); err != nil || stderr.Len() > 0 {
 			t.Fatalf("idem scope %q: %v, stderr %q", args, err, stderr.String())
 		}
 		return strings.TrimSuffix(stdout.String(), "\n")
@@ -163,13 +163,13 @@ func TestScopeFindsTheKey(t *testing.T) {
 			wrapped.ServeHTTP(w, r)
 		}))
 		defer srv.Close()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(),
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(t.Context(),
 			&mcp.StreamableClientTransport{Endpoint: srv.URL, DisableStandaloneSSE: true}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cs.Close()
-		if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "order", Arguments: map[string]any{},
+		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "order", Arguments: map[string]any{},
 			Meta: mcp.Meta{"sessionId": "conv-7", "idempotencyKey": "turn-1"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -188,11 +188,11 @@ func TestScopeFindsTheKey(t *testing.T) {
 // middleware refuses them.
 func TestScopeOutput(t *testing.T) {
 	t.Parallel()
-	r := idemCLI(context.Background(), "", "scope", "-H", "Authorization: Bearer t0k3n", "--route", "POST /invoices")
+	r := idemCLI(t.Context(), "", "scope", "-H", "Authorization: Bearer t0k3n", "--route", "POST /invoices")
 	if r.err != nil || len(r.stdout) != 65 || r.stderr != "idem: scope: $IDEM_SCOPE_SECRET is not set: computed without a ScopeSecret (plain SHA-256), as for a service that sets none\n" {
 		t.Errorf("scope: %v, stdout %q, stderr %q", r.err, r.stdout, r.stderr)
 	}
-	r = idemCLI(context.Background(), "", "scope", "-H", "Cookie: session=x", "--route", "POST /invoices")
+	r = idemCLI(t.Context(), "", "scope", "-H", "Cookie: session=x", "--route", "POST /invoices")
 	const want = "idem: the request carries cookies but no credential, and --session-cookies is not given: name the service's session cookies (--session-cookies session), or --session-cookies '' if none identifies a caller"
 	if got := cmdmain.Message("idem", r.err); r.code() != 1 || got != want {
 		t.Errorf("cookie only: exit %d\n got %s\nwant %s", r.code(), got, want)

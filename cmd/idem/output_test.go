@@ -80,7 +80,7 @@ func TestErrorLines(t *testing.T) {
 		{[]string{"scope", "--mcp", "--route", "/x"}, `idem: scope: --route is for the HTTP middleware's scope; an MCP scope (--mcp) has none (see idem scope --help)`},
 		{[]string{"scope", "-H", "Authorization", "--route", "/x"}, `idem: scope: invalid value "Authorization" for flag -H: want "Name: value" (see idem scope --help)`},
 	} {
-		r := idemCLI(context.Background(), "", tc.args...)
+		r := idemCLI(t.Context(), "", tc.args...)
 		if got := cmdmain.Message("idem", r.err); got != tc.want || r.code() != 2 {
 			t.Errorf("idem %q: exit %d\n got %s\nwant %s", tc.args, r.code(), got, tc.want)
 		}
@@ -90,7 +90,7 @@ func TestErrorLines(t *testing.T) {
 // TestUnresolvableHost: one line, the host named once.
 func TestUnresolvableHost(t *testing.T) {
 	t.Parallel()
-	r := idemCLI(context.Background(), "postgres://idem:secret@nonexistent.invalid:5432/x?connect_timeout=5", "stats")
+	r := idemCLI(t.Context(), "postgres://idem:secret@nonexistent.invalid:5432/x?connect_timeout=5", "stats")
 	line := cmdmain.Message("idem", r.err)
 	if r.code() != 1 || strings.Contains(line, "\n") || strings.Count(line, "nonexistent.invalid") != 2 ||
 		!strings.HasPrefix(line, `idem: cannot connect to PostgreSQL at nonexistent.invalid:5432 (user "idem", database "x"): cannot resolve host "nonexistent.invalid": `) {
@@ -136,7 +136,7 @@ VERSION  STATE    APPLIED AT
 			"1        pending  -\n2        pending  -\n3        pending  -\n",
 		},
 	} {
-		r := idemCLI(context.Background(), dbURL, "migrate", "down")
+		r := idemCLI(t.Context(), dbURL, "migrate", "down")
 		if got := cmdmain.Message("idem", r.err); r.code() != 2 || got != step.confirm || r.stdout != "" {
 			t.Fatalf("migrate down: exit %d, stdout %q\n got %s\nwant %s", r.code(), r.stdout, got, step.confirm)
 		}
@@ -153,7 +153,7 @@ VERSION  STATE    APPLIED AT
 func TestSweepLogsEachRound(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := fixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var stdout, stderr demoproc.Buffer
 	getenv := func(k string) string {
 		if k == "DATABASE_URL" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/csv"
 	"io"
 	"os"
@@ -94,7 +93,7 @@ func TestPercentile(t *testing.T) {
 // tool's own schema must be gone afterwards.
 func TestRunAllModes(t *testing.T) {
 	url := testdb.URL(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	before := benchSchemas(t, url)
 	var out, errOut bytes.Buffer
 	csvPath := filepath.Join(t.TempDir(), "bench.csv")
@@ -156,7 +155,7 @@ func TestRunAllModes(t *testing.T) {
 func TestRunReportsFailures(t *testing.T) {
 	url := testdb.URL(t)
 	// A table name migrations reject: setup fails before anything runs.
-	err := run(context.Background(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, noEnv, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"-database-url", url, "-table", "Bad-Name", "-duration", "100ms"}, noEnv, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "Bad-Name") {
 		t.Fatalf("run with an invalid table = %v, want an error naming it", err)
 	}
@@ -164,7 +163,7 @@ func TestRunReportsFailures(t *testing.T) {
 
 func benchSchemas(t *testing.T, url string) int {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

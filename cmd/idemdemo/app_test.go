@@ -174,7 +174,7 @@ func TestAppInProcess(t *testing.T) {
 	// A request whose client hangs up during its delay runs on. One cut
 	// off by shutdown (its bound ran out) answers 503 and releases its
 	// key, and the app takes no new claims.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	r := httptest.NewRequest("POST", "/invoices", strings.NewReader(`{"customer":"x","amount_cents":1,"delay_ms":600000}`)).WithContext(ctx)
 	r.Header.Set("Idempotency-Key", "cancelled")
 	r.Header.Set("Content-Type", "application/json")
@@ -266,7 +266,7 @@ func FuzzDecodeInvoiceRequest(f *testing.F) {
 func TestHelpGoesToStdout(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), []string{"-help"}, func(string) string { return "" }, &stdout, &stderr); !errors.Is(err, cmdmain.ErrHelp) {
+	if err := run(t.Context(), []string{"-help"}, func(string) string { return "" }, &stdout, &stderr); !errors.Is(err, cmdmain.ErrHelp) {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(stdout.String(), "Usage: idemdemo [flags]\n") || stderr.Len() != 0 {
@@ -274,7 +274,7 @@ func TestHelpGoesToStdout(t *testing.T) {
 	}
 	stdout.Reset()
 	stderr.Reset()
-	if err := run(context.Background(), []string{"-nope"}, func(string) string { return "" }, &stdout, &stderr); cmdmain.ExitCode(err) != 2 {
+	if err := run(t.Context(), []string{"-nope"}, func(string) string { return "" }, &stdout, &stderr); cmdmain.ExitCode(err) != 2 {
 		t.Fatal(err)
 	}
 	if stdout.Len() != 0 || !strings.HasPrefix(stderr.String(), "flag provided but not defined: -nope\nUsage: idemdemo [flags]\n") {

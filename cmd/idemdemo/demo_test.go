@@ -134,7 +134,7 @@ func TestInFlightAndShutdownRelease(t *testing.T) {
 	// Released before b exited, not left to its 30s lease: the key is
 	// absent now, and no invoice was created for it.
 	var rows int
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM idem_keys WHERE key = 'key/long-1'`).Scan(&rows); err != nil {
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM idem_keys WHERE key = 'key/long-1'`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != 0 {
@@ -211,7 +211,7 @@ func callToolResult(t *testing.T, d *demo, args map[string]any, meta mcp.Meta) *
 // version it got.
 func callToolAt(t *testing.T, d *demo, version string, args map[string]any, meta mcp.Meta) *mcp.CallToolResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
@@ -323,7 +323,7 @@ func TestMCPTool(t *testing.T) {
 	// and the process restarted, so no cache holds it either), the retry
 	// runs the tool again, which forwards the same key, and the REST API
 	// replays the invoice it created for the first run.
-	if _, err := conn.Exec(context.Background(), `DELETE FROM idem_keys WHERE scope LIKE 'mcp:%'`); err != nil {
+	if _, err := conn.Exec(t.Context(), `DELETE FROM idem_keys WHERE scope LIKE 'mcp:%'`); err != nil {
 		t.Fatal(err)
 	}
 	d.Stop()
@@ -359,12 +359,12 @@ func TestMCPToolProgress(t *testing.T) {
 			},
 		})
 		hc := &http.Client{Transport: &http.Transport{}}
-		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1},
+		cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: d.URL() + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1},
 			&mcp.ClientSessionOptions{ProtocolVersion: version})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_invoice",
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "create_invoice",
 			Arguments: map[string]any{"customer": "progress " + version, "amount_cents": 5},
 			Meta:      mcp.Meta{"progressToken": "p-" + version, "idempotencyKey": "progress-" + version}})
 		cs.Close()
@@ -710,7 +710,7 @@ func TestShutdownEndsMCPStreams(t *testing.T) {
 // nil with no goroutine left behind (goleak in TestMain).
 func TestRunInProcess(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	lines := make(chan string, 10)
 	stdout := writerFunc(func(p []byte) (int, error) {

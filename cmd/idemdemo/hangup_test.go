@@ -17,7 +17,7 @@ func TestClientHangUpThenRetry(t *testing.T) {
 	d := startDemo(t, dbURL)
 	body := `{"customer":"hangup","amount_cents":4200,"delay_ms":500}`
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/invoices", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

@@ -120,7 +120,7 @@ func schemaURL(t *testing.T, schema string) (string, *pgx.Conn) {
 	// Names the demo's connections, for waitForInFlight.
 	q.Set("application_name", schema)
 	u.RawQuery = q.Encode()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, u.String())
 	if err != nil {
@@ -142,7 +142,7 @@ func waitForInFlight(t *testing.T, conn *pgx.Conn, key string) {
 	for {
 		var state string
 		var open bool
-		err := conn.QueryRow(context.Background(), `
+		err := conn.QueryRow(t.Context(), `
 			SELECT coalesce((SELECT state FROM idem_keys WHERE key = $1), ''),
 			       EXISTS (SELECT FROM pg_stat_activity
 			                WHERE current_schema() IN (application_name, usename) AND state = 'idle in transaction')`,
@@ -167,7 +167,7 @@ func waitForState(t *testing.T, conn *pgx.Conn, key, state string) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var got string
-		err := conn.QueryRow(context.Background(), `SELECT state FROM idem_keys WHERE key = $1`, key).Scan(&got)
+		err := conn.QueryRow(t.Context(), `SELECT state FROM idem_keys WHERE key = $1`, key).Scan(&got)
 		if errors.Is(err, pgx.ErrNoRows) {
 			got, err = "", nil
 		}

@@ -108,7 +108,7 @@ func TestTelemetryConfig(t *testing.T) {
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, wantErr: "http/protobuf only"},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"}, wantErr: "http/protobuf only"},
 	} {
-		tel, err := newTelemetry(context.Background(), func(k string) string { return tc.env[k] }, io.Discard, be)
+		tel, err := newTelemetry(t.Context(), func(k string) string { return tc.env[k] }, io.Discard, be)
 		if tc.wantErr != "" {
 			var ue *cmdmain.UsageError
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {

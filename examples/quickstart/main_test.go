@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -28,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 func TestQuickstart(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.SchemaURL(t, testdb.Schema(t))
-	ctx := context.Background()
+	ctx := t.Context()
 	handler, shutdown, err := setup(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

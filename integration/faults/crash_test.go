@@ -120,7 +120,7 @@ func TestCrashMatrix(t *testing.T) {
 		// released and the transaction becomes visible.
 		s := testdb.StartServer(t)
 		admin := openDB(t, s.URL)
-		ctx := context.Background()
+		ctx := t.Context()
 		for _, q := range []string{
 			`ALTER SYSTEM SET synchronous_commit = 'local'`,
 			`ALTER SYSTEM SET synchronous_standby_names = 'nobody'`,
@@ -202,7 +202,7 @@ func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
 
 	// The test holds a lock that blocks the invoice INSERT: the
 	// handler is inside its transaction when it is killed.
-	ctx := context.Background()
+	ctx := t.Context()
 	lock, err := d.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

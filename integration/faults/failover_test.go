@@ -171,7 +171,7 @@ type failoverLoad struct {
 
 func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	l := &failoverLoad{cancel: cancel}
 	run := uniq("failover")
 	for c := range clients {

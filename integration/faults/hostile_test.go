@@ -400,7 +400,7 @@ func TestMCPStreamCut(t *testing.T) {
 	t.Run("before the first byte", func(t *testing.T) {
 		customer, key := uniq("cut"), uniq("cut-key")
 		meta := `{"idempotencyKey":"` + key + `"}`
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() {
 			resp, err := open(ctx, toolCall("1", customer, 100, 1000, meta))
@@ -423,7 +423,7 @@ func TestMCPStreamCut(t *testing.T) {
 	t.Run("in the middle of the SSE stream", func(t *testing.T) {
 		customer, key := uniq("cut"), uniq("cut-key")
 		meta := `{"idempotencyKey":"` + key + `"}`
-		resp, err := open(context.Background(), toolCall("1", customer, 100, 0, meta))
+		resp, err := open(t.Context(), toolCall("1", customer, 100, 0, meta))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,7 +124,7 @@ func send(c *http.Client, req *http.Request) (response, error) {
 // mustPost is post for a test that expects an answer.
 func mustPost(t testing.TB, base, path, body string, header ...string) response {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	r, err := post(ctx, newClient(time.Minute), base, path, body, header...)
 	if err != nil {
@@ -143,7 +143,7 @@ func retryUntilAnswered(t testing.TB, base, key, body string, deadline time.Dura
 	end := time.Now().Add(deadline)
 	var last string
 	for time.Now().Before(end) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		r, err := post(ctx, c, base, "/invoices", body, "Idempotency-Key", key)
 		cancel()
 		switch {
@@ -234,7 +234,7 @@ func openDB(t testing.TB, rawURL string) *db {
 	// The test's own queries are not the demo's.
 	cfg.ConnConfig.RuntimeParams["application_name"] = "faults-test"
 	cfg.MaxConns = 4
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -45,7 +45,7 @@ func TestDatabaseOutage(t *testing.T) {
 
 	// Load: clients that retry until they get their 201, across the outage.
 	const loaders = 20
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var (
 		mu            sync.Mutex

@@ -133,7 +133,7 @@ func toolInvoice(t *testing.T, msgs []rpcMessage) Invoice {
 func TestCredentialsNeverReplayed(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestMCPKeysNotLogged(t *testing.T) {
 	waitFor(t, "the call and its REST request to be claimed", time.Minute, func() bool {
 		return d.count(`SELECT count(*) FROM idem_keys WHERE state = 'claimed'`) == 2
 	})
-	if _, err := d.pool.Exec(context.Background(), `DELETE FROM idem_keys`); err != nil {
+	if _, err := d.pool.Exec(t.Context(), `DELETE FROM idem_keys`); err != nil {
 		t.Fatal(err)
 	}
 	<-done
@@ -316,7 +316,7 @@ func leastPrivilegeGrants(schema, role string) []string {
 // and returns its name and a URL connecting as it to schema.
 func runtimeRole(t *testing.T, owner *pgxpool.Pool, schema, app string) (role, roleURL string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	role, password := "idem_rt_"+hex.EncodeToString(b[:]), hex.EncodeToString(b[:])+"-pw"
@@ -359,7 +359,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	app := uniq("lp-demo")
 	role, roleURL := runtimeRole(t, d.pool, schema, app)
 	for _, q := range append(leastPrivilegeGrants(schema, role), fmt.Sprintf(`GRANT SELECT, INSERT ON %s.idemdemo_invoices TO %s`, schema, role)) {
-		if _, err := d.pool.Exec(context.Background(), q); err != nil {
+		if _, err := d.pool.Exec(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
@@ -430,7 +430,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 func TestLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	ownerPool, schema := testdb.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := migrations.Up(ctx, ownerPool, migrations.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestStorm(t *testing.T) {
 		cases[i] = keyCase{key: fmt.Sprintf("%s-key-%02d", run, i), customer: customer, body: invoiceBody(customer, int64(100+i), rand.IntN(1200))}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	var (
 		mu       sync.Mutex

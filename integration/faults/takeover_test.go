@@ -102,7 +102,7 @@ func newOwner(t *testing.T, name string, pool *pgxpool.Pool, pg *pgstore.Store, 
 func setupTakeover(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestSlowOwnerTakeover(t *testing.T) {
 
 func assertTakeoverOutcome(t *testing.T, pool *pgxpool.Pool, key string, fast *owner, fastAnswer response, wantTakeover bool) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var owners []string
 	rows, err := pool.Query(ctx, `SELECT owner FROM invoices ORDER BY id`)
 	if err != nil {

@@ -127,7 +127,7 @@ func startEffects(t *testing.T, path, databaseURL string, fx *effects) *instance
 		t.Fatal(err)
 	}
 	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func startEffects(t *testing.T, path, databaseURL string, fx *effects) *instance
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweepCtx, stopSweeper := context.WithCancel(context.Background())
+	sweepCtx, stopSweeper := context.WithCancel(t.Context())
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
@@ -164,7 +164,7 @@ func startEffects(t *testing.T, path, databaseURL string, fx *effects) *instance
 // migrates too, under goose's lock).
 func migrate(t *testing.T, databaseURL string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {

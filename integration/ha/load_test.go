@@ -57,7 +57,7 @@ const probeEvery = 100 * time.Millisecond
 
 func startLoad(t *testing.T, instances []*instance, run string, clients int) *load {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	l := &load{instances: instances, run: run, cancel: cancel, sent: map[string]kind{}, probes: map[string][]probe{}, pending: map[string]time.Time{}}
 	for c := range clients {
 		l.wg.Add(1)

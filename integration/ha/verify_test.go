@@ -73,7 +73,7 @@ func check(t *testing.T, c *cluster, l *load, answers []answer, fx *effects) che
 	wg.Wait()
 
 	pool := openPool(t, c.multiHostURL("idem-ha-check"))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	rows, err := pool.Query(ctx, `SELECT customer, id FROM idemdemo_invoices WHERE starts_with(customer, $1)`, l.run)
 	if err != nil {
@@ -179,7 +179,7 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

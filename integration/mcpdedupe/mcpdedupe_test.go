@@ -44,7 +44,7 @@ func start(t *testing.T, schema string, executions *atomic.Int64) *process {
 func startGated(t *testing.T, schema string, executions *atomic.Int64, entered chan<- struct{}, gate <-chan struct{}, waiting ...chan struct{}) *process {
 	t.Helper()
 	pool := testdb.NewPool(t, testdb.Config(t, schema))
-	if err := migrations.Up(context.Background(), pool, migrations.Options{}); err != nil {
+	if err := migrations.Up(t.Context(), pool, migrations.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := pgstore.New(pool, pgstore.Options{})
@@ -86,7 +86,7 @@ func (p *process) stop() {
 func connect(t *testing.T, url string) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestRestartReplaysMetaKey(t *testing.T) {
 
 	before := start(t, schema, &executions)
 	cs := connect(t, before.srv.URL)
-	first, err := cs.CallTool(context.Background(), params)
+	first, err := cs.CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestRestartReplaysMetaKey(t *testing.T) {
 	before.stop()
 
 	after := start(t, schema, &executions)
-	retry, err := connect(t, after.srv.URL).CallTool(context.Background(), params)
+	retry, err := connect(t, after.srv.URL).CallTool(t.Context(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRestartReplaysMetaKey(t *testing.T) {
 	// A request-id key, by contrast, lives in the old Mcp-Session-Id: a new
 	// session's call is a new call.
 	params.Meta = nil
-	if _, err := connect(t, after.srv.URL).CallTool(context.Background(), params); err != nil {
+	if _, err := connect(t, after.srv.URL).CallTool(t.Context(), params); err != nil {
 		t.Fatal(err)
 	}
 	if n := executions.Load(); n != 2 {

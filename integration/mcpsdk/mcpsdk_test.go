@@ -205,7 +205,7 @@ func installScript(t *testing.T, dir string) string {
 // runScript runs the scenarios of one phase and returns their outcomes.
 func runScript(t *testing.T, node, script string, env []string) []outcome {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Env = append(os.Environ(), env...)

@@ -94,7 +94,7 @@ func newCluster(t testing.TB, cfg runConfig, bin string, clk *clock) *cluster {
 	}
 	c.pgAddr = u.Host
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	pcfg, err := pgxpool.ParseConfig(c.pg.URL)
 	if err != nil {

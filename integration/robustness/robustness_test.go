@@ -167,11 +167,11 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 	clk := c.clock
 	clk.start = time.Now()
 
-	ctx, stop := context.WithTimeout(context.Background(), cfg.duration)
+	ctx, stop := context.WithTimeout(t.Context(), cfg.duration)
 	defer stop()
 	in := &injector{c: c}
 	in.run(ctx, clk.start, sched)
-	sampleCtx, stopSampling := context.WithCancel(context.Background())
+	sampleCtx, stopSampling := context.WithCancel(t.Context())
 	samples := make(chan []pgSample, 1)
 	go func() { samples <- c.samplePostgres(sampleCtx) }()
 	var clients sync.WaitGroup
@@ -246,7 +246,7 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 
 func leftClaimed(t *testing.T, c *cluster) []string {
 	t.Helper()
-	rows, err := c.pool.Query(context.Background(), `SELECT key FROM idem_keys WHERE state <> 'completed' ORDER BY key`)
+	rows, err := c.pool.Query(t.Context(), `SELECT key FROM idem_keys WHERE state <> 'completed' ORDER BY key`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func leftClaimed(t *testing.T, c *cluster) []string {
 // execution its result names.
 func recordedAnswers(t *testing.T, c *cluster) map[string]string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	store, err := pgstore.New(c.pool, pgstore.Options{NoListen: true})
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +321,7 @@ func answerExec(body []byte) string {
 
 func dbEffects(t *testing.T, c *cluster) []dbEffect {
 	t.Helper()
-	rows, err := c.pool.Query(context.Background(), `SELECT key, exec, variant, gen FROM robust_effects ORDER BY id`)
+	rows, err := c.pool.Query(t.Context(), `SELECT key, exec, variant, gen FROM robust_effects ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

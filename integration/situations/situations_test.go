@@ -176,25 +176,28 @@ type env struct {
 	url    string
 	runs   atomic.Int64
 	events idemtest.Events
+	// gone is closed when the server first sees a client hang up while
+	// the adapter serves it.
+	gone chan struct{}
 }
 
 // newEnv mounts a over store (nil: a fresh memstore) around w, counting
 // each run of w.
 func newEnv(t *testing.T, a adapter, store idem.Store, o mountOptions, w work) *env {
 	t.Helper()
-	e := &env{t: t, a: a, store: store}
+	e := &env{t: t, a: a, store: store, gone: make(chan struct{})}
 	if e.store == nil {
 		e.store = memstore.New(memstore.Options{})
 	}
 	o.observe = e.events.Observe
-	srv := httptest.NewUnstartedServer(a.mount(e.store, o, func(ctx context.Context) (string, error) {
+	srv := httptest.NewUnstartedServer(hangUps(e.gone, a.mount(e.store, o, func(ctx context.Context) (string, error) {
 		n := e.runs.Add(1)
 		text, err := w(ctx)
 		if err == nil && text == "" {
 			text = fmt.Sprintf("run #%d", n)
 		}
 		return text, err
-	}))
+	})))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panics the situations cause
 	srv.Start()
 	t.Cleanup(func() {
@@ -203,6 +206,19 @@ func newEnv(t *testing.T, a adapter, store idem.Store, o mountOptions, w work) *
 	})
 	e.url = srv.URL
 	return e
+}
+
+// hangUps wraps h with what tells a test the client hung up: outside the
+// adapter a request's context is the client's, and net/http ends it when
+// the client closes its connection while h runs. gone is closed at the
+// first such hang-up.
+func hangUps(gone chan struct{}, h http.Handler) http.Handler {
+	hungUp := sync.OnceFunc(func() { close(gone) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stop := context.AfterFunc(r.Context(), hungUp)
+		defer stop()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // client opens a connection per request: a connection the test's client
@@ -313,7 +329,7 @@ func situationClientHangsUp(t *testing.T, a adapter) {
 		}
 		return "", nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	sent := make(chan error, 1)
 	go func() {
 		_, _, _, err := e.send(ctx, "hang-up")
@@ -324,10 +340,14 @@ func situationClientHangsUp(t *testing.T, a adapter) {
 	if err := <-sent; err == nil {
 		t.Fatal("the client that hung up got an answer")
 	}
-	time.Sleep(50 * time.Millisecond) // the server notices the hang-up
+	select { // the server notices the hang-up
+	case <-e.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not see the client hang up")
+	}
 	close(proceed)
 
-	text, replayed, ok := retryUntilAnswered(t, e, "hang-up")
+	text, replayed, ok := retryAfterEnd(t, e, e, "hang-up")
 	if !ok || !replayed || e.runs.Load() != 1 {
 		t.Fatalf("retry got %q (replayed %v); work ran %d times; events %v; want one run, replayed", text, replayed, e.runs.Load(), e.events.Kinds())
 	}
@@ -336,21 +356,22 @@ func situationClientHangsUp(t *testing.T, a adapter) {
 	}
 }
 
-// retryUntilAnswered retries key until it is not told the key is in flight
-// (the original may still be finishing), for at most 5 s.
-func retryUntilAnswered(t *testing.T, e *env, key string) (string, bool, bool) {
+// retryAfterEnd waits, for at most 5 s, until first (where the original
+// request of key ran) reports the original completed or released (it may
+// still be finishing after its client got an answer or left), then sends
+// key to e once.
+func retryAfterEnd(t *testing.T, first, e *env, key string) (string, bool, bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		text, replayed, ok, err := e.send(context.Background(), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok || time.Now().After(deadline) {
-			return text, replayed, ok
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := first.events.WaitAny(ctx, idem.EventCompleted, idem.EventReleased); err != nil {
+		t.Fatalf("the original request of %q did not end: %v (events %v)", key, err, first.events.Kinds())
 	}
+	text, replayed, ok, err := e.send(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text, replayed, ok
 }
 
 // situationPanic: a work that panics recorded nothing; the key is released
@@ -364,10 +385,10 @@ func situationPanic(t *testing.T, a adapter) {
 		}
 		return "", nil
 	})
-	if _, _, ok, _ := e.send(context.Background(), "panics"); ok {
+	if _, _, ok, _ := e.send(t.Context(), "panics"); ok {
 		t.Fatal("a panicking work answered")
 	}
-	text, replayed, ok, err := e.send(context.Background(), "panics")
+	text, replayed, ok, err := e.send(t.Context(), "panics")
 	if err != nil || !ok || replayed || e.runs.Load() != 2 {
 		t.Fatalf("retry got %q replayed=%v ok=%v err=%v after %d runs; want a fresh run", text, replayed, ok, err, e.runs.Load())
 	}
@@ -395,7 +416,7 @@ func situationTakenOver(t *testing.T, a adapter) {
 			cause <- context.Cause(ctx)
 			return "too late", nil
 		})
-	if _, _, _, err := e.send(context.Background(), "taken-over"); err != nil {
+	if _, _, _, err := e.send(t.Context(), "taken-over"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
@@ -444,11 +465,11 @@ func situationShutdown(t *testing.T, a adapter) {
 	if e.events.Count(idem.EventReleased) != 1 || e.events.Count(idem.EventCompleted) != 0 {
 		t.Fatalf("events %v, want one release and no completion", e.events.Kinds())
 	}
-	if text, _, ok, _ := e.send(context.Background(), "after-shutdown"); ok || e.runs.Load() != 1 {
+	if text, _, ok, _ := e.send(t.Context(), "after-shutdown"); ok || e.runs.Load() != 1 {
 		t.Fatalf("a request after the shutdown ran (%q, %d runs); want it refused", text, e.runs.Load())
 	}
 	other := newEnv(t, a, store, mountOptions{}, func(context.Context) (string, error) { return "", nil })
-	text, replayed, ok, err := other.send(context.Background(), "shutdown")
+	text, replayed, ok, err := other.send(t.Context(), "shutdown")
 	if err != nil || !ok || replayed || text != "run #1" {
 		t.Fatalf("retry on another instance got %q replayed=%v ok=%v err=%v; want a fresh run", text, replayed, ok, err)
 	}
@@ -471,11 +492,11 @@ func situationShutdownFinished(t *testing.T, a adapter) {
 		<-ctx.Done() // the shutdown reached the work before it answered
 		return charge(ctx)
 	})
-	if text, _, ok, err := e.send(context.Background(), "shutdown-finished"); err != nil || !ok || text != `{"charge":1}` {
+	if text, _, ok, err := e.send(t.Context(), "shutdown-finished"); err != nil || !ok || text != `{"charge":1}` {
 		t.Fatalf("first request got %q ok=%v err=%v, want the first charge", text, ok, err)
 	}
 	other := newEnv(t, a, store, mountOptions{}, charge)
-	text, replayed, ok := retryUntilAnswered(t, other, "shutdown-finished")
+	text, replayed, ok := retryAfterEnd(t, e, other, "shutdown-finished")
 	if !ok || !replayed || text != `{"charge":1}` || charges.Load() != 1 {
 		t.Fatalf("retry on another instance got %q (replayed %v, ok %v) after %d charges; events %v; want the first charge replayed",
 			text, replayed, ok, charges.Load(), e.events.Kinds())
@@ -496,10 +517,10 @@ func situationLeaseLostFinished(t *testing.T, a adapter) {
 			<-ctx.Done() // lost: the renewal hung until the lease deadline
 			return fmt.Sprintf(`{"charge":%d}`, charges.Add(1)), nil
 		})
-	if text, _, ok, err := e.send(context.Background(), "lost-finished"); err != nil || !ok || text != `{"charge":1}` {
+	if text, _, ok, err := e.send(t.Context(), "lost-finished"); err != nil || !ok || text != `{"charge":1}` {
 		t.Fatalf("first request got %q ok=%v err=%v, want the first charge", text, ok, err)
 	}
-	text, replayed, ok := retryUntilAnswered(t, e, "lost-finished")
+	text, replayed, ok := retryAfterEnd(t, e, e, "lost-finished")
 	if !ok || !replayed || text != `{"charge":1}` || charges.Load() != 1 {
 		t.Fatalf("retry got %q (replayed %v, ok %v) after %d charges; events %v; want the first charge replayed",
 			text, replayed, ok, charges.Load(), e.events.Kinds())
@@ -515,6 +536,17 @@ func situationLeaseLostFinished(t *testing.T, a adapter) {
 type abandonOnce struct {
 	idem.Store
 	once sync.Once
+	// waiting receives (if it can) when a duplicate starts waiting for
+	// the key's holder.
+	waiting chan struct{}
+}
+
+func (s *abandonOnce) Wait(ctx context.Context, scope string, key idem.Key) error {
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+	}
+	return s.Store.Wait(ctx, scope, key)
 }
 
 func (s *abandonOnce) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
@@ -529,7 +561,7 @@ func (s *abandonOnce) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Cl
 // situationEvents: the events of a takeover, a duplicate that waited, and
 // its replay each name the adapter, and carry Takeover and Waited.
 func situationEvents(t *testing.T, a adapter) {
-	store := &abandonOnce{Store: memstore.New(memstore.Options{})}
+	store := &abandonOnce{Store: memstore.New(memstore.Options{}), waiting: make(chan struct{}, 1)}
 	proceed := make(chan struct{})
 	entered := make(chan struct{}, 2)
 	e := newEnv(t, a, store, mountOptions{}, func(ctx context.Context) (string, error) {
@@ -545,6 +577,8 @@ func situationEvents(t *testing.T, a adapter) {
 		results <- ok
 	}()
 	<-entered
+	// A real duration: the abandoned 1 ms lease runs out on memstore's
+	// wall clock, which the store measures.
 	time.Sleep(20 * time.Millisecond)
 	go func() {
 		_, _, ok, _ := e.send(context.Background(), "events")
@@ -556,7 +590,11 @@ func situationEvents(t *testing.T, a adapter) {
 		_, replayed, ok, _ := e.send(context.Background(), "events")
 		results <- ok && replayed
 	}()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-store.waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third request did not wait for the second")
+	}
 	close(proceed)
 	for range 3 {
 		<-results
@@ -593,27 +631,24 @@ func situationCompleteFailsForAMoment(t *testing.T, a adapter) {
 		store.Up = time.Now().Add(300 * time.Millisecond)
 		return "", nil
 	})
-	first, _, ok, err := e.send(context.Background(), "complete-fails")
+	first, _, ok, err := e.send(t.Context(), "complete-fails")
 	if err != nil || !ok {
 		t.Fatalf("first request: %q ok=%v err=%v", first, ok, err)
 	}
-	deadline := time.Now().Add(3 * lease)
-	for {
-		text, replayed, ok, err := e.send(context.Background(), "complete-fails")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			if !replayed || text != first || e.runs.Load() != 1 {
-				t.Fatalf("retry got %q (replayed %v) after %d runs; the client was answered %q: want it replayed, one run (%d completion attempts, events %v)",
-					text, replayed, e.runs.Load(), first, store.Attempts.Load(), e.events.Kinds())
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer to the retry within %v: %q; events %v", 3*lease, text, e.events.Kinds())
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The retried completion is reported when it succeeds; without the
+	// retry there is none until the lease runs out and a retry runs again.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*lease)
+	defer cancel()
+	if err := e.events.Wait(ctx, idem.EventCompleted, 1); err != nil {
+		t.Fatalf("no completion within %v: %v; %d completion attempts, events %v", 3*lease, err, store.Attempts.Load(), e.events.Kinds())
+	}
+	text, replayed, ok, err := e.send(t.Context(), "complete-fails")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok || !replayed || text != first || e.runs.Load() != 1 {
+		t.Fatalf("retry got %q (replayed %v, ok %v) after %d runs; the client was answered %q: want it replayed, one run (%d completion attempts, events %v)",
+			text, replayed, ok, e.runs.Load(), first, store.Attempts.Load(), e.events.Kinds())
 	}
 	if e.events.Count(idem.EventCompleted) != 1 {
 		t.Fatalf("events %v, want one completion", e.events.Kinds())

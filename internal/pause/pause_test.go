@@ -12,10 +12,10 @@ import (
 func TestFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		if !pause.For(context.Background(), time.Second) || time.Since(start) != time.Second {
+		if !pause.For(t.Context(), time.Second) || time.Since(start) != time.Second {
 			t.Fatalf("For(1s) returned after %v", time.Since(start))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start = time.Now()
 		if pause.For(ctx, time.Hour) || time.Since(start) != time.Second {

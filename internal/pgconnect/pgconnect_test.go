@@ -24,7 +24,7 @@ func TestUnresolvableHost(t *testing.T) {
 	cfg.ConnConfig.LookupFunc = func(ctx context.Context, host string) ([]string, error) {
 		return nil, &net.DNSError{Err: "no such host", Name: host, Server: "10.0.0.53:53", IsNotFound: true}
 	}
-	_, err = Open(context.Background(), cfg, 5*time.Second)
+	_, err = Open(t.Context(), cfg, 5*time.Second)
 	const want = `cannot connect to PostgreSQL at db.invalid:5432 (user "idem", database "app"): cannot resolve host "db.invalid": no such host`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Open: %v\nwant %s", err, want)

@@ -27,7 +27,7 @@ func TestServerStopsAndStarts(t *testing.T) {
 // each other's tables, and a schema is gone once its test has ended.
 func TestSchemasAreIsolated(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	var first string
 	t.Run("first", func(t *testing.T) {
 		pool, schema := testdb.Pool(t)
@@ -74,7 +74,7 @@ func TestServerFromBinDir(t *testing.T) {
 	want := strings.SplitN(fields[2], ".", 2)[0]
 
 	s := testdb.StartServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.URL)
 	if err != nil {

@@ -1,0 +1,33 @@
+package testdb
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WaitLockWaiter waits until a session working on table (resolved by the
+// pool's search_path: the test's own schema) is blocked by a lock another
+// session holds, failing t after 10 s. It is how a test knows a duplicate
+// waits in PostgreSQL for the transaction that holds its key, instead of
+// sleeping and hoping it does.
+func WaitLockWaiter(t testing.TB, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const blocked = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass($1) AND cardinality(pg_blocking_pids(pid)) > 0)`
+	for {
+		var ok bool
+		err := pool.QueryRow(ctx, blocked, table).Scan(&ok)
+		if err == nil && ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testdb: no session blocked on %s (last error: %v)", table, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
