@@ -1,11 +1,14 @@
 package robustness
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemkit/idem/integration/robustness/wire"
@@ -261,6 +264,55 @@ func TestCheckAllowsAFencedOwner(t *testing.T) {
 	if len(rep.violations) != 0 || rep.windows["owner fenced after its lease ran out"] != 1 {
 		t.Fatalf("violations %+v, windows %v", rep.violations, rep.windows)
 	}
+}
+
+// An owner fenced with no fault injected on its instance or PostgreSQL,
+// but while the whole machine stalled (the harness's clock jumped): the
+// stall explains the window as a pause would, on any instance; without it
+// the same history is a violation (TestCheckWantsAFaultForAWindow).
+func TestCheckExplainsAWindowByAMachineStall(t *testing.T) {
+	t.Parallel()
+	fenced := func(stall bool) *report {
+		b := newBuilder()
+		b.run("k", kindMCP, "a1", "x1", "i2", outError, wire.Record{What: "lease lost", Err: "x"}, stale)
+		if stall {
+			b.fault(faultStall, -1)
+		}
+		b.tick(2 * time.Second)
+		b.run("k", kindMCP, "a2", "x2", "i2", outAnswer, completed)
+		b.replay("k", kindMCP, "a3", "x2")
+		b.h.recorded["k"] = "x2"
+		return check(b.stopped(100, 200))
+	}
+	if rep := fenced(true); len(rep.violations) != 0 || rep.windows["owner fenced after its lease ran out"] != 1 {
+		t.Fatalf("with a stall: violations %+v, windows %v; want none, and one fenced window", rep.violations, rep.windows)
+	}
+	if got := kinds(fenced(false)); !reflect.DeepEqual(got, []string{vUnexplained}) {
+		t.Fatalf("without a stall: violations %q, want %q", got, vUnexplained)
+	}
+}
+
+// The watcher records a gap in its own ticks as a stall of the machine,
+// and nothing while its ticks keep time.
+func TestStallWatcherSeesAGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The bubble's clock never stalls: the machine's stop is an
+		// offset added to the clock the watcher reads.
+		var offset atomic.Int64
+		now := func() int64 { return time.Now().UnixNano() + offset.Load() }
+		ctx, cancel := context.WithCancel(t.Context())
+		w := watchStalls(ctx, now(), now)
+		time.Sleep(2 * time.Second) // ticks every stallTick: no stall
+		synctest.Wait()
+		offset.Add(int64(3 * time.Second)) // the machine stops for 3 s
+		time.Sleep(2 * stallTick)
+		synctest.Wait()
+		cancel()
+		got := w.stop()
+		if len(got) != 1 || got[0].Kind != faultStall || got[0].Target != -1 || got[0].For < 3*time.Second {
+			t.Fatalf("stalls %+v, want one of 3 s or more on every instance", got)
+		}
+	})
 }
 
 // A second acquisition while the first claim's lease was still confirmed

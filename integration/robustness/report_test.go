@@ -67,7 +67,14 @@ func summarize(cfg runConfig, h *history, rep *report, st runStats) string {
 	}
 	clientFaults["retry at another instance"] = elsewhere
 	faults := map[string]int{}
+	var stalls int
+	var longestStall time.Duration
 	for _, f := range h.faults {
+		if f.Kind == faultStall {
+			stalls++
+			longestStall = max(longestStall, f.For)
+			continue
+		}
 		faults[f.Kind]++
 	}
 	nkeys := 0
@@ -80,6 +87,9 @@ func summarize(cfg runConfig, h *history, rep *report, st runStats) string {
 	fmt.Fprintf(&b, "  outcomes: %s\n", countsOf(outcomes))
 	fmt.Fprintf(&b, "  client faults: %s\n", countsOf(clientFaults))
 	fmt.Fprintf(&b, "  faults injected: %s\n", countsOf(faults))
+	if stalls > 0 {
+		fmt.Fprintf(&b, "  machine stalls (not injected; the harness's clock jumped %v or more): %d, the longest %v\n", stallThreshold, stalls, longestStall.Round(time.Millisecond))
+	}
 	fates := map[string]int{}
 	for _, x := range rep.execs {
 		fates[x.Fate]++
@@ -144,7 +154,7 @@ func writeArtifacts(cfg runConfig, h *history, rep *report, summary string) (str
 	}
 	var faults strings.Builder
 	for _, f := range h.faults {
-		fmt.Fprintf(&faults, "%s..%s %s %s %v %s\n", h.at(f.Begin), h.at(f.End), f.Kind, h.instName(f.Target), f.For, f.Err)
+		fmt.Fprintf(&faults, "%s..%s %s %s %v %s\n", h.at(f.Begin), h.at(f.End), f.Kind, h.faultTarget(f), f.For, f.Err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "faults.txt"), []byte(faults.String()), 0o644); err != nil {
 		return dir, err
@@ -285,8 +295,8 @@ func eventSequence(h *history, rep *report, key string) string {
 	}
 	for _, f := range h.faults {
 		if f.End >= first && f.Begin <= last {
-			lines = append(lines, line{f.Begin, fmt.Sprintf("FAULT   %s %s begins (for %v) %s", f.Kind, h.instName(f.Target), f.For, f.Err)})
-			lines = append(lines, line{f.End, fmt.Sprintf("FAULT   %s %s ends", f.Kind, h.instName(f.Target))})
+			lines = append(lines, line{f.Begin, fmt.Sprintf("FAULT   %s %s begins (for %v) %s", f.Kind, h.faultTarget(f), f.For, f.Err)})
+			lines = append(lines, line{f.End, fmt.Sprintf("FAULT   %s %s ends", f.Kind, h.faultTarget(f))})
 		}
 	}
 	for _, r := range h.records {

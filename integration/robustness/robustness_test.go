@@ -174,6 +174,10 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 	sampleCtx, stopSampling := context.WithCancel(t.Context())
 	samples := make(chan []pgSample, 1)
 	go func() { samples <- c.samplePostgres(sampleCtx) }()
+	// A stall of the whole machine loses leases as a pause does, with no
+	// fault injected: the watcher sees it, so that the check can tell it
+	// from a lease lost for nothing.
+	stalls := watchStalls(sampleCtx, clk.start.UnixNano(), clk.now)
 	var clients sync.WaitGroup
 	for i := range cfg.clients {
 		cl := newClient(i, cfg.seed, c, keys, hist)
@@ -234,7 +238,7 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 
 	h := &history{
 		lease: cfg.lease, attempts: hist.snapshot(), records: c.records.snapshot(), effects: c.effects.snapshot(),
-		dbRows: dbEffects(t, c), faults: in.applied(), recorded: recorded, left: left, unsettled: unsettled, end: clk.now(),
+		dbRows: dbEffects(t, c), faults: withStalls(in.applied(), stalls.stop()), recorded: recorded, left: left, unsettled: unsettled, end: clk.now(),
 		pgSamples: <-samples,
 	}
 	for _, n := range c.nodes {
