@@ -417,10 +417,17 @@ func axis(values []float64) (float64, []float64) {
 		}
 	}
 	top := math.Ceil(hi/step) * step
-	var ticks []float64
-	for i := 0; float64(i)*step <= top*(1+1e-9); i++ {
-		ticks = append(ticks, float64(i)*step)
+	if step == 0 || math.IsInf(top, 0) {
+		// Near the ends of float64 (hi/5 is zero, or the round number above
+		// hi overflows): the axis ends at hi itself.
+		return hi, []float64{0, hi}
 	}
+	n := int(math.Round(top / step))
+	ticks := make([]float64, n+1)
+	for i := range n {
+		ticks[i] = float64(i) * step
+	}
+	ticks[n] = top
 	return top, ticks
 }
 

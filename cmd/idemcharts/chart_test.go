@@ -299,6 +299,14 @@ func TestAxis(t *testing.T) {
 			t.Errorf("axis(%v) = %v, %v; want top %v with %d ticks", tc.hi, top, ticks, tc.top, tc.ticks)
 		}
 	}
+	// At the ends of float64: a finite top at or above the value, ticks
+	// rising from zero to it.
+	for _, hi := range []float64{math.MaxFloat64, 1.5e308, math.SmallestNonzeroFloat64, 1e-320} {
+		top, ticks := axis([]float64{hi})
+		if math.IsInf(top, 0) || math.IsNaN(top) || top < hi || len(ticks) < 2 || ticks[0] != 0 || ticks[len(ticks)-1] != top || !slices.IsSorted(ticks) {
+			t.Errorf("axis(%v) = %v, %v; want a finite top at or above it, ticks from zero to it", hi, top, ticks)
+		}
+	}
 }
 
 func TestNum(t *testing.T) {
