@@ -258,14 +258,13 @@ func lineChart(title, unit string, rows []Row) *figure {
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.5, float64(len(clients))-0.5
 	p.X.Label.Text = "clients"
-	p.X.Label.Padding = 4           // clear of the client counts' descent
 	p.X.Padding, p.Y.Padding = 0, 0 // the axes meet at zero
 	valueAxis(&p.Y, unit, values(rows))
 	grid := plotter.NewGrid()
 	grid.Vertical.Color = nil
 	p.Add(grid)
 
-	values := &pointLabels{}
+	valueLabels := &pointLabels{}
 	for i, l := range lines {
 		ps := points[l]
 		slices.SortFunc(ps, func(a, b Row) int { return cmp.Compare(a.Clients, b.Clients) })
@@ -273,7 +272,7 @@ func lineChart(title, unit string, rows []Row) *figure {
 		for j, r := range ps {
 			column := slices.Index(clients, r.Clients)
 			xys[j] = plotter.XY{X: float64(column), Y: r.Value}
-			values.add(pointLabel{x: xys[j].X, y: r.Value, text: num(r.Value), color: palette[i%len(palette)],
+			valueLabels.add(pointLabel{x: xys[j].X, y: r.Value, text: num(r.Value), color: palette[i%len(palette)],
 				left: column == 0 && len(clients) > 1})
 		}
 		line, marks, _ := plotter.NewLinePoints(xys) // cannot fail: the values are finite
@@ -282,7 +281,7 @@ func lineChart(title, unit string, rows []Row) *figure {
 		p.Add(line, marks)
 		f.legend.Add(legendName(l), line, marks)
 	}
-	p.Add(values)
+	p.Add(valueLabels)
 	return f
 }
 
