@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem/internal/cmdmain"
@@ -69,13 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func (c *cli) run(ctx context.Context, args []string) error {
-	usage := func(w io.Writer) {
-		var b strings.Builder
-		for _, cmd := range commands {
-			fmt.Fprintf(&b, "  %-8s %s\n           %s\n", cmd.name, cmd.usage, cmd.summary)
-		}
-		fmt.Fprintf(w, topUsage, b.String())
-	}
+	usage := func(w io.Writer) { fmt.Fprintf(w, topUsage, commandList(commands)) }
 	fs := c.flagSet("idem", usage)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -95,6 +90,18 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		}
 	}
 	return usagef("unknown command %q", name)
+}
+
+// commandList lists cmds for the usage: each name and its arguments, and
+// under the arguments the summary, in columns as wide as the longest name.
+func commandList(cmds []command) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, cmd := range cmds {
+		fmt.Fprintf(tw, "  %s\t%s\n  \t%s\n", cmd.name, cmd.usage, cmd.summary)
+	}
+	tw.Flush() // into a strings.Builder: cannot fail
+	return b.String()
 }
 
 // flagSet returns a FlagSet carrying the global flags, whose Usage writes

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -121,13 +122,8 @@ func (c *cli) printEntry(scope string, key idem.Key, e idem.Entry) error {
 // printResult prints a recorded result's headers, sorted by name, and body.
 func printResult(w io.Writer, r idem.Result) {
 	if len(r.Header) > 0 {
-		names := make([]string, 0, len(r.Header))
-		for name := range r.Header {
-			names = append(names, name)
-		}
-		sort.Strings(names)
 		fmt.Fprintln(w, "header:")
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(r.Header)) {
 			for _, v := range r.Header[name] {
 				fmt.Fprintf(w, "  %s: %s\n", name, v)
 			}

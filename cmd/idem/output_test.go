@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/internal/demoproc"
 )
@@ -185,5 +187,46 @@ func TestSweepLogsEachRound(t *testing.T) {
 	want = append(want, `level=INFO msg="stopped sweeping" rounds=`+strconv.Itoa(len(lines)-2)+` abandoned=1 expired=0`)
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") || stdout.String() != "" {
 		t.Errorf("sweep logged:\n%s\nwant:\n%s\nstdout %q", strings.Join(lines, "\n"), strings.Join(want, "\n"), stdout.String())
+	}
+}
+
+// TestCommandList: the usage's command list, exactly, and its columns
+// still aligned when a command's name is longer than any today.
+func TestCommandList(t *testing.T) {
+	t.Parallel()
+	got := commandList(commands[:2])
+	want := "" +
+		"  migrate  up|down|status\n" +
+		"           create, upgrade, roll back or show the idem schema\n" +
+		"  sweep    [--once] [--interval D]\n" +
+		"           release abandoned claims and delete expired results\n"
+	if got != want {
+		t.Errorf("the command list:\n%s\nwant\n%s", got, want)
+	}
+
+	got = commandList(append(commands[:1:1], command{name: "partitions", usage: "list|add N", summary: "show or add partitions"}))
+	want = "" +
+		"  migrate     up|down|status\n" +
+		"              create, upgrade, roll back or show the idem schema\n" +
+		"  partitions  list|add N\n" +
+		"              show or add partitions\n"
+	if got != want {
+		t.Errorf("with a longer name, the command list:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestPrintResult: headers sorted by name, each value on its line in its
+// order, and the body ended by a newline.
+func TestPrintResult(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	printResult(&b, idem.Result{Status: 200, Header: http.Header{
+		"X-Trace":      {"b", "a"},
+		"Content-Type": {"text/plain"},
+		"Location":     {"/invoices/7"},
+	}, Body: []byte("done")})
+	want := "header:\n  Content-Type: text/plain\n  Location: /invoices/7\n  X-Trace: b\n  X-Trace: a\nbody:\ndone\n"
+	if b.String() != want {
+		t.Errorf("printResult:\n%q\nwant\n%q", b.String(), want)
 	}
 }

@@ -1,6 +1,6 @@
-// Command idemcharts draws the charts of docs/performance.md from the CSV
-// the load tool writes (cmd/idembench -csv FILE, header
-// "series,clients,instances,metric,value,unit"):
+// Command idemcharts draws the charts of docs/performance.md, with
+// gonum.org/v1/plot, from the CSV the load tool writes (cmd/idembench -csv
+// FILE, header "series,clients,instances,metric,value,unit"):
 //
 //	performance-throughput.svg  throughput against clients: unique, the
 //	                            same-work floor and every other throughput
@@ -24,8 +24,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
-	"github.com/idemkit/idem/internal/perfchart"
 )
 
 func main() {
@@ -53,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("-csv FILE is required, and nothing else")
 	}
-	var rows []perfchart.Row
+	var rows []Row
 	for _, path := range files {
 		rs, err := parseFile(path)
 		if err != nil {
@@ -61,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		rows = append(rows, rs...)
 	}
-	charts, err := perfchart.Charts(rows)
+	charts, err := Charts(rows)
 	if err != nil {
 		return err
 	}
@@ -75,11 +73,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func parseFile(path string) ([]perfchart.Row, error) {
+func parseFile(path string) ([]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return perfchart.Parse(path, f)
+	return Parse(path, f)
 }

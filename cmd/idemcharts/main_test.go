@@ -1,34 +1,44 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
+// The command writes each chart where -out says, as Charts draws it, and
+// names each file it writes.
 func TestRun(t *testing.T) {
 	out := t.TempDir()
 	var stdout strings.Builder
-	if err := run([]string{"-csv", "../../internal/perfchart/testdata/example.csv", "-out", out}, &stdout, io.Discard); err != nil {
+	if err := run([]string{"-csv", "testdata/example.csv", "-out", out}, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"performance-throughput.svg", "performance-replay.svg", "performance-wake.svg"} {
-		got, err := os.ReadFile(filepath.Join(out, f))
+	rows := exampleRows(t)
+	charts, err := Charts(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, c := range charts {
+		files = append(files, c.File)
+		got, err := os.ReadFile(filepath.Join(out, c.File))
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := os.ReadFile(filepath.Join("../../internal/perfchart/testdata", f))
-		if err != nil {
-			t.Fatal(err)
+		if !bytes.Equal(got, c.SVG) {
+			t.Errorf("%s differs from what Charts draws", c.File)
 		}
-		if string(got) != string(want) {
-			t.Errorf("%s differs from the perfchart golden file", f)
+		if line := filepath.Join(out, c.File) + ": " + c.Title + "\n"; !strings.Contains(stdout.String(), line) {
+			t.Errorf("stdout %q does not say %q", stdout.String(), line)
 		}
-		if !strings.Contains(stdout.String(), filepath.Join(out, f)) {
-			t.Errorf("stdout %q does not name %s", stdout.String(), f)
-		}
+	}
+	if got := strings.Join(files, " "); got != "performance-throughput.svg performance-replay.svg performance-wake.svg" {
+		t.Errorf("charts %q, want the three", got)
 	}
 }
 
@@ -50,8 +60,11 @@ func TestRunSeveralFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(svg), "<circle"); n != 4 {
-		t.Errorf("%d points, want 4", n)
+	texts := svgTexts(t, svg)
+	for _, want := range []string{"16", "64", "2,150", "2,400", "2,200", "2,600"} {
+		if !slices.Contains(texts, want) {
+			t.Errorf("the chart writes %q, want %q among them", texts, want)
+		}
 	}
 	if err := run([]string{"-csv", filepath.Join(dir, "16.csv"), "-csv", filepath.Join(dir, "16.csv"), "-out", dir}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "repeats") {
 		t.Errorf("the same file twice: %v, want a duplicate error", err)

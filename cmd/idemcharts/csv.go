@@ -1,8 +1,7 @@
-// Package perfchart draws the charts of docs/performance.md from the load
-// tool's CSV (cmd/idembench -csv): throughput against clients, replay
-// against bare HTTP, and waiter wake latency, as plain SVG with no
-// dependency. cmd/idemcharts is its command; `make charts CSV=...` runs it.
-package perfchart
+package main
+
+// The load tool's CSV (cmd/idembench -csv), read back: one Row a line, every
+// mistake named by file and line.
 
 import (
 	"cmp"
@@ -53,7 +52,7 @@ func (e *ParseError) Error() string {
 func (e *ParseError) Unwrap() error { return e.Err }
 
 // ErrNoRows is returned for a CSV with a header and nothing else.
-var ErrNoRows = errors.New("perfchart: no rows")
+var ErrNoRows = errors.New("no rows")
 
 // Parse reads the load tool's CSV; file names it in errors and rows (empty
 // for none). Every row must have the six fields, positive integer clients
