@@ -3,12 +3,15 @@ package mcphttp_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,16 +21,12 @@ import (
 	"github.com/idemkit/idem/pgstore"
 )
 
-// TestInTransaction: a tool whose side effect is a row in the store's
-// database (Options.InTransaction) writes it in the transaction its call
-// was claimed in, and the row and the call's response commit together: a
-// retry replays the response and finds one row; a call that answers a
-// JSON-RPC error leaves nothing, and its retry runs the tool again. A tool
-// left out of InTransaction is claimed on its own and gets no transaction.
-func TestInTransaction(t *testing.T) {
-	t.Parallel()
+// newTxStore is a migrated schema with an invoices table and a store on
+// it.
+func newTxStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgstore.Store) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	pool, _ := testdb.Pool(t)
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
 		t.Fatal(err)
@@ -40,7 +39,18 @@ func TestInTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
+	return ctx, pool, store
+}
 
+// TestInTransaction: a tool whose side effect is a row in the store's
+// database (Options.InTransaction) writes it in the transaction its call
+// was claimed in, and the row and the call's response commit together: a
+// retry replays the response and finds one row; a call that answers a
+// JSON-RPC error leaves nothing, and its retry runs the tool again. A tool
+// left out of InTransaction is claimed on its own and gets no transaction.
+func TestInTransaction(t *testing.T) {
+	t.Parallel()
+	ctx, pool, store := newTxStore(t)
 	var runs, failures atomic.Int64
 	server := mcp.NewServer(&mcp.Implementation{Name: "mcphttp-tx-test", Version: "1"}, nil)
 	insert := func(ctx context.Context, req *mcp.CallToolRequest, customer string) (int64, error) {
@@ -152,5 +162,102 @@ func TestInTransaction(t *testing.T) {
 	if a.err != nil || b.err != nil || a.text != b.text || runs.Load() != 2 || invoices() != 2 {
 		t.Fatalf("original %q, %v; duplicate %q, %v; %d runs, %d invoices; want one run and the duplicate answered its response",
 			a.text, a.err, b.text, b.err, runs.Load(), invoices())
+	}
+}
+
+// statusLog is the client's end of a response: every status it is sent,
+// with the invoices committed at that moment, and the body.
+type statusLog struct {
+	header    http.Header
+	committed func() int
+	sent      [][2]int // status, invoices committed
+	body      strings.Builder
+}
+
+func (c *statusLog) Header() http.Header { return c.header }
+func (c *statusLog) WriteHeader(code int) {
+	c.sent = append(c.sent, [2]int{code, c.committed()})
+}
+func (c *statusLog) Write(p []byte) (int, error) {
+	if len(c.sent) == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.body.Write(p)
+}
+func (c *statusLog) Flush() {}
+
+// TestInTransactionHoldsEverything: while a call's answer is held, nothing
+// of the inner handler's reaches the client, in whatever order it calls
+// the writer (a second status, a status after a write, an informational
+// status, flushes). When the commit fails (a statement of the tool failed,
+// so COMMIT rolls back), the client gets one answer, the JSON-RPC error
+// saying the call took no effect; when it succeeds, the handler's, sent
+// once its invoice is committed.
+func TestInTransactionHoldsEverything(t *testing.T) {
+	t.Parallel()
+	ctx, pool, store := newTxStore(t)
+	invoices := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	misbehaviours := map[string]func(w http.ResponseWriter, answer string){
+		"status twice": func(w http.ResponseWriter, answer string) {
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, answer)
+			w.WriteHeader(http.StatusInternalServerError)
+		},
+		"write then status": func(w http.ResponseWriter, answer string) {
+			_, _ = io.WriteString(w, answer)
+			w.WriteHeader(http.StatusAccepted)
+		},
+		"early hints and flushes": func(w http.ResponseWriter, answer string) {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, answer)
+			w.(http.Flusher).Flush()
+		},
+	}
+	for name, misbehave := range misbehaviours {
+		for _, broken := range []bool{true, false} {
+			inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tctx := mcphttp.TxContext(r.Context(), &mcp.CallToolRequest{Extra: &mcp.RequestExtra{Header: r.Header}})
+				tx := pgstore.TxFrom(tctx)
+				var id int64
+				if err := tx.QueryRow(tctx, `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
+					t.Errorf("insert: %v", err)
+					return
+				}
+				if broken {
+					_, _ = tx.Exec(tctx, `SELECT 1/0`) // ignored: COMMIT will roll back
+				}
+				w.Header().Set("Content-Type", "application/json")
+				misbehave(w, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"invoice %d"}]}}`, id))
+			})
+			h := mcphttp.New(store, mcphttp.Options{InTransaction: func(string) bool { return true }})(inner)
+			req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(callBody(1, "create", nil, map[string]any{"idempotencyKey": fmt.Sprintf("%s-%v", name, broken)})))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Session-Id", "s")
+			before := invoices()
+			client := &statusLog{header: http.Header{}, committed: invoices}
+			h.ServeHTTP(client, req)
+			after := invoices()
+			if broken {
+				if len(client.sent) != 1 || client.sent[0][0] != http.StatusOK || after != before ||
+					!strings.Contains(client.body.String(), fmt.Sprint(mcphttp.CodeUnavailable)) {
+					t.Errorf("%s, the commit failing: the client was sent %v, body %q; %d invoices committed; want one 200 with the JSON-RPC error, nothing committed",
+						name, client.sent, client.body.String(), after-before)
+				}
+				continue
+			}
+			const want = http.StatusOK // the first final status, or implied by the first write
+			if len(client.sent) != 1 || client.sent[0] != [2]int{want, before + 1} || after != before+1 || !strings.Contains(client.body.String(), "invoice") {
+				t.Errorf("%s, the commit succeeding: the client was sent %v (invoices before: %d), body %q; want one status %d, sent after its invoice committed",
+					name, client.sent, before, client.body.String(), want)
+			}
+		}
 	}
 }

@@ -69,12 +69,19 @@ func (c *call) sendHeld() {
 		_, _ = rec.W.Write(rec.body)
 	default:
 		h.sent = true
-		hd := rec.W.Header()
-		clear(hd)
-		for name, vs := range h.before {
-			hd[name] = vs
-		}
+		c.takeBackHeaders()
 		c.commitFailed(rec.W)
+	}
+}
+
+// takeBackHeaders puts the header map of a held response back as it was
+// before the handler ran: the failure answer that replaces a response
+// whose transaction did not commit carries none of the handler's headers.
+func (c *call) takeBackHeaders() {
+	hd := c.rec.W.Header()
+	clear(hd)
+	for name, vs := range c.rec.held.before {
+		hd[name] = vs
 	}
 }
 
@@ -251,10 +258,15 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 	}
 	if err != nil {
 		c.commit = commitFailed
-		// Take back what was merged: the failure answer must not carry
-		// the success's headers.
-		for name := range header {
-			hd.Del(name)
+		// The failure answer must not carry the success's headers: take
+		// back every header of the handler's if the response was held,
+		// else what was merged.
+		if c.rec.held != nil {
+			c.takeBackHeaders()
+		} else {
+			for name := range header {
+				hd.Del(name)
+			}
 		}
 		c.commitFailed(w)
 		return fmt.Errorf("middleware: recording the result: %w", err)
