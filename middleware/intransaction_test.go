@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -483,5 +484,27 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 				t.Errorf("%s (broken %v): flushed before the commit", name, broken)
 			}
 		}
+	}
+}
+
+// TestInTransactionFailedSpillOnce: a response that outgrows the record
+// limit on a transaction that cannot commit fails its early commit once:
+// one commit attempt, one warning, whatever the handler writes after it,
+// and the client gets the 503 alone.
+func TestInTransactionFailedSpillOnce(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	var logs strings.Builder // written on the request's goroutine only: no lease to renew in a transaction
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 100, Logger: logger})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = pgstore.TxFrom(r.Context()).Exec(r.Context(), `SELECT 1/0`) // ignored: COMMIT will roll back
+		for range 200 {
+			_, _ = io.WriteString(w, strings.Repeat("x", 50))
+		}
+	}))
+	rec := postTo(h, "", "k")
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	if n := strings.Count(logs.String(), "did not commit"); n != 1 {
+		t.Errorf("%d warnings that the transaction did not commit, want 1:\n%s", n, logs.String())
 	}
 }

@@ -86,11 +86,17 @@ func (rw *recorder) Begin(_ int, h http.Header) bool {
 }
 
 // Capture captures p up to the record limit. While the response is held,
-// p is held too, until it outgrows the limit: then the hold ends (spill).
+// p is held too, until it outgrows the limit: then the hold ends (spill),
+// or, if the spill's commit failed, everything after it is dropped.
 func (rw *recorder) Capture(p []byte) bool {
 	rw.written += int64(len(p))
 	if rw.Holding() {
-		if !rw.held.failed && len(rw.body)+len(p) <= rw.cfg.maxRecord {
+		switch {
+		case rw.held.failed:
+			// The early commit failed, once: nothing more reaches the
+			// client, and nothing is tried again.
+			return false
+		case len(rw.body)+len(p) <= rw.cfg.maxRecord:
 			rw.body = append(rw.body, p...)
 			return false
 		}
