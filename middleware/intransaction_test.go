@@ -508,3 +508,47 @@ func TestInTransactionFailedSpillOnce(t *testing.T) {
 		t.Errorf("%d warnings that the transaction did not commit, want 1:\n%s", n, logs.String())
 	}
 }
+
+// txStoreStub is an idem.TxStore for construction tests: New never
+// claims.
+type txStoreStub struct{ *memstore.Store }
+
+func (txStoreStub) BeginClaim(context.Context, idem.ClaimRequest, idem.TxLimits) (idem.Claim, idem.TxClaim, error) {
+	return idem.Claim{}, nil, errors.New("stub")
+}
+
+// TestInTransactionRefusesWhatCannotWork: New refuses, naming the options,
+// the combinations with InTransaction that cannot keep its promise: a
+// record policy that does not record a success or a redirect (the
+// rollback would take the rows of an answer the client is told
+// succeeded), FailOpen and KeyOptional (the handler would run without the
+// transaction it writes in).
+func TestInTransactionRefusesWhatCannotWork(t *testing.T) {
+	t.Parallel()
+	store := txStoreStub{memstore.New(memstore.Options{})}
+	for name, tc := range map[string]struct {
+		opts middleware.Options
+		want string
+	}{
+		"202 not recorded": {middleware.Options{RecordPolicy: func(s int) bool { return s != http.StatusAccepted }}, "RecordPolicy"},
+		"303 not recorded": {middleware.Options{RecordPolicy: func(s int) bool { return s < 300 || s >= 400 }}, "RecordPolicy"},
+		"FailOpen":         {middleware.Options{FailOpen: true}, "FailOpen"},
+		"KeyOptional":      {middleware.Options{KeyOptional: true}, "KeyOptional"},
+	} {
+		func() {
+			defer func() {
+				p := recover()
+				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "InTransaction") {
+					t.Errorf("%s: New panicked with %v, want a message naming %s and InTransaction", name, p, tc.want)
+				}
+			}()
+			tc.opts.InTransaction = true
+			middleware.New(store, tc.opts)
+		}()
+	}
+	// What works: the default policy, one that records more, and one
+	// that leaves out a failure.
+	for _, policy := range []middleware.RecordPolicy{nil, func(int) bool { return true }, func(s int) bool { return s != http.StatusConflict }} {
+		middleware.New(store, middleware.Options{InTransaction: true, RecordPolicy: policy})
+	}
+}

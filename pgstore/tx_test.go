@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -804,5 +805,17 @@ func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestReadOnlyTxOptionsRefused: BeginClaim inserts the claim in its
+// transaction, so read-only TxOptions would fail every claim: New refuses
+// them.
+func TestReadOnlyTxOptionsRefused(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Pool(t)
+	_, err := pgstore.New(pool, pgstore.Options{TxOptions: pgx.TxOptions{AccessMode: pgx.ReadOnly}})
+	if err == nil || !strings.Contains(err.Error(), "TxOptions.AccessMode") {
+		t.Fatalf("New with read-only TxOptions: %v, want an error naming TxOptions.AccessMode", err)
 	}
 }
