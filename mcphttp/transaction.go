@@ -164,8 +164,9 @@ func (h *heldResponse) release() {
 // send ends the hold once the call's execution finished with verdict v:
 // the response goes to the client if its transaction committed with it, or
 // if it was not to be recorded (an error, rolled back with everything
-// else, is true as it is); otherwise its result did not commit, and the
-// client gets a JSON-RPC error saying to retry, in the response's framing.
+// else, is true as it is); otherwise its result did not commit (or the
+// commit's outcome is unknown), and the client gets a JSON-RPC error
+// saying to retry with the same key, in the response's framing.
 // A nil h does nothing.
 func (h *heldResponse) send(v engine.Verdict) {
 	switch {
@@ -176,7 +177,7 @@ func (h *heldResponse) send(v engine.Verdict) {
 	default:
 		h.sent = true
 		body, _ := wrapperError(h.c.rawID, rpcError{
-			Code: CodeUnavailable, Message: "the call's transaction did not commit, so it took no effect; retry it",
+			Code: CodeUnavailable, Message: "the call's transaction did not commit, or the outcome of its commit is unknown; retry it with the same key: if it committed, the retry gets its response, if not, it runs again",
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: h.m.eng.RetryAfter().Milliseconds()},
 		})
 		h.m.answer(h.client, h.r, h.c, body, false, &responseBuffer{header: h.header, status: cmp.Or(h.status, http.StatusOK)})

@@ -85,11 +85,14 @@ func (c *call) takeBackHeaders() {
 	}
 }
 
-// commitFailed answers 503: the request's transaction did not commit, so
-// nothing of it took effect.
+// commitFailed answers 503: the request's transaction did not commit, or
+// the commit's outcome is unknown (the connection was lost during it), so
+// the answer says neither that it took effect nor that it did not. A retry
+// with the same key tells: it replays the result if the commit went
+// through, and runs the handler again if it did not.
 func (c *call) commitFailed(w http.ResponseWriter) {
 	writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
-		Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, retryAfterSeconds(c.h.eng.RetryAfter()))
+		Detail: "The request's transaction did not commit, or the outcome of its commit is unknown. Retry later with the same key: if it committed, the retry gets its response; if not, it runs again."}, retryAfterSeconds(c.h.eng.RetryAfter()))
 }
 
 // verdict reads how the handler ended from what it answered.

@@ -552,3 +552,29 @@ func TestInTransactionRefusesWhatCannotWork(t *testing.T) {
 		middleware.New(store, middleware.Options{InTransaction: true, RecordPolicy: policy})
 	}
 }
+
+// TestInTransactionCommitOutcomeUnknown: when the connection is lost
+// around the COMMIT (here its backend is terminated after the handler's
+// last statement), the middleware cannot know whether the transaction
+// committed: the 503 says so, and never that the request took no effect.
+func TestInTransactionCommitOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := pgstore.TxFrom(r.Context())
+		var pid int
+		if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if _, err := k.pool.Exec(r.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	p := wantProblem(t, postTo(h, "", "k"), http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	detail := fmt.Sprint(p["detail"])
+	if strings.Contains(detail, "no effect") || !strings.Contains(detail, "unknown") || !strings.Contains(detail, "same key") {
+		t.Errorf("detail %q: want it to say the outcome is unknown and to retry with the same key, never that nothing took effect", detail)
+	}
+}
