@@ -67,8 +67,9 @@
 // user another's recorded answer. Options.Scope replaces all of this.
 //
 // With each key the store keeps a fingerprint of the request
-// ([DefaultFingerprint]: method, path, query, content type and body hash):
-// the same key for a different request is a client bug, answered 422.
+// ([DefaultFingerprint]: method, escaped path, query, content type and
+// body hash): the same key for a different request is a client bug,
+// answered 422.
 //
 // # Capture and replay
 //
