@@ -150,6 +150,18 @@ func (h *heldResponse) Flush() {
 	}
 }
 
+// verdict is v, the recorder's reading of how the call ended, unless the
+// call's transaction already committed (a response that outgrew the record
+// limit completed the key as unreplayable): then the key is completed,
+// whatever came after, and that is what the engine reports. A nil h
+// returns v.
+func (h *heldResponse) verdict(v engine.Verdict) engine.Verdict {
+	if h == nil || !h.x.Committed() {
+		return v
+	}
+	return engine.Verdict{Action: engine.Recorded, Result: idem.Result{Status: h.status, Unreplayable: true}}
+}
+
 // release sends what was held and ends the hold.
 func (h *heldResponse) release() {
 	h.sent = true

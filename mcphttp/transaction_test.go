@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/migrations"
@@ -237,13 +241,9 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 				misbehave(w, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"invoice %d"}]}}`, id))
 			})
 			h := mcphttp.New(store, mcphttp.Options{InTransaction: func(string) bool { return true }})(inner)
-			req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(callBody(1, "create", nil, map[string]any{"idempotencyKey": fmt.Sprintf("%s-%v", name, broken)})))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set("Mcp-Session-Id", "s")
 			before := invoices()
 			client := &statusLog{header: http.Header{}, committed: invoices}
-			h.ServeHTTP(client, req)
+			h.ServeHTTP(client, callRequest(fmt.Sprintf("%s-%v", name, broken)))
 			after := invoices()
 			if broken {
 				if len(client.sent) != 1 || client.sent[0][0] != http.StatusOK || after != before ||
@@ -264,4 +264,90 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestInTransactionSpillReported: a call whose answer outgrows the record
+// limit commits early, its key completed as unreplayable, and its answer
+// streams on. However the call ends after that (its response, an error,
+// or a stream that ends without a response), the wrapper reports what
+// happened: the completion, never a release, and no rollback in its logs;
+// a retry is answered unreplayable and not run.
+func TestInTransactionSpillReported(t *testing.T) {
+	t.Parallel()
+	_, _, store := newTxStore(t)
+	big := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` + strings.Repeat("x", 2048) + `"}}`
+	for name, end := range map[string]string{
+		"response":           `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"done"}]}}`,
+		"error":              `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"failed after the notification"}}`,
+		"no response at all": "",
+	} {
+		var mu sync.Mutex
+		var kinds []idem.EventKind
+		var logs strings.Builder
+		runs := 0
+		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if body, _ := io.ReadAll(r.Body); strings.Contains(string(body), `"ping"`) {
+				// The wrapper's probe before a replay.
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+				return
+			}
+			runs++
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "event: message\ndata: "+big+"\n\n")
+			if end != "" {
+				_, _ = io.WriteString(w, "event: message\ndata: "+end+"\n\n")
+			}
+		})
+		h := mcphttp.New(store, mcphttp.Options{
+			MaxRecordBytes: 1024,
+			InTransaction:  func(string) bool { return true },
+			Observer: func(_ *http.Request, e idem.Event) {
+				mu.Lock()
+				kinds = append(kinds, e.Kind)
+				mu.Unlock()
+			},
+			Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil)),
+		})(inner)
+		key := "spill-" + name
+		first := httptest.NewRecorder()
+		h.ServeHTTP(first, callRequest(key))
+		if !strings.Contains(first.Body.String(), big) {
+			t.Fatalf("%s: the client did not get the large answer: %.200s", name, first.Body.String())
+		}
+		retry := httptest.NewRecorder()
+		h.ServeHTTP(retry, callRequest(key))
+		mu.Lock()
+		got, logged := slices.Clone(kinds), logs.String()
+		mu.Unlock()
+		if !strings.Contains(retry.Body.String(), fmt.Sprint(mcphttp.CodeUnreplayable)) || runs != 1 {
+			t.Errorf("%s: the retry got %.200s after %d runs; want unreplayable, one run", name, retry.Body.String(), runs)
+		}
+		if slices.Contains(got, idem.EventReleased) || !slices.Contains(got, idem.EventCompleted) || strings.Contains(logged, "rolled back") {
+			t.Errorf("%s: events %v, logs:\n%s\nwant the completion reported, no release, no rollback logged", name, got, logged)
+		}
+	}
+}
+
+// callRequest is a tools/call of "create" with _meta.idempotencyKey key,
+// on session "s".
+func callRequest(key string) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(callBody(1, "create", nil, map[string]any{"idempotencyKey": key})))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", "s")
+	return req
+}
+
+// lockedWriter serializes writes to w with mu.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
