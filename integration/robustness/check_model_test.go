@@ -96,7 +96,7 @@ func (b *builder) tick(d time.Duration) int64 {
 func (b *builder) run(key, kind, id, exec, inst string, outcome string, end ...wire.Record) *attempt {
 	a := attempt{ID: id, Key: key, Kind: kind, Variant: "main", Start: b.tick(time.Millisecond), Outcome: outcome}
 	if outcome == outAnswer {
-		a.Exec = exec
+		a.Exec, a.Status = exec, 201
 	}
 	pid := 100
 	if inst == "i2" {
@@ -111,7 +111,7 @@ func (b *builder) run(key, kind, id, exec, inst string, outcome string, end ...w
 		wire.Record{Ev: wire.EvExec, Op: wire.OpEffect, Attempt: id, Key: key, Exec: exec, T: b.tick(time.Millisecond), Instance: inst, PID: pid},
 		wire.Record{Ev: wire.EvExec, Op: wire.OpAnswer, Attempt: id, Key: key, Exec: exec, Code: 201, T: b.tick(time.Millisecond), Instance: inst, PID: pid},
 	)
-	if kind != kindDB {
+	if kind != kindDB && kind != kindTx {
 		b.h.effects = append(b.h.effects, effect{Effect: wire.Effect{Key: key, Exec: exec, Attempt: id, Instance: inst, Variant: "main"}, T: b.now, Seq: int64(len(b.h.effects) + 1)})
 	}
 	for _, e := range end {
@@ -352,6 +352,36 @@ func TestCheckDBEffects(t *testing.T) {
 	b.h.dbRows = append(b.h.dbRows, dbEffect{Key: "d", Exec: "x9", Variant: "main", Gen: 9})
 	if got := kinds(check(&b.h)); !reflect.DeepEqual(got, []string{vDBEffect}) {
 		t.Fatalf("two rows: violations %q, want %q", got, vDBEffect)
+	}
+}
+
+// TestCheckSuccessRows: a client of the one-commit path told it
+// succeeded must find the rows of that answer in the database. A success
+// line with another body (the status escaped before a commit that
+// failed), or an answer whose row rolled back, is caught; an answer
+// committed early as unreplayable, then answered 410, is not.
+func TestCheckSuccessRows(t *testing.T) {
+	t.Parallel()
+	b := newBuilder()
+	a := b.run("t", kindTx, "a1", "x1", "i1", outUnexpected, released)
+	a.Status, a.Detail = 201, `201 with body "{\"type\":\"...TypeCommitFailed\"}"`
+	if got := kinds(check(b.stopped(100, 200))); !reflect.DeepEqual(got, []string{vSuccessNoRows, vUnexpected}) {
+		t.Errorf("a 201 with the commit's failure as its body: violations %q, want %q and %q", got, vSuccessNoRows, vUnexpected)
+	}
+
+	b = newBuilder()
+	b.run("t", kindTx, "a1", "x1", "i1", outAnswer, released)
+	if got := kinds(check(b.stopped(100, 200))); !slices.Contains(got, vSuccessNoRows) {
+		t.Errorf("an answer whose row rolled back: violations %q, want %q", got, vSuccessNoRows)
+	}
+
+	b = newBuilder()
+	b.run("t", kindTx, "a1", "x1", "i1", outAnswer, completed)
+	b.h.attempts = append(b.h.attempts, attempt{ID: "a2", Key: "t", Kind: kindTx, Variant: "main", Start: b.tick(time.Millisecond), Outcome: outUnreplayable, Status: 410, End: b.tick(time.Millisecond)})
+	b.h.dbRows = []dbEffect{{Key: "t", Exec: "x1", Variant: "main", Gen: 1}}
+	b.h.recorded["t"] = recordedUnreplayable
+	if rep := check(b.stopped(100, 200)); len(rep.violations) != 0 {
+		t.Errorf("an unreplayable answer and its row: violations %+v", rep.violations)
 	}
 }
 

@@ -217,7 +217,7 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 			for j := i; j < len(all); j += cfg.clients {
 				k := all[j]
 				a := cl.request(context.Background(), k, k.req, 30*time.Second, false)
-				if a.Outcome != outAnswer && a.Outcome != outReplay {
+				if a.Outcome != outAnswer && a.Outcome != outReplay && a.Outcome != outUnreplayable {
 					mu.Lock()
 					unsettled = append(unsettled, k.name)
 					mu.Unlock()
@@ -296,10 +296,18 @@ func recordedAnswers(t *testing.T, c *cluster) map[string]string {
 		if err != nil || !ok {
 			t.Fatalf("inspecting %s: %v (present %v)", r.Key, err, ok)
 		}
+		if e.Result.Unreplayable {
+			out[strings.TrimPrefix(r.Key, "key/")] = recordedUnreplayable
+			continue
+		}
 		out[strings.TrimPrefix(r.Key, "key/")] = answerExec(e.Result.Body)
 	}
 	return out
 }
+
+// recordedUnreplayable is the recorded answer of a key completed as
+// unreplayable: no body names its execution.
+const recordedUnreplayable = "(unreplayable)"
 
 // answerExec is the execution a recorded body names: a wire.Answer, or a
 // JSON-RPC response whose tool result is one.

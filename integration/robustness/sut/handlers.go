@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -18,6 +19,7 @@ import (
 	"github.com/idemkit/idem/integration/robustness/wire"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/pgstore"
 )
 
 // effectClient calls the effect service: the side effect outside the
@@ -201,4 +203,70 @@ func (s *service) mcpHandler(store idem.Store, logger *slog.Logger, observe func
 		Observer:     observe,
 		Stateless:    true,
 	})(inner)
+}
+
+// The bounds of POST /tx: its MaxExecution, half the lease, so that
+// wire.MisbehaveOvertime can outlive it within the transaction's idle
+// bound (the lease); and its record limit, which wire.MisbehaveBig's
+// answer outgrows.
+func txMaxExecution(lease time.Duration) time.Duration { return lease / 2 }
+
+const txMaxRecord = 4 << 10
+
+// tx is POST /tx: the one-commit path. The row goes into robust_effects in
+// the claim's transaction (pgstore.TxFrom), then the handler works for
+// WorkMS, ignoring its context, and answers, misbehaving as the request
+// says (wire.Misbehave*). Whatever it does, the middleware must send no
+// success whose row did not commit.
+func (s *service) tx(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeRequest(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	attempt := attemptOf(ctx)
+	tok, _ := middleware.TokenFrom(ctx)
+	exec := s.execID()
+	s.log.exec(wire.Record{Op: wire.OpStart, Attempt: attempt, Key: req.Key, Exec: exec, Gen: tok.Generation, Adapter: middleware.AdapterName, Variant: req.Variant})
+	var id int64
+	if err := pgstore.TxFrom(ctx).QueryRow(ctx, `INSERT INTO robust_effects (key, exec, gen, variant) VALUES ($1, $2, $3, $4) RETURNING id`,
+		req.Key, exec, tok.Generation, req.Variant).Scan(&id); err != nil {
+		s.log.exec(wire.Record{Op: wire.OpAnswer, Attempt: attempt, Key: req.Key, Exec: exec, Code: http.StatusServiceUnavailable, Err: err.Error()})
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	s.log.exec(wire.Record{Op: wire.OpEffect, Attempt: attempt, Key: req.Key, Exec: exec, Seq: id})
+	odd := id%2 == 1
+	work := time.Duration(req.WorkMS) * time.Millisecond
+	switch {
+	case req.Misbehave == wire.MisbehaveOvertime:
+		work = max(work, txMaxExecution(s.cfg.lease)+s.cfg.lease/5)
+	case req.Misbehave == wire.MisbehaveIdle && odd:
+		work = s.cfg.lease + s.cfg.lease/2
+	}
+	time.Sleep(work)
+	ans := wire.Answer{Key: req.Key, Exec: exec, Variant: req.Variant, Seq: id}
+	if req.Misbehave == wire.MisbehaveBig {
+		ans.Pad = strings.Repeat("x", 2*txMaxRecord)
+	}
+	body, _ := json.Marshal(ans)
+	s.log.exec(wire.Record{Op: wire.OpAnswer, Attempt: attempt, Key: req.Key, Exec: exec, Code: http.StatusCreated, Seq: id})
+	w.Header().Set("Content-Type", "application/json")
+	switch req.Misbehave {
+	case wire.MisbehaveTwice, wire.MisbehaveOvertime:
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+		http.Error(w, "and then an error", http.StatusInternalServerError)
+	case wire.MisbehaveWriteFirst, wire.MisbehaveIdle:
+		_, _ = w.Write(body)
+		w.WriteHeader(http.StatusCreated)
+	default: // none, MisbehavePanic, MisbehaveBig
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+		if req.Misbehave == wire.MisbehavePanic && odd {
+			panic("robustness: the handler panicked after answering")
+		}
+	}
 }
