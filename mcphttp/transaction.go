@@ -72,8 +72,12 @@ type heldResponse struct {
 	r      *http.Request
 	c      call
 	header http.Header
-	status int
-	body   bytes.Buffer
+	// sentHeader is header as it was when the handler sent its status:
+	// what the answer carries, as net/http sends the header map of that
+	// moment, whatever the handler sets after it.
+	sentHeader http.Header
+	status     int
+	body       bytes.Buffer
 	// sent: the hold is over, what the handler writes goes to the client;
 	// failed: the commit of a spill failed, and nothing may.
 	sent, failed bool
@@ -114,7 +118,7 @@ func (h *heldResponse) WriteHeader(code int) {
 	case h.sent:
 		h.client.WriteHeader(code)
 	case h.status == 0 && code >= 200:
-		h.status = code
+		h.status, h.sentHeader = code, h.header.Clone()
 	}
 }
 
@@ -124,7 +128,7 @@ func (h *heldResponse) WriteHeader(code int) {
 // was held goes to the client, and the rest passes through.
 func (h *heldResponse) Write(p []byte) (int, error) {
 	if h.status == 0 {
-		h.status = http.StatusOK
+		h.WriteHeader(http.StatusOK)
 	}
 	switch {
 	case h.sent:
@@ -166,7 +170,11 @@ func (h *heldResponse) verdict(v engine.Verdict) engine.Verdict {
 func (h *heldResponse) release() {
 	h.sent = true
 	hd := h.client.Header()
-	for k, vs := range h.header {
+	hdr := h.sentHeader
+	if hdr == nil { // the handler sent no status
+		hdr = h.header
+	}
+	for k, vs := range hdr {
 		hd[k] = vs
 	}
 	h.client.WriteHeader(h.status)

@@ -65,6 +65,7 @@ func (c *call) sendHeld() {
 	case h.sent:
 	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release):
 		h.sent = true
+		h.sendHeader(rec.W)
 		rec.W.WriteHeader(rec.Status)
 		_, _ = rec.W.Write(rec.body)
 	default:

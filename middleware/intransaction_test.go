@@ -375,14 +375,15 @@ type clientWire struct {
 }
 
 type sentStatus struct {
-	code      int
-	location  string
-	committed int // invoices in the database when the status was sent
+	code        int
+	location    string
+	contentType string
+	committed   int // invoices in the database when the status was sent
 }
 
 func (c *clientWire) Header() http.Header { return c.header }
 func (c *clientWire) WriteHeader(code int) {
-	c.sent = append(c.sent, sentStatus{code, c.header.Get("Location"), c.k.invoices(c.t)})
+	c.sent = append(c.sent, sentStatus{code, c.header.Get("Location"), c.header.Get("Content-Type"), c.k.invoices(c.t)})
 }
 func (c *clientWire) Write(p []byte) (int, error) {
 	if len(c.sent) == 0 {
@@ -449,6 +450,7 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 					_, _ = tx.Exec(r.Context(), `SELECT 1/0`) // ignored: COMMIT will roll back
 				}
 				w.Header().Set("Location", fmt.Sprintf("/invoices/%d", id))
+				w.Header().Set("Content-Type", "application/json")
 				misbehave(w, r, id)
 			}))
 			before := k.invoices(t)
@@ -475,8 +477,9 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 				if name == "write then status" {
 					want = http.StatusOK // the first write implied it, as in net/http
 				}
-				if len(client.sent) != 1 || client.sent[0].code != want || client.sent[0].committed != before+1 || after != before+1 {
-					t.Errorf("%s, the commit succeeding: the client was sent %+v (invoices before: %d), %d invoices committed; want one status %d, sent after its invoice committed",
+				if len(client.sent) != 1 || client.sent[0].code != want || client.sent[0].committed != before+1 || after != before+1 ||
+					client.sent[0].contentType != "application/json" {
+					t.Errorf("%s, the commit succeeding: the client was sent %+v (invoices before: %d), %d invoices committed; want one status %d, sent after its invoice committed, with the headers as they were at the status (application/json: what http.Error sets after it does not count, as in net/http)",
 						name, client.sent, before, after-before, want)
 				}
 			}

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 
@@ -47,6 +48,10 @@ type held struct {
 	// put back for the failure answer that replaces a response whose
 	// transaction did not commit.
 	before http.Header
+	// header is the writer's header map as it was when the handler sent
+	// its status (nil before): what the answer carries, as net/http sends
+	// the header map of that moment, whatever the handler sets after it.
+	header http.Header
 	// spill commits the claim's transaction with res, an unreplayable
 	// result, when the response outgrows the record limit and cannot be
 	// held any longer.
@@ -57,6 +62,18 @@ type held struct {
 	// failed: the spill's commit failed; nothing the handler writes may
 	// reach the client.
 	failed bool
+}
+
+// sendHeader puts the header map of the moment the handler sent its status
+// back into w's, for the held answer to carry; a handler that sent none
+// answers with the map as it is.
+func (h *held) sendHeader(w http.ResponseWriter) {
+	if h.header == nil {
+		return
+	}
+	hd := w.Header()
+	clear(hd)
+	maps.Copy(hd, h.header)
 }
 
 // Holding reports whether what the handler writes is held back.
@@ -72,6 +89,9 @@ var (
 // sent, and holds the header back while the response is held.
 func (rw *recorder) Begin(_ int, h http.Header) bool {
 	rw.header = rw.cfg.snapshot(h)
+	if rw.Holding() {
+		rw.held.header = h.Clone()
+	}
 	rw.length = -1
 	// A declared length lets the capture buffer be allocated once.
 	if cl := h.Get("Content-Length"); cl != "" {
@@ -127,6 +147,7 @@ func (rw *recorder) spill() {
 	rw.held.sent = true
 	body := rw.body
 	rw.overflow, rw.body = true, nil
+	rw.held.sendHeader(rw.W)
 	rw.W.WriteHeader(rw.Status)
 	if _, err := rw.W.Write(body); err != nil {
 		rw.Gone = err
