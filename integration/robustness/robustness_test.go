@@ -1,6 +1,7 @@
 package robustness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -309,11 +310,12 @@ func recordedAnswers(t *testing.T, c *cluster) map[string]string {
 // unreplayable: no body names its execution.
 const recordedUnreplayable = "(unreplayable)"
 
-// answerExec is the execution a recorded body names: a wire.Answer, or a
+// answerExec is the execution a recorded body names: a wire.Answer (the
+// first JSON value: POST /tx's handler may write more after it), or a
 // JSON-RPC response whose tool result is one.
 func answerExec(body []byte) string {
 	var ans wire.Answer
-	if err := json.Unmarshal(body, &ans); err == nil && ans.Exec != "" {
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&ans); err == nil && ans.Exec != "" {
 		return ans.Exec
 	}
 	var msg struct {
