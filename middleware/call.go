@@ -78,13 +78,7 @@ func (c *call) sendHeld() {
 // takeBackHeaders puts the header map of a held response back as it was
 // before the handler ran: the failure answer that replaces a response
 // whose transaction did not commit carries none of the handler's headers.
-func (c *call) takeBackHeaders() {
-	hd := c.rec.W.Header()
-	clear(hd)
-	for name, vs := range c.rec.held.before {
-		hd[name] = vs
-	}
-}
+func (c *call) takeBackHeaders() { setHeader(c.rec.W, c.rec.held.before) }
 
 // commitFailed answers 503: the request's transaction did not commit, or
 // the commit's outcome is unknown (the connection was lost during it), so

@@ -68,12 +68,16 @@ type held struct {
 // back into w's, for the held answer to carry; a handler that sent none
 // answers with the map as it is.
 func (h *held) sendHeader(w http.ResponseWriter) {
-	if h.header == nil {
-		return
+	if h.header != nil {
+		setHeader(w, h.header)
 	}
+}
+
+// setHeader makes w's header map h.
+func setHeader(w http.ResponseWriter, h http.Header) {
 	hd := w.Header()
 	clear(hd)
-	maps.Copy(hd, h.header)
+	maps.Copy(hd, h)
 }
 
 // Holding reports whether what the handler writes is held back.
