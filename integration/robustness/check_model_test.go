@@ -266,6 +266,39 @@ func TestCheckAllowsAFencedOwner(t *testing.T) {
 	}
 }
 
+// The same window the other way round: an owner whose process paused
+// after its claim, past its lease, runs its effect when it resumes, after
+// the successor that took the key over recorded; fenced, its completion
+// is stale. Allowed with the pause to explain it; without one, flagged.
+func TestCheckAllowsAFencedOwnerAfterItsSuccessor(t *testing.T) {
+	t.Parallel()
+	for _, paused := range []bool{true, false} {
+		b := newBuilder()
+		b.run("k", kindExt, "a2", "x2", "i2", outAnswer, completed)
+		b.run("k", kindExt, "a1", "x1", "i1", outAnswer, wire.Record{What: "lease lost", Err: "x"}, stale)
+		if paused {
+			b.fault(faultPause, 0) // from before a1's claim to after its effect
+		}
+		for i, r := range b.h.records {
+			if r.Attempt == "a1" && r.Ev == wire.EvStore {
+				// Its claim was the older generation, acquired before
+				// a2's: the builder numbers claims in the order it runs
+				// them, and the claim checks are not what this tests.
+				b.h.records[i].Gen = 0
+			}
+		}
+		b.replay("k", kindExt, "a3", "x2")
+		b.h.recorded["k"] = "x2"
+		rep := check(b.stopped(100, 200))
+		switch got := kinds(rep); {
+		case paused && (len(got) != 0 || rep.windows["owner fenced after its lease ran out, its effect after its successor's"] != 1):
+			t.Errorf("paused: violations %+v, windows %v; want none, the window counted", rep.violations, rep.windows)
+		case !paused && !slices.Equal(got, []string{vUnexplained}):
+			t.Errorf("no fault: violations %q, want %q", got, vUnexplained)
+		}
+	}
+}
+
 // An owner fenced with no fault injected on its instance or PostgreSQL,
 // but while the whole machine stalled (the harness's clock jumped): the
 // stall explains the window as a pause would, on any instance; without it

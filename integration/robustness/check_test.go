@@ -509,6 +509,15 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 			case prev.Fate == fateLeft:
 				window = "left to its lease (its stream ended before the response)"
 			}
+			explained := prev
+			if window == "" && execs[cur.Exec] != nil && execs[cur.Exec].Fate == fateSuperseded {
+				// The same window the other way round: the later effect is
+				// a fenced owner's, whose lease ran out before its work
+				// ran (its process paused or stalled past the lease after
+				// the claim) while a successor took the key over and
+				// recorded; its work did not honour its context.
+				window, explained = "owner fenced after its lease ran out, its effect after its successor's", execs[cur.Exec]
+			}
 			if window == "" {
 				what := fmt.Sprintf("its claim was %s", prev.Fate)
 				if prev.Fate == fateReleased {
@@ -518,9 +527,9 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 					Detail: fmt.Sprintf("effect %d by %s (attempt %s) after %s (attempt %s) ran the effect: %s", cur.Seq, cur.Exec, cur.Attempt, prev.ID, prev.Attempt, what)})
 				continue
 			}
-			if f := h.explaining(prev, cur.T); f == nil {
+			if f := h.explaining(explained, cur.T); f == nil {
 				rep.add(violation{Kind: vUnexplained, Key: k, At: max(cur.T, prev.EndT),
-					Detail: fmt.Sprintf("effect %d by %s after %s (%s, %s): no fault on %s or PostgreSQL between", cur.Seq, cur.Exec, prev.ID, window, prev.Cause, prev.Instance)})
+					Detail: fmt.Sprintf("effect %d by %s after %s (%s, %s): no fault on %s or PostgreSQL between", cur.Seq, cur.Exec, prev.ID, window, explained.Cause, explained.Instance)})
 				continue
 			}
 			rep.windows[window]++

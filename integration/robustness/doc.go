@@ -17,7 +17,8 @@
 //     ran out);
 //   - the effect logs: an effect outside the database runs at most once
 //     per key, unless the execution before it ended in one of those
-//     documented windows, with a fault to explain it; the effect in the
+//     documented windows (or the one after it is an owner fenced after its
+//     lease ran out), with a fault to explain it; the effect in the
 //     database exactly once per answered key, and it is the answer;
 //   - the clients' side of the effect in the database: no client is ever
 //     told it succeeded (a 2xx) unless the answer names an execution
