@@ -112,7 +112,7 @@ SEED ?=
 DURATION ?= 20m
 FAULTS ?= all
 MUTANT ?=
-MUTANTS := unfenced-complete release-after-answer claim-then-check
+MUTANTS := unfenced-complete release-after-answer claim-then-check held-status-escapes
 
 .PHONY: robustness
 robustness: ## Record client histories under injected faults and check them (porcupine, effect logs, nothing left claimed): DURATION (default 20m), FAULTS (all, rotate, or a list), SEED, MUTANT (a broken build that must be caught). Needs PostgreSQL's server binaries or Docker.
@@ -120,5 +120,5 @@ robustness: ## Record client histories under injected faults and check them (por
 		$(GO) test -count=1 -timeout 3h -run '^TestRobustness$$' -v ./robustness/
 
 .PHONY: robustness-mutants
-robustness-mutants: ## The robustness run against each deliberately broken build (unfenced-complete, release-after-answer, claim-then-check) for DURATION (use DURATION=90s, CI's): each must be caught.
+robustness-mutants: ## The robustness run against each deliberately broken build (unfenced-complete, release-after-answer, claim-then-check, held-status-escapes) for DURATION (use DURATION=90s, CI's): each must be caught.
 	@set -e; for m in $(MUTANTS); do $(MAKE) --no-print-directory robustness MUTANT=$$m; done

@@ -95,7 +95,7 @@ func (x *Execution) Commit(res idem.Result) error {
 		return err
 	}
 	if err := x.commitTx(res); err != nil {
-		x.e.log(x.logCtx, slog.LevelWarn, "the work's transaction did not commit; nothing was recorded", x.req, slog.Any("err", err))
+		x.e.log(x.logCtx, slog.LevelWarn, "the work's transaction did not commit, or the outcome of its commit is unknown (the connection was lost)", x.req, slog.Any("err", err))
 		return err
 	}
 	return nil
@@ -140,7 +140,7 @@ func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale b
 		// Rolled back: nothing of the work committed, and a retry runs it
 		// again. The adapter must not answer the work's result.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "complete", Err: err, Status: res.Status, Duration: ran})
-		x.e.log(x.logCtx, slog.LevelError, "could not commit the work's transaction; nothing was recorded and its writes rolled back", x.req, slog.Any("err", err))
+		x.e.log(x.logCtx, slog.LevelError, "the work's transaction did not commit, or the outcome of its commit is unknown (the connection was lost); unless it did commit, nothing was recorded and its writes rolled back", x.req, slog.Any("err", err))
 	}
 }
 

@@ -53,7 +53,8 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 			// silence for one.
 			rec.cutOff(c.rawID, x.Err(), m.eng.RetryAfter())
 		}
+		final = held.verdict(final)
 		return final
-	}, rec.verdict)
+	}, func() engine.Verdict { return held.verdict(rec.verdict()) })
 	held.send(final)
 }

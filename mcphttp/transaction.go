@@ -72,8 +72,12 @@ type heldResponse struct {
 	r      *http.Request
 	c      call
 	header http.Header
-	status int
-	body   bytes.Buffer
+	// sentHeader is header as it was when the handler sent its status:
+	// what the answer carries, as net/http sends the header map of that
+	// moment, whatever the handler sets after it.
+	sentHeader http.Header
+	status     int
+	body       bytes.Buffer
 	// sent: the hold is over, what the handler writes goes to the client;
 	// failed: the commit of a spill failed, and nothing may.
 	sent, failed bool
@@ -114,7 +118,7 @@ func (h *heldResponse) WriteHeader(code int) {
 	case h.sent:
 		h.client.WriteHeader(code)
 	case h.status == 0 && code >= 200:
-		h.status = code
+		h.status, h.sentHeader = code, h.header.Clone()
 	}
 }
 
@@ -124,7 +128,7 @@ func (h *heldResponse) WriteHeader(code int) {
 // was held goes to the client, and the rest passes through.
 func (h *heldResponse) Write(p []byte) (int, error) {
 	if h.status == 0 {
-		h.status = http.StatusOK
+		h.WriteHeader(http.StatusOK)
 	}
 	switch {
 	case h.sent:
@@ -150,11 +154,27 @@ func (h *heldResponse) Flush() {
 	}
 }
 
+// verdict is v, the recorder's reading of how the call ended, unless the
+// call's transaction already committed (a response that outgrew the record
+// limit completed the key as unreplayable): then the key is completed,
+// whatever came after, and that is what the engine reports. A nil h
+// returns v.
+func (h *heldResponse) verdict(v engine.Verdict) engine.Verdict {
+	if h == nil || !h.x.Committed() {
+		return v
+	}
+	return engine.Verdict{Action: engine.Recorded, Result: idem.Result{Status: h.status, Unreplayable: true}}
+}
+
 // release sends what was held and ends the hold.
 func (h *heldResponse) release() {
 	h.sent = true
 	hd := h.client.Header()
-	for k, vs := range h.header {
+	hdr := h.sentHeader
+	if hdr == nil { // the handler sent no status
+		hdr = h.header
+	}
+	for k, vs := range hdr {
 		hd[k] = vs
 	}
 	h.client.WriteHeader(h.status)
@@ -164,8 +184,9 @@ func (h *heldResponse) release() {
 // send ends the hold once the call's execution finished with verdict v:
 // the response goes to the client if its transaction committed with it, or
 // if it was not to be recorded (an error, rolled back with everything
-// else, is true as it is); otherwise its result did not commit, and the
-// client gets a JSON-RPC error saying to retry, in the response's framing.
+// else, is true as it is); otherwise its result did not commit (or the
+// commit's outcome is unknown), and the client gets a JSON-RPC error
+// saying to retry with the same key, in the response's framing.
 // A nil h does nothing.
 func (h *heldResponse) send(v engine.Verdict) {
 	switch {
@@ -176,7 +197,7 @@ func (h *heldResponse) send(v engine.Verdict) {
 	default:
 		h.sent = true
 		body, _ := wrapperError(h.c.rawID, rpcError{
-			Code: CodeUnavailable, Message: "the call's transaction did not commit, so it took no effect; retry it",
+			Code: CodeUnavailable, Message: "the call's transaction did not commit, or the outcome of its commit is unknown; retry it with the same key: if it committed, the retry gets its response, if not, it runs again",
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: h.m.eng.RetryAfter().Milliseconds()},
 		})
 		h.m.answer(h.client, h.r, h.c, body, false, &responseBuffer{header: h.header, status: cmp.Or(h.status, http.StatusOK)})

@@ -65,24 +65,29 @@ func (c *call) sendHeld() {
 	case h.sent:
 	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release):
 		h.sent = true
+		h.sendHeader(rec.W)
 		rec.W.WriteHeader(rec.Status)
 		_, _ = rec.W.Write(rec.body)
 	default:
 		h.sent = true
-		hd := rec.W.Header()
-		clear(hd)
-		for name, vs := range h.before {
-			hd[name] = vs
-		}
+		c.takeBackHeaders()
 		c.commitFailed(rec.W)
 	}
 }
 
-// commitFailed answers 503: the request's transaction did not commit, so
-// nothing of it took effect.
+// takeBackHeaders puts the header map of a held response back as it was
+// before the handler ran: the failure answer that replaces a response
+// whose transaction did not commit carries none of the handler's headers.
+func (c *call) takeBackHeaders() { setHeader(c.rec.W, c.rec.held.before) }
+
+// commitFailed answers 503: the request's transaction did not commit, or
+// the commit's outcome is unknown (the connection was lost during it), so
+// the answer says neither that it took effect nor that it did not. A retry
+// with the same key tells: it replays the result if the commit went
+// through, and runs the handler again if it did not.
 func (c *call) commitFailed(w http.ResponseWriter) {
 	writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
-		Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, retryAfterSeconds(c.h.eng.RetryAfter()))
+		Detail: "The request's transaction did not commit, or the outcome of its commit is unknown. Retry later with the same key: if it committed, the retry gets its response; if not, it runs again."}, retryAfterSeconds(c.h.eng.RetryAfter()))
 }
 
 // verdict reads how the handler ended from what it answered.
@@ -251,10 +256,15 @@ func Commit(w http.ResponseWriter, r *http.Request, status int, header http.Head
 	}
 	if err != nil {
 		c.commit = commitFailed
-		// Take back what was merged: the failure answer must not carry
-		// the success's headers.
-		for name := range header {
-			hd.Del(name)
+		// The failure answer must not carry the success's headers: take
+		// back every header of the handler's if the response was held,
+		// else what was merged.
+		if c.rec.held != nil {
+			c.takeBackHeaders()
+		} else {
+			for name := range header {
+				hd.Del(name)
+			}
 		}
 		c.commitFailed(w)
 		return fmt.Errorf("middleware: recording the result: %w", err)

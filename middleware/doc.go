@@ -67,8 +67,9 @@
 // user another's recorded answer. Options.Scope replaces all of this.
 //
 // With each key the store keeps a fingerprint of the request
-// ([DefaultFingerprint]: method, path, query, content type and body hash):
-// the same key for a different request is a client bug, answered 422.
+// ([DefaultFingerprint]: method, escaped path, query, content type and
+// body hash): the same key for a different request is a client bug,
+// answered 422.
 //
 // # Capture and replay
 //
@@ -101,7 +102,10 @@
 // replaced by 503 problem+json ([TypeCommitFailed]) with none of the
 // handler's headers. Every other ending rolls the transaction back and
 // leaves nothing: an answer not recorded (5xx, 408, 429: sent as the
-// handler wrote it), a panic, a handler cut off (its deadline,
+// handler wrote it; New refuses a record policy that leaves out a status
+// below 400, which would tell a client "done" for rolled-back rows, and
+// FailOpen and KeyOptional, which would run the handler without the
+// transaction), a panic, a handler cut off (its deadline,
 // Options.MaxExecution, or Shutdown) that answered nothing to record, a
 // crash of the process or a lost connection (PostgreSQL also ends a
 // transaction left idle longer than the lease: with nothing to renew, its
@@ -115,7 +119,10 @@
 // known). A response larger than Options.MaxRecordBytes cannot be held:
 // when it outgrows the limit the transaction commits with the key completed
 // as unreplayable, and the rest streams (write the rows before the body).
-// Flushing does nothing until the commit. docs/design.md compares the two
+// Until the commit nothing of the handler's reaches the client, in
+// whatever order it calls the writer: flushing and an informational
+// status send nothing, and a second final status is ignored, as net/http
+// ignores it. docs/design.md compares the two
 // paths; the two-phase one, the default, is for side effects outside the
 // database.
 //

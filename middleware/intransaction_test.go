@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -358,5 +359,225 @@ func TestInTransactionLease(t *testing.T) {
 	wantProblem(t, postTo(h, "idle", "k2"), http.StatusServiceUnavailable, middleware.TypeCommitFailed)
 	if n := k.invoices(t); n != 1 {
 		t.Errorf("%d invoices, want 1 (the busy one)", n)
+	}
+}
+
+// clientWire is the client's end of a response: every status it is sent,
+// with the Location header it carries and the invoices committed at that
+// moment, and the body.
+type clientWire struct {
+	k       *txKit
+	t       *testing.T
+	header  http.Header
+	sent    []sentStatus
+	body    strings.Builder
+	flushes int
+}
+
+type sentStatus struct {
+	code        int
+	location    string
+	contentType string
+	committed   int // invoices in the database when the status was sent
+}
+
+func (c *clientWire) Header() http.Header { return c.header }
+func (c *clientWire) WriteHeader(code int) {
+	c.sent = append(c.sent, sentStatus{code, c.header.Get("Location"), c.header.Get("Content-Type"), c.k.invoices(c.t)})
+}
+func (c *clientWire) Write(p []byte) (int, error) {
+	if len(c.sent) == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.body.Write(p)
+}
+func (c *clientWire) Flush() { c.flushes++ }
+
+// TestInTransactionHoldsEverything: while the answer is held, nothing of
+// the handler's reaches the client, in whatever order it calls the
+// writer: not a second status (net/http tolerates one with a log line),
+// not a status after a write, not an informational status, not a flush.
+// When the commit then fails (here: a statement of the handler failed, so
+// COMMIT rolls back), the client gets one answer, the 503, with none of
+// the handler's headers; when it succeeds, one answer, the handler's first
+// final status, sent once its invoice is committed. A handler that panics
+// after writing sends nothing at all.
+func TestInTransactionHoldsEverything(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	misbehaviours := map[string]func(w http.ResponseWriter, r *http.Request, id int64){
+		"status twice": func(w http.ResponseWriter, r *http.Request, id int64) {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+			http.Error(w, "and then an error", http.StatusInternalServerError)
+		},
+		"write then status": func(w http.ResponseWriter, r *http.Request, id int64) {
+			_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+			w.WriteHeader(http.StatusCreated)
+		},
+		"flushes": func(w http.ResponseWriter, r *http.Request, id int64) {
+			w.WriteHeader(http.StatusCreated)
+			w.(http.Flusher).Flush()
+			_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+			_ = http.NewResponseController(w).Flush()
+		},
+		"early hints": func(w http.ResponseWriter, r *http.Request, id int64) {
+			w.Header().Add("Link", "</invoice.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+		},
+		"commit": func(w http.ResponseWriter, r *http.Request, id int64) {
+			_ = middleware.Commit(w, r, http.StatusCreated, nil, fmt.Appendf(nil, `{"id":%d}`, id), nil)
+		},
+		"panic after writing": func(w http.ResponseWriter, r *http.Request, id int64) {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
+			w.WriteHeader(http.StatusInternalServerError)
+			panic("after writing")
+		},
+	}
+	for name, misbehave := range misbehaviours {
+		for _, broken := range []bool{true, false} {
+			h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tx := pgstore.TxFrom(r.Context())
+				var id int64
+				if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+				if broken {
+					_, _ = tx.Exec(r.Context(), `SELECT 1/0`) // ignored: COMMIT will roll back
+				}
+				w.Header().Set("Location", fmt.Sprintf("/invoices/%d", id))
+				w.Header().Set("Content-Type", "application/json")
+				misbehave(w, r, id)
+			}))
+			before := k.invoices(t)
+			client := &clientWire{k: k, t: t, header: http.Header{}}
+			func() {
+				defer func() { _ = recover() }()
+				h.ServeHTTP(client, newReq("POST", "/invoices", "", key(fmt.Sprintf("%s-%v", name, broken))))
+			}()
+			after := k.invoices(t)
+			switch {
+			case name == "panic after writing":
+				if len(client.sent) > 0 || client.body.Len() > 0 || after != before {
+					t.Errorf("%s (broken %v): the client was sent %+v %q; %d invoices committed; want nothing sent, nothing committed",
+						name, broken, client.sent, client.body.String(), after-before)
+				}
+			case broken:
+				if len(client.sent) != 1 || client.sent[0].code != http.StatusServiceUnavailable || client.sent[0].location != "" ||
+					!strings.Contains(client.body.String(), middleware.TypeCommitFailed) || after != before {
+					t.Errorf("%s, the commit failing: the client was sent %+v, body %q; %d invoices committed; want only a 503 commit_failed without Location, nothing committed",
+						name, client.sent, client.body.String(), after-before)
+				}
+			default:
+				want := http.StatusCreated
+				if name == "write then status" {
+					want = http.StatusOK // the first write implied it, as in net/http
+				}
+				if len(client.sent) != 1 || client.sent[0].code != want || client.sent[0].committed != before+1 || after != before+1 ||
+					client.sent[0].contentType != "application/json" {
+					t.Errorf("%s, the commit succeeding: the client was sent %+v (invoices before: %d), %d invoices committed; want one status %d, sent after its invoice committed, with the headers as they were at the status (application/json: what http.Error sets after it does not count, as in net/http)",
+						name, client.sent, before, after-before, want)
+				}
+			}
+			if client.flushes > 0 && len(client.sent) > 0 && client.sent[0].committed == before {
+				t.Errorf("%s (broken %v): flushed before the commit", name, broken)
+			}
+		}
+	}
+}
+
+// TestInTransactionFailedSpillOnce: a response that outgrows the record
+// limit on a transaction that cannot commit fails its early commit once:
+// one commit attempt, one warning, whatever the handler writes after it,
+// and the client gets the 503 alone.
+func TestInTransactionFailedSpillOnce(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	var logs strings.Builder // written on the request's goroutine only: no lease to renew in a transaction
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 100, Logger: logger})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = pgstore.TxFrom(r.Context()).Exec(r.Context(), `SELECT 1/0`) // ignored: COMMIT will roll back
+		for range 200 {
+			_, _ = io.WriteString(w, strings.Repeat("x", 50))
+		}
+	}))
+	rec := postTo(h, "", "k")
+	wantProblem(t, rec, http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	if n := strings.Count(logs.String(), "did not commit"); n != 1 {
+		t.Errorf("%d warnings that the transaction did not commit, want 1:\n%s", n, logs.String())
+	}
+}
+
+// txStoreStub is an idem.TxStore for construction tests: New never
+// claims.
+type txStoreStub struct{ *memstore.Store }
+
+func (txStoreStub) BeginClaim(context.Context, idem.ClaimRequest, idem.TxLimits) (idem.Claim, idem.TxClaim, error) {
+	return idem.Claim{}, nil, errors.New("stub")
+}
+
+// TestInTransactionRefusesWhatCannotWork: New refuses, naming the options,
+// the combinations with InTransaction that cannot keep its promise: a
+// record policy that does not record a success or a redirect (the
+// rollback would take the rows of an answer the client is told
+// succeeded), FailOpen and KeyOptional (the handler would run without the
+// transaction it writes in).
+func TestInTransactionRefusesWhatCannotWork(t *testing.T) {
+	t.Parallel()
+	store := txStoreStub{memstore.New(memstore.Options{})}
+	for name, tc := range map[string]struct {
+		opts middleware.Options
+		want string
+	}{
+		"202 not recorded": {middleware.Options{RecordPolicy: func(s int) bool { return s != http.StatusAccepted }}, "RecordPolicy"},
+		"303 not recorded": {middleware.Options{RecordPolicy: func(s int) bool { return s < 300 || s >= 400 }}, "RecordPolicy"},
+		"FailOpen":         {middleware.Options{FailOpen: true}, "FailOpen"},
+		"KeyOptional":      {middleware.Options{KeyOptional: true}, "KeyOptional"},
+	} {
+		func() {
+			defer func() {
+				p := recover()
+				if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "InTransaction") {
+					t.Errorf("%s: New panicked with %v, want a message naming %s and InTransaction", name, p, tc.want)
+				}
+			}()
+			tc.opts.InTransaction = true
+			middleware.New(store, tc.opts)
+		}()
+	}
+	// What works: the default policy, one that records more, and one
+	// that leaves out a failure.
+	for _, policy := range []middleware.RecordPolicy{nil, func(int) bool { return true }, func(s int) bool { return s != http.StatusConflict }} {
+		middleware.New(store, middleware.Options{InTransaction: true, RecordPolicy: policy})
+	}
+}
+
+// TestInTransactionCommitOutcomeUnknown: when the connection is lost
+// around the COMMIT (here its backend is terminated after the handler's
+// last statement), the middleware cannot know whether the transaction
+// committed: the 503 says so, and never that the request took no effect.
+func TestInTransactionCommitOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := pgstore.TxFrom(r.Context())
+		var pid int
+		if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if _, err := k.pool.Exec(r.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	p := wantProblem(t, postTo(h, "", "k"), http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	detail := fmt.Sprint(p["detail"])
+	if strings.Contains(detail, "no effect") || !strings.Contains(detail, "unknown") || !strings.Contains(detail, "same key") {
+		t.Errorf("detail %q: want it to say the outcome is unknown and to retry with the same key, never that nothing took effect", detail)
 	}
 }

@@ -107,7 +107,7 @@ type Options struct {
 
 	// KeyOptional lets a protected request without a key (see Key)
 	// through to the handler, unprotected. False means such a request is
-	// answered 400 ([TypeMissingKey]).
+	// answered 400 ([TypeMissingKey]). True with InTransaction panics.
 	KeyOptional bool
 
 	// Key reads a request's idempotency key. Nil means [HeaderKey]: the
@@ -178,7 +178,9 @@ type Options struct {
 	RecordHeaders []string
 
 	// RecordPolicy decides which statuses complete the key. Nil means
-	// [DefaultRecordPolicy]: everything but 408, 429 and 5xx.
+	// [DefaultRecordPolicy]: everything but 408, 429 and 5xx. With
+	// InTransaction, a policy that does not record every status below 400
+	// panics.
 	RecordPolicy RecordPolicy
 
 	// Lease is the lease of a claim, renewed about every third of it while
@@ -245,6 +247,7 @@ type Options struct {
 	// retry runs the side effect again, which is what this middleware
 	// exists to prevent. False means such requests are answered 503
 	// ([TypeStoreUnavailable]) and the handler never runs without a claim.
+	// True with InTransaction panics.
 	FailOpen bool
 
 	// Owner names this instance in claims, for operators. Empty means
@@ -268,8 +271,9 @@ type Options struct {
 	// package documentation). The response is held back until then. False
 	// means the two-phase claim, for side effects outside the database:
 	// the claim commits on its own before the handler runs, and the
-	// response streams to the client as it is written. True with a store
-	// that is not an [idem.TxStore] panics.
+	// response streams to the client as it is written. True panics with a
+	// store that is not an [idem.TxStore], with FailOpen or KeyOptional,
+	// and with a RecordPolicy that does not record every status below 400.
 	InTransaction bool
 }
 
@@ -365,7 +369,31 @@ func newConfig(o Options) *config {
 	if c.recordPolicy == nil {
 		c.recordPolicy = DefaultRecordPolicy
 	}
+	if c.inTx {
+		refuseWithTransaction(o, c.recordPolicy)
+	}
 	return c
+}
+
+// refuseWithTransaction panics on the options that cannot keep
+// InTransaction's promise. FailOpen and KeyOptional would run the handler
+// without a claim, so without the transaction it writes its rows in. A
+// record policy that leaves out a success or a redirect would roll back
+// the rows of an answer that tells its client it succeeded (what is not
+// recorded rolls back), so every status below 400 must be recorded; the
+// policy is asked once for each.
+func refuseWithTransaction(o Options, policy RecordPolicy) {
+	switch {
+	case o.FailOpen:
+		panic("middleware: Options.FailOpen cannot be combined with InTransaction: the handler would run without a claim, so without the transaction it writes in")
+	case o.KeyOptional:
+		panic("middleware: Options.KeyOptional cannot be combined with InTransaction: a request without a key would run without a claim, so without the transaction it writes in")
+	}
+	for status := 200; status < 400; status++ {
+		if !policy(status) {
+			panic(fmt.Sprintf("middleware: Options.RecordPolicy does not record %d, and with InTransaction an answer not recorded rolls back: a client answered %d would be told it succeeded while its rows are gone; record every status below 400", status, status))
+		}
+	}
 }
 
 // DefaultRecordPolicy completes the key for every status except 408 Request

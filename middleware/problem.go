@@ -39,10 +39,11 @@ const (
 	// was processed (shutting down). The handler did not run. Retry after
 	// Retry-After seconds.
 	TypeStoreUnavailable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeStoreUnavailable"
-	// TypeCommitFailed (503): the handler's in-transaction completion
-	// ([Commit]) failed, so its transaction did not commit and nothing was
-	// recorded. Retry after Retry-After seconds: the retry runs the handler
-	// again, or replays the result if another attempt recorded one.
+	// TypeCommitFailed (503): the request's transaction (Options.InTransaction,
+	// or [Commit]'s record function) did not commit, or the outcome of its
+	// commit is unknown (the connection was lost during it). Retry after
+	// Retry-After seconds with the same key: the retry replays the result
+	// if the commit went through, and runs the handler again if it did not.
 	TypeCommitFailed = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeCommitFailed"
 )
 

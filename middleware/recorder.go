@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 
@@ -47,6 +48,10 @@ type held struct {
 	// put back for the failure answer that replaces a response whose
 	// transaction did not commit.
 	before http.Header
+	// header is the writer's header map as it was when the handler sent
+	// its status (nil before): what the answer carries, as net/http sends
+	// the header map of that moment, whatever the handler sets after it.
+	header http.Header
 	// spill commits the claim's transaction with res, an unreplayable
 	// result, when the response outgrows the record limit and cannot be
 	// held any longer.
@@ -57,6 +62,22 @@ type held struct {
 	// failed: the spill's commit failed; nothing the handler writes may
 	// reach the client.
 	failed bool
+}
+
+// sendHeader puts the header map of the moment the handler sent its status
+// back into w's, for the held answer to carry; a handler that sent none
+// answers with the map as it is.
+func (h *held) sendHeader(w http.ResponseWriter) {
+	if h.header != nil {
+		setHeader(w, h.header)
+	}
+}
+
+// setHeader makes w's header map h.
+func setHeader(w http.ResponseWriter, h http.Header) {
+	hd := w.Header()
+	clear(hd)
+	maps.Copy(hd, h)
 }
 
 // Holding reports whether what the handler writes is held back.
@@ -72,6 +93,9 @@ var (
 // sent, and holds the header back while the response is held.
 func (rw *recorder) Begin(_ int, h http.Header) bool {
 	rw.header = rw.cfg.snapshot(h)
+	if rw.Holding() {
+		rw.held.header = h.Clone()
+	}
 	rw.length = -1
 	// A declared length lets the capture buffer be allocated once.
 	if cl := h.Get("Content-Length"); cl != "" {
@@ -86,11 +110,17 @@ func (rw *recorder) Begin(_ int, h http.Header) bool {
 }
 
 // Capture captures p up to the record limit. While the response is held,
-// p is held too, until it outgrows the limit: then the hold ends (spill).
+// p is held too, until it outgrows the limit: then the hold ends (spill),
+// or, if the spill's commit failed, everything after it is dropped.
 func (rw *recorder) Capture(p []byte) bool {
 	rw.written += int64(len(p))
 	if rw.Holding() {
-		if !rw.held.failed && len(rw.body)+len(p) <= rw.cfg.maxRecord {
+		switch {
+		case rw.held.failed:
+			// The early commit failed, once: nothing more reaches the
+			// client, and nothing is tried again.
+			return false
+		case len(rw.body)+len(p) <= rw.cfg.maxRecord:
 			rw.body = append(rw.body, p...)
 			return false
 		}
@@ -121,6 +151,7 @@ func (rw *recorder) spill() {
 	rw.held.sent = true
 	body := rw.body
 	rw.overflow, rw.body = true, nil
+	rw.held.sendHeader(rw.W)
 	rw.W.WriteHeader(rw.Status)
 	if _, err := rw.W.Write(body); err != nil {
 		rw.Gone = err

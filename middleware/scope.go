@@ -18,7 +18,8 @@ const TypeUnscopedCookies = "https://pkg.go.dev/github.com/idemkit/idem/middlewa
 // (HMAC-SHA-256 with Options.ScopeSecret; SHA-256 without one) of the
 // identity (the principal; else Authorization, X-Api-Key and the named
 // session cookies), the X-Session-Id header, the method and the route
-// (r.Pattern inside an [http.ServeMux] route, the URL path otherwise).
+// (r.Pattern inside an [http.ServeMux] route, the URL path as sent,
+// escaped, otherwise).
 func (c *config) scopeOf(r *http.Request) (string, error) {
 	if c.scope != nil {
 		return c.scope(r), nil

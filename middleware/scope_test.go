@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -152,4 +154,39 @@ func TestScopeOptionsPanic(t *testing.T) {
 			middleware.New(store, opts)
 		})
 	}
+}
+
+// TestEscapedPathIdentifies: a request is identified by its path as sent,
+// escaped: /items/a%2Fb and /items/a/b are two resources, so a key reused
+// across them is never answered with the other's response. Inside a
+// ServeMux route both have the route's scope, and the fingerprint tells
+// them apart (422); outside one, the default scope does.
+func TestEscapedPathIdentifies(t *testing.T) {
+	t.Parallel()
+	if defaultFingerprintOf("/items/a%2Fb") == defaultFingerprintOf("/items/a/b") {
+		t.Error("DefaultFingerprint: /items/a%2Fb and /items/a/b have one fingerprint")
+	}
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, r.URL.EscapedPath())
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /items/{id...}", middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(echo))
+	bare := middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(echo)
+	for name, h := range map[string]http.Handler{"in a ServeMux route": mux, "outside one": bare} {
+		first := serve(h, newReq("POST", "/items/a%2Fb", `{}`, key("k")))
+		wantStatus(t, first, http.StatusCreated)
+		second := serve(h, newReq("POST", "/items/a/b", `{}`, key("k")))
+		if second.Header().Get("Idempotent-Replayed") != "" || strings.Contains(second.Body.String(), "%2F") {
+			t.Errorf("%s: POST /items/a/b with the key of POST /items/a%%2Fb was answered %d %q, a replay of the other resource", name, second.Code, second.Body)
+		}
+		if name == "in a ServeMux route" && second.Code != http.StatusUnprocessableEntity {
+			t.Errorf("%s: a key reused for another path: %d, want 422", name, second.Code)
+		}
+	}
+}
+
+// defaultFingerprintOf is DefaultFingerprint of a POST to target.
+func defaultFingerprintOf(target string) string {
+	return middleware.DefaultFingerprint(httptest.NewRequest("POST", target, nil), nil)
 }

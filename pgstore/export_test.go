@@ -16,6 +16,10 @@ func SetWaitBlocked(s *Store, f func()) { s.waitBlocked = f }
 // live claim and pauses before looking again.
 func SetWaitPolled(s *Store, f func()) { s.waitPolled = f }
 
+// SetTxEndWaits installs a hook called when a claim's Commit or Rollback
+// waits for a statement of the work in progress.
+func SetTxEndWaits(s *Store, f func()) { s.txEndWaits = f }
+
 // ChannelSQL is the SQL expression of the store's LISTEN channel.
 func ChannelSQL(s *Store) string { return s.sql.channel.sql }
 

@@ -94,6 +94,7 @@ type Options struct {
 	// with the connection's defaults: READ COMMITTED, unless the role or
 	// the database sets default_transaction_isolation. BeginQuery and
 	// CommitQuery must be empty: the store commits with its own statement.
+	// A read-only AccessMode is refused: the claim is an INSERT.
 	TxOptions pgx.TxOptions
 	// Now is a test hook: when set, every statement uses its value as
 	// "now" instead of the database clock. Nil (production) means the
@@ -116,6 +117,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("pgstore: Options.Heartbeat %v is negative", o.Heartbeat)
 	case o.TxOptions.BeginQuery != "" || o.TxOptions.CommitQuery != "":
 		return errors.New("pgstore: Options.TxOptions.BeginQuery and CommitQuery must be empty")
+	case o.TxOptions.AccessMode == pgx.ReadOnly:
+		return errors.New("pgstore: Options.TxOptions.AccessMode is read only: BeginClaim inserts the claim in the transaction, so every claim would fail")
 	case o.NoListen && o.ReplayCacheBytes > 0:
 		return errors.New("pgstore: Options.ReplayCacheBytes needs LISTEN (the cache hears other instances' Forget): set it to 0 with NoListen")
 	}

@@ -48,6 +48,9 @@ type Store struct {
 	// waitPolled, when set (tests only), is called when Wait, not
 	// listening, has seen a live claim and pauses before looking again.
 	waitPolled func()
+	// txEndWaits, when set (tests only), is called when a claim's Commit
+	// or Rollback waits for a statement of the work in progress.
+	txEndWaits func()
 }
 
 // New returns a store on pool. It validates opts but does not touch the

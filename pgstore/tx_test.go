@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -804,5 +805,86 @@ func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestReadOnlyTxOptionsRefused: BeginClaim inserts the claim in its
+// transaction, so read-only TxOptions would fail every claim: New refuses
+// them.
+func TestReadOnlyTxOptionsRefused(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Pool(t)
+	_, err := pgstore.New(pool, pgstore.Options{TxOptions: pgx.TxOptions{AccessMode: pgx.ReadOnly}})
+	if err == nil || !strings.Contains(err.Error(), "TxOptions.AccessMode") {
+		t.Fatalf("New with read-only TxOptions: %v, want an error naming TxOptions.AccessMode", err)
+	}
+}
+
+// holdTracer holds back each statement whose SQL contains marker inside
+// pgx, after the work's view let it through and before it is sent: the
+// moment a claim's owner may end the transaction under it.
+type holdTracer struct {
+	marker  string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *holdTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, h.marker) {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return ctx
+}
+
+func (*holdTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestTxViewStatementAndEndExclusive: a statement of the work that passed
+// the "still open" check when the claim's owner ends the transaction (an
+// adapter rolling back while a go-sdk tool still runs on its session's
+// context) runs inside the transaction, and goes with it, or is refused;
+// it never runs after the end, on the connection the pool took back,
+// outside the claim. The end waits for the statement.
+func TestTxViewStatementAndEndExclusive(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	tracer := &holdTracer{marker: "late_insert", entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := testdb.Config(t, f.schema)
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 1 // the connection the rollback gives back is the one the statement holds
+	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+	endWaits := make(chan struct{})
+	pgstore.SetTxEndWaits(s, func() { close(endWaits) })
+
+	_, tx := beginClaim(t, f.ctx, s, "a", txLimits, idem.Acquired)
+	work := pgstore.TxFrom(tx.Context(f.ctx))
+	statement := make(chan error, 1)
+	go func() {
+		_, err := work.Exec(f.ctx, `INSERT INTO invoices VALUES ('late') -- late_insert`)
+		statement <- err
+	}()
+	<-tracer.entered // past the check, not yet sent
+	rolledBack := make(chan error, 1)
+	go func() { rolledBack <- tx.Rollback(f.ctx) }()
+	select {
+	case err := <-rolledBack:
+		// The end did not wait: the statement now runs after it.
+		close(tracer.release)
+		if err != nil {
+			t.Errorf("Rollback: %v", err)
+		}
+	case <-endWaits:
+		close(tracer.release)
+		if err := <-rolledBack; err != nil {
+			t.Errorf("Rollback: %v", err)
+		}
+	}
+	err := <-statement
+	var n int
+	if qerr := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM invoices WHERE id = 'late'`).Scan(&n); qerr != nil {
+		t.Fatal(qerr)
+	}
+	if n != 0 {
+		t.Errorf("the statement (err %v) committed its row after the claim's transaction rolled back", err)
 	}
 }

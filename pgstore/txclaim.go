@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,15 @@ type claimTx struct {
 	// gave the connection back to the pool: the work's view refuses to
 	// touch it from then on.
 	state atomic.Int32
+	// mu is held by each call of the work's view, from its check that the
+	// transaction is open until it returns (its statement sent, and for
+	// Exec answered), and by Commit and Rollback: a statement runs inside
+	// the transaction, and commits or rolls back with it, or is refused;
+	// it never runs after the end, on the connection the pool took back,
+	// where it would commit on its own, outside the claim. The work may
+	// run on a goroutine of its own (a go-sdk tool, on its session's
+	// context), so the end waits for a statement in progress.
+	mu sync.Mutex
 }
 
 // The states of a claimTx.
@@ -60,8 +70,12 @@ func (c *claimTx) Context(ctx context.Context) context.Context {
 // through it: they commit together with the claim and its recorded result,
 // or not at all. Its Commit and Rollback return [ErrTxOwned] and do
 // nothing; Begin makes a savepoint, which the work may commit or roll back.
-// Like any pgx.Tx it is not safe for concurrent use, and it must not be
-// used after the work returned.
+// Once the claim's transaction ended, every call returns
+// [pgx.ErrTxClosed]; a call in progress when its owner ends it finishes
+// inside it first (the end waits), so a statement of work still running
+// (a go-sdk tool after its call was answered) never runs outside the
+// claim. Like any pgx.Tx it is not safe for concurrent use; its Conn
+// bypasses all of this.
 func TxFrom(ctx context.Context) pgx.Tx {
 	v, _ := ctx.Value(txKey{}).(*txView)
 	if v == nil {
@@ -76,6 +90,8 @@ func TxFrom(ctx context.Context) pgx.Tx {
 // larger body is completed as CompleteTx completes it, then committed. Any
 // error rolls the transaction back.
 func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
+	c.lock()
+	defer c.mu.Unlock()
 	switch c.state.Load() {
 	case txCommitted:
 		return nil
@@ -130,6 +146,8 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 
 // Rollback implements [idem.TxClaim].
 func (c *claimTx) Rollback(ctx context.Context) error {
+	c.lock()
+	defer c.mu.Unlock()
 	if c.state.Load() != txOpen {
 		return nil
 	}
@@ -145,6 +163,18 @@ func (c *claimTx) rollback(ctx context.Context) error {
 		return unavailable("release", err)
 	}
 	return nil
+}
+
+// lock takes the transaction from the work for its end, waiting for a
+// statement of the work in progress.
+func (c *claimTx) lock() {
+	if c.mu.TryLock() {
+		return
+	}
+	if c.s.txEndWaits != nil {
+		c.s.txEndWaits()
+	}
+	c.mu.Lock()
 }
 
 // end gives the connection back to the pool, rolling back first whatever
@@ -164,19 +194,33 @@ func (c *claimTx) end(committed bool) {
 
 // txView is the work's view of a claim's transaction (top), or of a
 // savepoint in it: a pgx.Tx that refuses to be used once the claim's
-// transaction ended, and whose top level the work cannot end.
+// transaction ended, and whose top level the work cannot end. Each call
+// holds the claim's mu while it runs (see claimTx.mu). Conn and
+// LargeObjects are pgx's, unguarded.
 type txView struct {
 	pgx.Tx
 	claim *claimTx
 	top   bool
 }
 
-func (v *txView) closed() bool { return v.claim.state.Load() != txOpen }
+// enter takes the transaction for one call of the work: false, with
+// nothing held, if it ended. leave gives it back.
+func (v *txView) enter() bool {
+	v.claim.mu.Lock()
+	if v.claim.state.Load() != txOpen {
+		v.claim.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+func (v *txView) leave() { v.claim.mu.Unlock() }
 
 func (v *txView) Begin(ctx context.Context) (pgx.Tx, error) {
-	if v.closed() {
+	if !v.enter() {
 		return nil, pgx.ErrTxClosed
 	}
+	defer v.leave()
 	sp, err := v.Tx.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -188,9 +232,10 @@ func (v *txView) Commit(ctx context.Context) error {
 	switch {
 	case v.top:
 		return ErrTxOwned
-	case v.closed():
+	case !v.enter():
 		return pgx.ErrTxClosed
 	}
+	defer v.leave()
 	return v.Tx.Commit(ctx)
 }
 
@@ -198,51 +243,58 @@ func (v *txView) Rollback(ctx context.Context) error {
 	switch {
 	case v.top:
 		return ErrTxOwned
-	case v.closed():
+	case !v.enter():
 		return pgx.ErrTxClosed
 	}
+	defer v.leave()
 	return v.Tx.Rollback(ctx)
 }
 
 func (v *txView) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if v.closed() {
+	if !v.enter() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
+	defer v.leave()
 	return v.Tx.Exec(ctx, sql, args...)
 }
 
 func (v *txView) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if v.closed() {
+	if !v.enter() {
 		return nil, pgx.ErrTxClosed
 	}
+	defer v.leave()
 	return v.Tx.Query(ctx, sql, args...)
 }
 
 func (v *txView) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if v.closed() {
+	if !v.enter() {
 		return errRow{pgx.ErrTxClosed}
 	}
+	defer v.leave()
 	return v.Tx.QueryRow(ctx, sql, args...)
 }
 
 func (v *txView) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if v.closed() {
+	if !v.enter() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
+	defer v.leave()
 	return v.Tx.SendBatch(ctx, b)
 }
 
 func (v *txView) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if v.closed() {
+	if !v.enter() {
 		return 0, pgx.ErrTxClosed
 	}
+	defer v.leave()
 	return v.Tx.CopyFrom(ctx, table, columns, src)
 }
 
 func (v *txView) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if v.closed() {
+	if !v.enter() {
 		return nil, pgx.ErrTxClosed
 	}
+	defer v.leave()
 	return v.Tx.Prepare(ctx, name, sql)
 }
 

@@ -57,7 +57,7 @@ func (c *cli) scope(ctx context.Context, args []string) error {
 			"  idem inspect --scope \"$(idem scope -H 'Authorization: Bearer t0k3n' --route 'POST /invoices')\" --key order-42")
 	fs.Var(&headers, "H", "a request header, `'Name: value'` (repeatable): Authorization, X-Api-Key, Cookie, X-Session-Id")
 	fs.StringVar(&method, "method", http.MethodPost, "the request's `method`")
-	fs.StringVar(&route, "route", "", "the `route`: the http.ServeMux pattern the request matched, as registered (\"POST /invoices\"), or the URL path when the middleware is not inside a ServeMux route")
+	fs.StringVar(&route, "route", "", "the `route`: the http.ServeMux pattern the request matched, as registered (\"POST /invoices\"), or the URL path as sent (escaped: /items/a%2Fb) when the middleware is not inside a ServeMux route")
 	fs.BoolVar(&mcp, "mcp", false, "compute mcphttp's scope of a tools/call instead")
 	fs.StringVar(&session, "session", "", "the `session`: the X-Session-Id header (HTTP) or _meta.sessionId (--mcp)")
 	fs.StringVar(&principal, "principal", "", "the `principal` the service's Options.Principal returns for the caller (empty: none, the credentials are the identity)")

@@ -96,7 +96,7 @@ func (b *builder) tick(d time.Duration) int64 {
 func (b *builder) run(key, kind, id, exec, inst string, outcome string, end ...wire.Record) *attempt {
 	a := attempt{ID: id, Key: key, Kind: kind, Variant: "main", Start: b.tick(time.Millisecond), Outcome: outcome}
 	if outcome == outAnswer {
-		a.Exec = exec
+		a.Exec, a.Status = exec, 201
 	}
 	pid := 100
 	if inst == "i2" {
@@ -111,7 +111,7 @@ func (b *builder) run(key, kind, id, exec, inst string, outcome string, end ...w
 		wire.Record{Ev: wire.EvExec, Op: wire.OpEffect, Attempt: id, Key: key, Exec: exec, T: b.tick(time.Millisecond), Instance: inst, PID: pid},
 		wire.Record{Ev: wire.EvExec, Op: wire.OpAnswer, Attempt: id, Key: key, Exec: exec, Code: 201, T: b.tick(time.Millisecond), Instance: inst, PID: pid},
 	)
-	if kind != kindDB {
+	if kind != kindDB && kind != kindTx {
 		b.h.effects = append(b.h.effects, effect{Effect: wire.Effect{Key: key, Exec: exec, Attempt: id, Instance: inst, Variant: "main"}, T: b.now, Seq: int64(len(b.h.effects) + 1)})
 	}
 	for _, e := range end {
@@ -266,6 +266,39 @@ func TestCheckAllowsAFencedOwner(t *testing.T) {
 	}
 }
 
+// The same window the other way round: an owner whose process paused
+// after its claim, past its lease, runs its effect when it resumes, after
+// the successor that took the key over recorded; fenced, its completion
+// is stale. Allowed with the pause to explain it; without one, flagged.
+func TestCheckAllowsAFencedOwnerAfterItsSuccessor(t *testing.T) {
+	t.Parallel()
+	for _, paused := range []bool{true, false} {
+		b := newBuilder()
+		b.run("k", kindExt, "a2", "x2", "i2", outAnswer, completed)
+		b.run("k", kindExt, "a1", "x1", "i1", outAnswer, wire.Record{What: "lease lost", Err: "x"}, stale)
+		if paused {
+			b.fault(faultPause, 0) // from before a1's claim to after its effect
+		}
+		for i, r := range b.h.records {
+			if r.Attempt == "a1" && r.Ev == wire.EvStore {
+				// Its claim was the older generation, acquired before
+				// a2's: the builder numbers claims in the order it runs
+				// them, and the claim checks are not what this tests.
+				b.h.records[i].Gen = 0
+			}
+		}
+		b.replay("k", kindExt, "a3", "x2")
+		b.h.recorded["k"] = "x2"
+		rep := check(b.stopped(100, 200))
+		switch got := kinds(rep); {
+		case paused && (len(got) != 0 || rep.windows["owner fenced after its lease ran out, its effect after its successor's"] != 1):
+			t.Errorf("paused: violations %+v, windows %v; want none, the window counted", rep.violations, rep.windows)
+		case !paused && !slices.Equal(got, []string{vUnexplained}):
+			t.Errorf("no fault: violations %q, want %q", got, vUnexplained)
+		}
+	}
+}
+
 // An owner fenced with no fault injected on its instance or PostgreSQL,
 // but while the whole machine stalled (the harness's clock jumped): the
 // stall explains the window as a pause would, on any instance; without it
@@ -352,6 +385,36 @@ func TestCheckDBEffects(t *testing.T) {
 	b.h.dbRows = append(b.h.dbRows, dbEffect{Key: "d", Exec: "x9", Variant: "main", Gen: 9})
 	if got := kinds(check(&b.h)); !reflect.DeepEqual(got, []string{vDBEffect}) {
 		t.Fatalf("two rows: violations %q, want %q", got, vDBEffect)
+	}
+}
+
+// TestCheckSuccessRows: a client of the one-commit path told it
+// succeeded must find the rows of that answer in the database. A success
+// line with another body (the status escaped before a commit that
+// failed), or an answer whose row rolled back, is caught; an answer
+// committed early as unreplayable, then answered 410, is not.
+func TestCheckSuccessRows(t *testing.T) {
+	t.Parallel()
+	b := newBuilder()
+	a := b.run("t", kindTx, "a1", "x1", "i1", outUnexpected, released)
+	a.Status, a.Detail = 201, `201 with body "{\"type\":\"...TypeCommitFailed\"}"`
+	if got := kinds(check(b.stopped(100, 200))); !reflect.DeepEqual(got, []string{vSuccessNoRows, vUnexpected}) {
+		t.Errorf("a 201 with the commit's failure as its body: violations %q, want %q and %q", got, vSuccessNoRows, vUnexpected)
+	}
+
+	b = newBuilder()
+	b.run("t", kindTx, "a1", "x1", "i1", outAnswer, released)
+	if got := kinds(check(b.stopped(100, 200))); !slices.Contains(got, vSuccessNoRows) {
+		t.Errorf("an answer whose row rolled back: violations %q, want %q", got, vSuccessNoRows)
+	}
+
+	b = newBuilder()
+	b.run("t", kindTx, "a1", "x1", "i1", outAnswer, completed)
+	b.h.attempts = append(b.h.attempts, attempt{ID: "a2", Key: "t", Kind: kindTx, Variant: "main", Start: b.tick(time.Millisecond), Outcome: outUnreplayable, Status: 410, End: b.tick(time.Millisecond)})
+	b.h.dbRows = []dbEffect{{Key: "t", Exec: "x1", Variant: "main", Gen: 1}}
+	b.h.recorded["t"] = recordedUnreplayable
+	if rep := check(b.stopped(100, 200)); len(rep.violations) != 0 {
+		t.Errorf("an unreplayable answer and its row: violations %+v", rep.violations)
 	}
 }
 

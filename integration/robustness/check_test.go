@@ -57,6 +57,7 @@ const (
 	vDoubleEffect    = "effect outside the database ran twice"
 	vUnexplained     = "effect ran twice in a documented window, but no fault explains it"
 	vDBEffect        = "effect in the database not exactly once, or not the answer"
+	vSuccessNoRows   = "a client was told it succeeded, and the rows of that answer are not in the database"
 	vTwoLive         = "two live claims on one key"
 	vStaleAccepted   = "a stale generation was renewed or completed"
 	vProbeRan        = "the same key with another body ran"
@@ -148,6 +149,7 @@ func check(h *history) *report {
 	checkLinearizable(h, rep, byAttempt)
 	checkEffects(h, rep, execs)
 	checkDBEffects(h, rep, execs)
+	checkSuccessRows(h, rep)
 	checkClaims(h, rep)
 	for _, k := range h.left {
 		rep.add(violation{Kind: vLeftClaimed, Key: k, At: h.end})
@@ -227,7 +229,7 @@ func joinExecutions(h *history) map[string]*execution {
 		}
 		x.events = events[x.Attempt]
 		x.Fate, x.Cause, x.EndT = fateOf(x.events, stopped[x.PID])
-		if x.Kind == kindDB {
+		if x.Kind == kindDB || x.Kind == kindTx {
 			// The row and the recorded answer commit together.
 			if committed[x.ID] {
 				x.Fate = fateRecorded
@@ -339,6 +341,11 @@ func step(state string, in opInput, out opOutput) []string {
 		}
 	case outReplay:
 		if !in.Probe && state == out.Exec {
+			return []string{state}
+		}
+		return nil
+	case outUnreplayable:
+		if !in.Probe && state != "" {
 			return []string{state}
 		}
 		return nil
@@ -502,6 +509,15 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 			case prev.Fate == fateLeft:
 				window = "left to its lease (its stream ended before the response)"
 			}
+			explained := prev
+			if window == "" && execs[cur.Exec] != nil && execs[cur.Exec].Fate == fateSuperseded {
+				// The same window the other way round: the later effect is
+				// a fenced owner's, whose lease ran out before its work
+				// ran (its process paused or stalled past the lease after
+				// the claim) while a successor took the key over and
+				// recorded; its work did not honour its context.
+				window, explained = "owner fenced after its lease ran out, its effect after its successor's", execs[cur.Exec]
+			}
 			if window == "" {
 				what := fmt.Sprintf("its claim was %s", prev.Fate)
 				if prev.Fate == fateReleased {
@@ -511,9 +527,9 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 					Detail: fmt.Sprintf("effect %d by %s (attempt %s) after %s (attempt %s) ran the effect: %s", cur.Seq, cur.Exec, cur.Attempt, prev.ID, prev.Attempt, what)})
 				continue
 			}
-			if f := h.explaining(prev, cur.T); f == nil {
+			if f := h.explaining(explained, cur.T); f == nil {
 				rep.add(violation{Kind: vUnexplained, Key: k, At: max(cur.T, prev.EndT),
-					Detail: fmt.Sprintf("effect %d by %s after %s (%s, %s): no fault on %s or PostgreSQL between", cur.Seq, cur.Exec, prev.ID, window, prev.Cause, prev.Instance)})
+					Detail: fmt.Sprintf("effect %d by %s after %s (%s, %s): no fault on %s or PostgreSQL between", cur.Seq, cur.Exec, prev.ID, window, explained.Cause, explained.Instance)})
 				continue
 			}
 			rep.windows[window]++
@@ -552,12 +568,17 @@ func checkDBEffects(h *history, rep *report, execs map[string]*execution) {
 		keys[k] = true
 	}
 	for k, as := range rep.byKey {
-		if len(as) > 0 && as[0].Kind == kindDB {
+		if len(as) > 0 && (as[0].Kind == kindDB || as[0].Kind == kindTx) {
 			keys[k] = true
 		}
 	}
 	for k := range keys {
 		rs, rec := rows[k], h.recorded[k]
+		if rec == recordedUnreplayable && len(rs) == 1 {
+			// Completed without a body to name its execution: its one
+			// row says which it was.
+			rec = rs[0].Exec
+		}
 		switch {
 		case len(rs) > 1:
 			var xs []string
@@ -651,6 +672,29 @@ func checkClaims(h *history, rep *report) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// checkSuccessRows checks what the clients of the in-database effect were
+// told: every success (2xx) a client got names the execution whose row is
+// in the database. A success without a readable answer, or whose
+// execution's row did not commit, is a client told "done" for work that
+// was rolled back.
+func checkSuccessRows(h *history, rep *report) {
+	committed := map[string]bool{}
+	for _, r := range h.dbRows {
+		committed[r.Exec] = true
+	}
+	for _, a := range h.attempts {
+		if (a.Kind != kindDB && a.Kind != kindTx) || a.Status < 200 || a.Status > 299 {
+			continue
+		}
+		switch {
+		case a.Exec == "":
+			rep.add(violation{Kind: vSuccessNoRows, Key: a.Key, At: a.End, Detail: fmt.Sprintf("attempt %s at %s was answered %d without an answer: %s", a.ID, h.instName(a.Instance), a.Status, a.Detail)})
+		case !committed[a.Exec]:
+			rep.add(violation{Kind: vSuccessNoRows, Key: a.Key, At: a.End, Detail: fmt.Sprintf("attempt %s at %s was answered %d by %s, whose row did not commit", a.ID, h.instName(a.Instance), a.Status, a.Exec)})
 		}
 	}
 }

@@ -28,16 +28,25 @@ const (
 	kindExt = "ext" // POST /ext: the effect outside the database, two-phase
 	kindDB  = "db"  // POST /db: the effect in the database, committed with the answer
 	kindMCP = "mcp" // tools/call "ext" over MCP: the effect outside the database
+	// kindTx is POST /tx: the effect in the database, on the one-commit
+	// path (InTransaction), with a handler that misbehaves as its key says.
+	kindTx = "tx"
 )
+
+// misbehaviours are those of the POST /tx handler (wire.Misbehave*), ""
+// for a handler that behaves.
+var misbehaviours = []string{"", wire.MisbehaveTwice, wire.MisbehaveWriteFirst, wire.MisbehavePanic,
+	wire.MisbehaveOvertime, wire.MisbehaveIdle, wire.MisbehaveBig}
 
 // Outcomes of an attempt, as the client saw it.
 const (
-	outAnswer      = "answer"      // 2xx (or a tool result) from an execution, not a replay
-	outReplay      = "replay"      // 2xx (or a tool result) marked Idempotent-Replayed
-	outMismatch    = "mismatch"    // 422 (or mcphttp.CodeKeyReused): the key was used for another body
-	outInFlight    = "in-flight"   // 409 (or mcphttp.CodeInFlight)
-	outUnavailable = "unavailable" // 503 (or mcphttp.CodeUnavailable), or the tool's retryable error
-	outError       = "error"       // no answer: connection error, time-out, the client hung up
+	outAnswer       = "answer"       // 2xx (or a tool result) from an execution, not a replay
+	outReplay       = "replay"       // 2xx (or a tool result) marked Idempotent-Replayed
+	outUnreplayable = "unreplayable" // 410: completed with an answer too large to record (POST /tx)
+	outMismatch     = "mismatch"     // 422 (or mcphttp.CodeKeyReused): the key was used for another body
+	outInFlight     = "in-flight"    // 409 (or mcphttp.CodeInFlight)
+	outUnavailable  = "unavailable"  // 503 (or mcphttp.CodeUnavailable), or the tool's retryable error
+	outError        = "error"        // no answer: connection error, time-out, the client hung up
 	// outUnexpected is anything the promise does not allow, among them an
 	// MCP call answered HTTP 200 with no JSON-RPC response at all (the
 	// client cannot tell what happened).
@@ -70,7 +79,7 @@ func (a *attempt) probe() bool { return a.Variant != "main" }
 // final reports whether a client stops retrying after a.
 func (a *attempt) final() bool {
 	switch a.Outcome {
-	case outAnswer, outReplay, outMismatch, outUnexpected:
+	case outAnswer, outReplay, outUnreplayable, outMismatch, outUnexpected:
 		return true
 	}
 	return false
@@ -109,9 +118,17 @@ func newKeySpace(seed int64, size int) *keySpace {
 // fresh makes a new key (with ks.mu held or before the clients start).
 func (ks *keySpace) fresh() *keyState {
 	ks.next++
-	kind := []string{kindExt, kindExt, kindDB, kindDB, kindMCP, kindMCP, kindExt}[ks.r.IntN(7)]
+	kind := []string{kindExt, kindExt, kindDB, kindDB, kindMCP, kindMCP, kindExt, kindTx, kindTx}[ks.r.IntN(9)]
 	k := &keyState{name: fmt.Sprintf("%s-%d", kind, ks.next), kind: kind, budget: 2 + ks.r.IntN(5)}
 	k.req = wire.Request{Key: k.name, Variant: "main", WorkMS: []int{0, 20, 100, 300, 600, 900, 1500}[ks.r.IntN(7)], HonorCtx: ks.r.IntN(2) == 0}
+	if kind == kindTx {
+		// Work within the transaction's idle bound (the lease): only
+		// MisbehaveIdle leaves it idle for longer, and only on some
+		// executions, so that every key can be answered.
+		k.req.WorkMS = []int{0, 20, 100, 300}[ks.r.IntN(4)]
+		k.req.HonorCtx = false
+		k.req.Misbehave = misbehaviours[ks.r.IntN(len(misbehaviours))]
+	}
 	ks.all = append(ks.all, k)
 	return k
 }
@@ -238,7 +255,7 @@ func (cl *client) request(ctx context.Context, k *keyState, req wire.Request, bo
 			}
 		}
 		last = cl.send(ctx, k, req, inst, try, fault)
-		if last.Outcome == outReplay {
+		if last.Outcome == outReplay || last.Outcome == outUnreplayable {
 			cl.keys.markReplayed(k)
 		}
 		if last.final() || req.Variant != "main" || ctx.Err() != nil {
@@ -348,10 +365,12 @@ func (cl *client) do(ctx context.Context, url string, k *keyState, a *attempt, b
 
 func classifyHTTP(a *attempt, status int, body []byte, replayed bool) {
 	switch {
-	case status == http.StatusCreated:
+	case status == http.StatusCreated || a.Kind == kindTx && status >= 200 && status < 300:
+		// A success: its body must be the answer. (POST /tx's handler
+		// may write more after it, and may imply 200 by writing first.)
 		var ans wire.Answer
-		if err := json.Unmarshal(body, &ans); err != nil || ans.Exec == "" || ans.Key != a.Key {
-			a.Outcome, a.Detail = outUnexpected, fmt.Sprintf("201 with body %q", body)
+		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&ans); err != nil || ans.Exec == "" || ans.Key != a.Key {
+			a.Outcome, a.Detail = outUnexpected, fmt.Sprintf("%d with body %.300q", status, body)
 			return
 		}
 		a.Exec = ans.Exec
@@ -361,6 +380,8 @@ func classifyHTTP(a *attempt, status int, body []byte, replayed bool) {
 		}
 	case status == http.StatusUnprocessableEntity:
 		a.Outcome = outMismatch
+	case status == http.StatusGone && a.Kind == kindTx:
+		a.Outcome = outUnreplayable
 	case status == http.StatusConflict:
 		a.Outcome = outInFlight
 	case status == http.StatusServiceUnavailable:

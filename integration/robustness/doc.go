@@ -1,7 +1,11 @@
 // Package robustness searches for counterexamples to idem's promise: it
 // runs several instances of a service built on idem (robustness/sut: both
 // adapters, an effect outside the database and one committed with the
-// answer) on one PostgreSQL, drives them with retrying clients over a small
+// answer, and the one-commit path, InTransaction, behind handlers that
+// misbehave as net/http tolerates: a status written twice, a status after
+// the body, a panic after answering, work past MaxExecution, a
+// transaction left idle past its bound, an answer over the record limit)
+// on one PostgreSQL, drives them with retrying clients over a small
 // key space, injects faults chosen by a seed, records every client's
 // history and every instance's store calls and events, and checks them:
 //
@@ -13,8 +17,12 @@
 //     ran out);
 //   - the effect logs: an effect outside the database runs at most once
 //     per key, unless the execution before it ended in one of those
-//     documented windows, with a fault to explain it; the effect in the
+//     documented windows (or the one after it is an owner fenced after its
+//     lease ran out), with a fault to explain it; the effect in the
 //     database exactly once per answered key, and it is the answer;
+//   - the clients' side of the effect in the database: no client is ever
+//     told it succeeded (a 2xx) unless the answer names an execution
+//     whose row is in the database;
 //   - the claims: no two live at once, no stale generation ever renewed or
 //     completed;
 //   - nothing left behind: once the faults stop and the sweepers ran, no

@@ -83,7 +83,7 @@ func summarize(cfg runConfig, h *history, rep *report, st runStats) string {
 	}
 	fmt.Fprintf(&b, "\nrobustness: seed %d, load %v (setup and settling not included; settled in %v)\n", cfg.seed, st.load.Round(time.Second), st.settle.Round(time.Second))
 	fmt.Fprintf(&b, "  operations: %d attempts in %d logical requests, %d keys (%s), %d executions\n",
-		len(h.attempts), len(logical), nkeys, countsOf(map[string]int{kindExt: len(kinds[kindExt]), kindDB: len(kinds[kindDB]), kindMCP: len(kinds[kindMCP])}), len(rep.execs))
+		len(h.attempts), len(logical), nkeys, countsOf(map[string]int{kindExt: len(kinds[kindExt]), kindDB: len(kinds[kindDB]), kindMCP: len(kinds[kindMCP]), kindTx: len(kinds[kindTx])}), len(rep.execs))
 	fmt.Fprintf(&b, "  outcomes: %s\n", countsOf(outcomes))
 	fmt.Fprintf(&b, "  client faults: %s\n", countsOf(clientFaults))
 	fmt.Fprintf(&b, "  faults injected: %s\n", countsOf(faults))

@@ -1,6 +1,7 @@
 package robustness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -217,7 +218,7 @@ func drive(t *testing.T, c *cluster, cfg runConfig, sched []fault) (*history, ru
 			for j := i; j < len(all); j += cfg.clients {
 				k := all[j]
 				a := cl.request(context.Background(), k, k.req, 30*time.Second, false)
-				if a.Outcome != outAnswer && a.Outcome != outReplay {
+				if a.Outcome != outAnswer && a.Outcome != outReplay && a.Outcome != outUnreplayable {
 					mu.Lock()
 					unsettled = append(unsettled, k.name)
 					mu.Unlock()
@@ -296,16 +297,25 @@ func recordedAnswers(t *testing.T, c *cluster) map[string]string {
 		if err != nil || !ok {
 			t.Fatalf("inspecting %s: %v (present %v)", r.Key, err, ok)
 		}
+		if e.Result.Unreplayable {
+			out[strings.TrimPrefix(r.Key, "key/")] = recordedUnreplayable
+			continue
+		}
 		out[strings.TrimPrefix(r.Key, "key/")] = answerExec(e.Result.Body)
 	}
 	return out
 }
 
-// answerExec is the execution a recorded body names: a wire.Answer, or a
+// recordedUnreplayable is the recorded answer of a key completed as
+// unreplayable: no body names its execution.
+const recordedUnreplayable = "(unreplayable)"
+
+// answerExec is the execution a recorded body names: a wire.Answer (the
+// first JSON value: POST /tx's handler may write more after it), or a
 // JSON-RPC response whose tool result is one.
 func answerExec(body []byte) string {
 	var ans wire.Answer
-	if err := json.Unmarshal(body, &ans); err == nil && ans.Exec != "" {
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&ans); err == nil && ans.Exec != "" {
 		return ans.Exec
 	}
 	var msg struct {

@@ -63,13 +63,26 @@ func (c *CaptureWriter) Header() http.Header { return c.W.Header() }
 
 // WriteHeader sends code. An informational status (103 Early Hints, not
 // 101) is sent and is not the final one; a second final status is passed
-// on for net/http to report as superfluous.
+// on for net/http to report as superfluous. While the Sink holds the
+// answer back, neither is sent: nothing of the handler's reaches the
+// client before the adapter sends the answer, in whatever order the
+// handler calls the writer (an informational status would send the
+// headers set so far; a second final one, the status line and headers
+// of an answer that may still roll back). A second final status is then
+// ignored, as net/http ignores it; the first is the answer's.
 func (c *CaptureWriter) WriteHeader(code int) {
 	switch {
 	case c.Status != 0:
-		// Superfluous: let net/http say so.
+		// Superfluous: let net/http say so, unless held.
+		if c.Sink.Holding() && !mutantHeldStatusEscapes() {
+			return
+		}
 	case code >= 100 && code < 200 && code != http.StatusSwitchingProtocols:
-		// Informational: sent, not the final status, not captured.
+		// Informational: sent unless held, not the final status, not
+		// captured.
+		if c.Sink.Holding() {
+			return
+		}
 	default:
 		c.Status = code
 		if !c.Sink.Begin(code, c.W.Header()) {

@@ -195,3 +195,69 @@ func TestCaptureWriterFlushNotSupported(t *testing.T) {
 		t.Fatalf("Gone = %v", c.Gone)
 	}
 }
+
+// wireLog is a client's writer that logs everything that reaches it.
+type wireLog struct {
+	header http.Header
+	sent   []string
+}
+
+func (l *wireLog) Header() http.Header {
+	if l.header == nil {
+		l.header = http.Header{}
+	}
+	return l.header
+}
+func (l *wireLog) WriteHeader(code int) { l.sent = append(l.sent, "status "+http.StatusText(code)) }
+func (l *wireLog) Write(p []byte) (int, error) {
+	l.sent = append(l.sent, "body "+string(p))
+	return len(p), nil
+}
+func (l *wireLog) FlushError() error { l.sent = append(l.sent, "flush"); return nil }
+
+// While the Sink holds the answer back, nothing the handler does reaches
+// the client, in whatever order it calls the writer: not a second status
+// (ignored, as net/http ignores it), not an informational one (it would
+// send the headers set so far), not a flush. The first final status is
+// the answer's.
+func TestCaptureWriterHoldingKeepsEverything(t *testing.T) {
+	for name, handler := range map[string]func(w http.ResponseWriter){
+		"status twice": func(w http.ResponseWriter) {
+			w.Header().Set("Location", "/invoices/1")
+			w.WriteHeader(http.StatusCreated)
+			http.Error(w, "oops", http.StatusInternalServerError)
+		},
+		"write then status": func(w http.ResponseWriter) {
+			_, _ = w.Write([]byte("{}"))
+			w.Header().Set("Location", "/invoices/1")
+			w.WriteHeader(http.StatusCreated)
+		},
+		"flushes": func(w http.ResponseWriter) {
+			w.(http.Flusher).Flush()
+			w.WriteHeader(http.StatusCreated)
+			_ = http.NewResponseController(w).Flush()
+			w.WriteHeader(http.StatusAccepted)
+			w.(http.Flusher).Flush()
+		},
+		"early hints": func(w http.ResponseWriter) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusCreated)
+		},
+	} {
+		client := &wireLog{}
+		s := &sink{holdHead: true, holdBody: true}
+		c := &CaptureWriter{W: client, Sink: s}
+		handler(c)
+		if len(client.sent) > 0 {
+			t.Errorf("%s: while held, the client was sent %q", name, client.sent)
+		}
+		want := http.StatusCreated
+		if name == "write then status" || name == "flushes" {
+			want = http.StatusOK // implied by the first write or flush, as net/http does
+		}
+		if c.Status != want || s.status != want {
+			t.Errorf("%s: status %d, sink %d; want %d, the first final one", name, c.Status, s.status, want)
+		}
+	}
+}

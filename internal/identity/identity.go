@@ -134,12 +134,13 @@ func (id *Identifier) Scope(r *http.Request, extra ...string) (string, error) {
 
 // HTTPScope is the middleware's default scope of r: the hash of its
 // identity, its X-Session-Id header, its method and its route (r.Pattern
-// inside an [http.ServeMux] route, the URL path otherwise). The idem CLI's
-// "scope" command computes it the same way.
+// inside an [http.ServeMux] route, the URL path as sent, escaped,
+// otherwise: /a%2Fb and /a/b are two resources). The idem CLI's "scope"
+// command computes it the same way.
 func (id *Identifier) HTTPScope(r *http.Request) (string, error) {
 	route := r.Pattern
 	if route == "" {
-		route = r.URL.Path
+		route = r.URL.EscapedPath()
 	}
 	return id.Scope(r, r.Header.Get("X-Session-Id"), r.Method, route)
 }

@@ -9,8 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/idemkit/idem/integration/robustness/wire"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/pgstore"
 )
 
 // effectClient calls the effect service: the side effect outside the
@@ -102,27 +105,63 @@ func (s *service) ext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, ans)
 }
 
-// db is POST /db: a row in robust_effects and the recorded answer, in one
-// transaction.
-func (s *service) db(w http.ResponseWriter, r *http.Request) {
+// rowExec is one execution of a handler whose effect is a row in
+// robust_effects (/db, /tx).
+type rowExec struct {
+	s       *service
+	req     wire.Request
+	attempt string
+	exec    string
+	gen     int64
+}
+
+// startRow reads the request and logs the execution's start; false, with
+// the 400 answered, if the body is not a request.
+func (s *service) startRow(w http.ResponseWriter, r *http.Request) (*rowExec, bool) {
 	req, err := decodeRequest(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	tok, _ := middleware.TokenFrom(r.Context())
+	x := &rowExec{s: s, req: req, attempt: attemptOf(r.Context()), exec: s.execID(), gen: tok.Generation}
+	s.log.exec(wire.Record{Op: wire.OpStart, Attempt: x.attempt, Key: req.Key, Exec: x.exec, Gen: x.gen, Adapter: middleware.AdapterName, Variant: req.Variant})
+	return x, true
+}
+
+// insert inserts the execution's row through q and logs the effect; false,
+// with the 503 answered, if it failed.
+func (x *rowExec) insert(ctx context.Context, w http.ResponseWriter, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int64, bool) {
+	var id int64
+	if err := q.QueryRow(ctx, `INSERT INTO robust_effects (key, exec, gen, variant) VALUES ($1, $2, $3, $4) RETURNING id`,
+		x.req.Key, x.exec, x.gen, x.req.Variant).Scan(&id); err != nil {
+		x.fail(w, err)
+		return 0, false
+	}
+	x.s.log.exec(wire.Record{Op: wire.OpEffect, Attempt: x.attempt, Key: x.req.Key, Exec: x.exec, Seq: id})
+	return id, true
+}
+
+// fail logs and answers a 503 with Retry-After.
+func (x *rowExec) fail(w http.ResponseWriter, err error) {
+	x.s.log.exec(wire.Record{Op: wire.OpAnswer, Attempt: x.attempt, Key: x.req.Key, Exec: x.exec, Code: http.StatusServiceUnavailable, Err: err.Error()})
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, err.Error(), http.StatusServiceUnavailable)
+}
+
+// db is POST /db: a row in robust_effects and the recorded answer, in one
+// transaction.
+func (s *service) db(w http.ResponseWriter, r *http.Request) {
+	x, ok := s.startRow(w, r)
+	if !ok {
 		return
 	}
-	ctx := r.Context()
-	attempt := attemptOf(ctx)
-	tok, _ := middleware.TokenFrom(ctx)
-	exec := s.execID()
-	s.log.exec(wire.Record{Op: wire.OpStart, Attempt: attempt, Key: req.Key, Exec: exec, Gen: tok.Generation, Adapter: middleware.AdapterName, Variant: req.Variant})
-	fail := func(err error) {
-		s.log.exec(wire.Record{Op: wire.OpAnswer, Attempt: attempt, Key: req.Key, Exec: exec, Code: http.StatusServiceUnavailable, Err: err.Error()})
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-	}
+	ctx, req, attempt, exec := r.Context(), x.req, x.attempt, x.exec
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		fail(err)
+		x.fail(w, err)
 		return
 	}
 	defer func() {
@@ -130,13 +169,10 @@ func (s *service) db(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	var id int64
-	if err := tx.QueryRow(ctx, `INSERT INTO robust_effects (key, exec, gen, variant) VALUES ($1, $2, $3, $4) RETURNING id`,
-		req.Key, exec, tok.Generation, req.Variant).Scan(&id); err != nil {
-		fail(err)
+	id, ok := x.insert(ctx, w, tx)
+	if !ok {
 		return
 	}
-	s.log.exec(wire.Record{Op: wire.OpEffect, Attempt: attempt, Key: req.Key, Exec: exec, Seq: id})
 	time.Sleep(time.Duration(req.WorkMS) * time.Millisecond)
 	body, _ := json.Marshal(wire.Answer{Key: req.Key, Exec: exec, Variant: req.Variant, Seq: id})
 	err = middleware.Commit(w, r, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, body,
@@ -201,4 +237,60 @@ func (s *service) mcpHandler(store idem.Store, logger *slog.Logger, observe func
 		Observer:     observe,
 		Stateless:    true,
 	})(inner)
+}
+
+// The bounds of POST /tx: its MaxExecution, half the lease, so that
+// wire.MisbehaveOvertime can outlive it within the transaction's idle
+// bound (the lease); and its record limit, which wire.MisbehaveBig's
+// answer outgrows.
+func txMaxExecution(lease time.Duration) time.Duration { return lease / 2 }
+
+const txMaxRecord = 4 << 10
+
+// tx is POST /tx: the one-commit path. The row goes into robust_effects in
+// the claim's transaction (pgstore.TxFrom), then the handler works for
+// WorkMS, ignoring its context, and answers, misbehaving as the request
+// says (wire.Misbehave*). Whatever it does, the middleware must send no
+// success whose row did not commit.
+func (s *service) tx(w http.ResponseWriter, r *http.Request) {
+	x, ok := s.startRow(w, r)
+	if !ok {
+		return
+	}
+	req, attempt, exec := x.req, x.attempt, x.exec
+	id, ok := x.insert(r.Context(), w, pgstore.TxFrom(r.Context()))
+	if !ok {
+		return
+	}
+	odd := id%2 == 1
+	work := time.Duration(req.WorkMS) * time.Millisecond
+	switch {
+	case req.Misbehave == wire.MisbehaveOvertime:
+		work = max(work, txMaxExecution(s.cfg.lease)+s.cfg.lease/5)
+	case req.Misbehave == wire.MisbehaveIdle && odd:
+		work = s.cfg.lease + s.cfg.lease/2
+	}
+	time.Sleep(work)
+	ans := wire.Answer{Key: req.Key, Exec: exec, Variant: req.Variant, Seq: id}
+	if req.Misbehave == wire.MisbehaveBig {
+		ans.Pad = strings.Repeat("x", 2*txMaxRecord)
+	}
+	body, _ := json.Marshal(ans)
+	s.log.exec(wire.Record{Op: wire.OpAnswer, Attempt: attempt, Key: req.Key, Exec: exec, Code: http.StatusCreated, Seq: id})
+	w.Header().Set("Content-Type", "application/json")
+	switch req.Misbehave {
+	case wire.MisbehaveTwice, wire.MisbehaveOvertime:
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+		http.Error(w, "and then an error", http.StatusInternalServerError)
+	case wire.MisbehaveWriteFirst, wire.MisbehaveIdle:
+		_, _ = w.Write(body)
+		w.WriteHeader(http.StatusCreated)
+	default: // none, MisbehavePanic, MisbehaveBig
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+		if req.Misbehave == wire.MisbehavePanic && odd {
+			panic("robustness: the handler panicked after answering")
+		}
+	}
 }

@@ -174,3 +174,26 @@ func (s cachingStore) ClaimFromCache(req idem.ClaimRequest) (idem.Claim, bool, e
 	}
 	return c, ok, err
 }
+
+// txStore is the store of the one-commit route: the store the other routes
+// use, and pgstore's BeginClaim, each call logged as "beginClaim" (a claim
+// in a transaction is nobody else's to see, and is not a claim the
+// checker's lease rules apply to).
+type txStore struct {
+	idem.Store
+	log *loggingStore
+	pg  idem.TxStore
+}
+
+var _ idem.TxStore = txStore{}
+
+func (s txStore) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits idem.TxLimits) (idem.Claim, idem.TxClaim, error) {
+	sent := time.Now()
+	c, tx, err := s.pg.BeginClaim(ctx, req, limits)
+	r := s.log.record(ctx, "beginClaim", req.Key, c.Token.Generation, sent, err)
+	if err == nil {
+		r.What = c.Status.String()
+	}
+	s.log.log.write(r)
+	return c, tx, err
+}

@@ -8,6 +8,11 @@
 //	POST /db    Idempotency-Key; inserts a row into robust_effects and
 //	            records its answer in the same transaction
 //	            (middleware.Commit with pgstore's CompleteTx).
+//	POST /tx    Idempotency-Key; the one-commit path (InTransaction):
+//	            inserts a row into robust_effects in the claim's
+//	            transaction, then answers, misbehaving as the request
+//	            says (wire.Misbehave*); the row and the answer commit
+//	            together.
 //	POST /mcp   MCP Streamable HTTP (stateless, JSON responses), tool "ext":
 //	            the /ext handler's effect as a tools/call, deduplicated by
 //	            mcphttp on _meta.idempotencyKey.
@@ -136,9 +141,22 @@ func run(ctx context.Context, cfg config) error {
 		Logger:       logger,
 		Observer:     observe,
 	})
+	inTx := middleware.New(txStore{s, logged, pg}, middleware.Options{
+		Lease:          cfg.lease,
+		Wait:           cfg.wait,
+		StoreTimeout:   cfg.storeTimeout,
+		MaxExecution:   txMaxExecution(cfg.lease),
+		MaxRecordBytes: txMaxRecord,
+		Shutdown:       svc.cutOff,
+		Owner:          cfg.instance,
+		Logger:         logger,
+		Observer:       observe,
+		InTransaction:  true,
+	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /ext", protect(http.HandlerFunc(svc.ext)))
 	mux.Handle("POST /db", protect(http.HandlerFunc(svc.db)))
+	mux.Handle("POST /tx", inTx(http.HandlerFunc(svc.tx)))
 	mux.Handle("/mcp", svc.mcpHandler(s, logger, observe))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -28,6 +29,10 @@ const (
 	// lost, or that Shutdown cut off, although its adapter saw a whole
 	// answer (engine.MutantReleaseAfterAnswer).
 	mutantReleaseAfterAnswer = "release-after-answer"
+	// mutantHeldStatusEscapes lets a second status of a handler on the
+	// one-commit path through to the client while its answer is held
+	// (adapter.MutantHeldStatusEscapes).
+	mutantHeldStatusEscapes = "held-status-escapes"
 )
 
 func enableMutant(name string) error {
@@ -36,6 +41,9 @@ func enableMutant(name string) error {
 		return nil
 	case mutantReleaseAfterAnswer:
 		engine.MutantReleaseAfterAnswer = true
+		return nil
+	case mutantHeldStatusEscapes:
+		adapter.MutantHeldStatusEscapes = true
 		return nil
 	}
 	return fmt.Errorf("unknown -mutant %q", name)

@@ -69,7 +69,36 @@ type Request struct {
 	// HonorCtx makes the handler check its context before the effect and
 	// answer 503 without it when the context ended.
 	HonorCtx bool `json:"honor_ctx,omitempty"`
+	// Misbehave is how the handler of POST /tx (the one-commit path)
+	// misbehaves: one of the Misbehave* constants, "" for none.
+	Misbehave string `json:"misbehave,omitempty"`
 }
+
+// Misbehaviours of the POST /tx handler, each one net/http tolerates. Those
+// that would fail every execution (a panic, a transaction left idle past
+// its bound) misbehave only on executions whose row id is odd, so that a
+// retry, with a new id, gets through.
+const (
+	// MisbehaveTwice: the status, the body, then http.Error: a second
+	// status and more body.
+	MisbehaveTwice = "twice"
+	// MisbehaveWriteFirst: the body, then WriteHeader(201), which comes
+	// too late (the write implied 200).
+	MisbehaveWriteFirst = "write-first"
+	// MisbehavePanic: the whole answer, then a panic (odd ids).
+	MisbehavePanic = "panic"
+	// MisbehaveOvertime: works past the route's MaxExecution, ignoring its
+	// context, but within the transaction's idle bound, then answers as
+	// MisbehaveTwice does.
+	MisbehaveOvertime = "overtime"
+	// MisbehaveIdle: leaves the transaction idle past its bound, which
+	// PostgreSQL then ends (odd ids), then answers as MisbehaveWriteFirst
+	// does: the commit fails, and no status may have reached the client.
+	MisbehaveIdle = "idle"
+	// MisbehaveBig: an answer over the route's record limit, committed
+	// early and recorded as unreplayable.
+	MisbehaveBig = "big"
+)
 
 // Answer is the body of a 201 (and of the MCP tool's text result): which
 // execution answered.
@@ -78,8 +107,10 @@ type Answer struct {
 	Exec    string `json:"exec"`
 	Variant string `json:"variant"`
 	// Seq is the effect service's number for the effect (/ext, MCP), or
-	// the robust_effects row's id (/db).
+	// the robust_effects row's id (/db, /tx).
 	Seq int64 `json:"seq"`
+	// Pad makes the answer of MisbehaveBig larger than the record limit.
+	Pad string `json:"pad,omitempty"`
 }
 
 // Effect is the body of a call to the effect service.
@@ -97,7 +128,7 @@ type EffectReply struct {
 }
 
 // EffectsDDL is the table of the in-database effect: one row per execution
-// of /db that committed. No unique constraint: a second execution must show
+// of /db or /tx that committed. No unique constraint: a second execution must show
 // as a second row, not as an error.
 const EffectsDDL = `CREATE TABLE IF NOT EXISTS robust_effects (
     id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
