@@ -189,20 +189,9 @@ func TestInTransactionDuplicates(t *testing.T) {
 	k := newTxKit(t)
 	release := make(chan struct{})
 	inside := make(chan struct{}, 1)
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		k.calls.Add(1)
-		var id int64
-		if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		inside <- struct{}{}
-		<-release
-		w.WriteHeader(http.StatusCreated)
-		_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
-	}
-	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 20 * time.Second})(http.HandlerFunc(handler))
-	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 50 * time.Millisecond})(http.HandlerFunc(handler))
+	handler := k.gatedInvoice(inside, release)
+	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 20 * time.Second})(handler)
+	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 50 * time.Millisecond})(handler)
 
 	firstDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { firstDone <- postTo(patient, "", "k") }()

@@ -140,19 +140,21 @@
 //	err = tx.Commit(ctx, result) // or tx.Rollback(ctx): nothing is left
 //
 // A new key costs three round trips, as BEGIN, INSERT, COMMIT alone would:
-// the BEGIN travels with the transaction's bounds, the claim and the
-// statement restoring lock_timeout (one pipeline), the completion with the
-// COMMIT (TestTxRoundTrips counts them). Until the commit the claim is
+// the BEGIN travels with the claim statement's bounds, the claim and the
+// statement setting the work's bounds (one pipeline), the completion with
+// the COMMIT (TestTxRoundTrips counts them). Until the commit the claim is
 // invisible: a duplicate's INSERT waits, on the primary key, for the
-// holder's transaction to end, bounded by TxLimits.Wait (lock_timeout, set
-// for the claim statement only); then it finds the result (the look that
-// follows the wait goes with its ROLLBACK), or, after a rollback, takes the
-// key. No NOTIFY and no polling is involved, and a duplicate holds a
-// connection while it waits. A crash, a lost connection or any rollback
-// leaves no row at all: no lease to wait out, nothing to sweep.
-// TxLimits bound the transaction on the server too, for a process frozen
-// with it open: TxLimits.Idle is its idle_in_transaction_session_timeout,
-// TxLimits.Execution its statement_timeout (unless the session has one). Keys
+// holder's transaction to end, bounded by TxLimits.Wait alone (lock_timeout,
+// with statement_timeout off, for the claim statement only: neither
+// TxLimits.Execution nor a role's or session's statement_timeout cuts the
+// wait short); then it finds the result (the look that follows the wait
+// goes with its ROLLBACK), or, after a rollback, takes the key. No NOTIFY
+// and no polling is involved, and a duplicate holds a connection while it
+// waits. A crash, a lost connection or any rollback leaves no row at all:
+// no lease to wait out, nothing to sweep. TxLimits bound the transaction on
+// the server too, for a process frozen with it open: TxLimits.Idle is its
+// idle_in_transaction_session_timeout, TxLimits.Execution the
+// statement_timeout of the work's statements (unless the session has one). Keys
 // claimed or completed by Claim are answered as Claim answers them (a live
 // two-phase claim is InFlight with its lease end, at once), an expired row
 // is taken over inside the transaction, and a two-phase Claim of a key

@@ -246,9 +246,13 @@ func (p heartbeatParams) args() []any { return []any{p.payload} }
 // txLimitsParams are sql/tx_limits.sql's, in milliseconds as text (the
 // values of set_config).
 type txLimitsParams struct {
-	lockTimeout, idleTimeout, statementTimeout string
+	lockTimeout, idleTimeout string
 }
 
-func (p txLimitsParams) args() []any {
-	return []any{p.lockTimeout, p.idleTimeout, p.statementTimeout}
-}
+func (p txLimitsParams) args() []any { return []any{p.lockTimeout, p.idleTimeout} }
+
+// txRestoreParams are sql/tx_restore.sql's: the work's statement_timeout,
+// in milliseconds as text ("0": none), unless the session has one.
+type txRestoreParams struct{ statementTimeout string }
+
+func (p txRestoreParams) args() []any { return []any{p.statementTimeout} }

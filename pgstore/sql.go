@@ -37,11 +37,11 @@ type statements struct {
 	channel   rowQuery[noParams, channelRow, *channelRow]
 	heartbeat execQuery[heartbeatParams]
 	// txLimits, txRestore and txComplete are for a claim's transaction
-	// (BeginClaim): its bounds, the session's lock_timeout put back after
-	// a claim statement, and the completion that raises the stale-claim
-	// error itself (sql/complete.sql with .Tx).
+	// (BeginClaim): the bounds of a claim statement, the bounds of the
+	// work's statements put in place after it, and the completion that
+	// raises the stale-claim error itself (sql/complete.sql with .Tx).
 	txLimits   execQuery[txLimitsParams]
-	txRestore  execQuery[noParams]
+	txRestore  execQuery[txRestoreParams]
 	txComplete execQuery[completeParams]
 	// keys lists rows for operators (Store.Keys).
 	keys rowsQuery[keysParams, keysRow, *keysRow]
