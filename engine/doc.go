@@ -186,7 +186,9 @@
 // Leave (an MCP stream that ended without its response) rolls back
 // too: there is no lease to leave the claim to. A key held by a two-phase
 // claim is waited for with the store's Wait, then claimed again in a new
-// transaction. An adapter that holds the work's answer back until the
+// transaction; a two-phase claim of a key held in a transaction waits for
+// that transaction in the store, up to Options.Wait too
+// ([idem.ClaimRequest].Wait, through [idem.ClaimWait]). An adapter that holds the work's answer back until the
 // commit sends it only if [Execution.Committed], or if it was a failure
 // not to be recorded; [Execution.Commit] commits early, for an adapter that
 // answers before the work returns.

@@ -305,7 +305,9 @@ func (e *Engine) TryClaim(ctx context.Context, req *Request) Decision {
 }
 
 func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) Decision {
-	req.Claim.Lease, req.Claim.Owner = e.lease, e.owner
+	// The first look does not wait; a two-phase claim of a key held in a
+	// transaction still open waits in idem.ClaimWait, bounded by wait.
+	req.Claim.Lease, req.Claim.Owner, req.Claim.Wait = e.lease, e.owner, 0
 	if req.start.IsZero() {
 		req.start = time.Now()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,5 +80,53 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	}
 	if took := time.Since(began); took < wait {
 		t.Errorf("answered after %v, before the wait of %v ran out", took, wait)
+	}
+}
+
+// TestTwoPhaseClaimOfAKeyHeldInATransaction: a two-phase claim (a
+// middleware without InTransaction, on the same store and route) of a key
+// held by an open claim in a transaction waits for that transaction up to
+// its Wait, as a duplicate on the one-commit path does: it replays the
+// original once that commits; with the original still open when Wait runs
+// out, it is answered 409 with Retry-After, well before its StoreTimeout,
+// and its handler never runs.
+func TestTwoPhaseClaimOfAKeyHeldInATransaction(t *testing.T) {
+	t.Parallel()
+	k := newTxKit(t)
+	inside, gate := make(chan struct{}, 1), make(chan struct{})
+	original := middleware.New(k.store, middleware.Options{InTransaction: true})(k.gatedInvoice(inside, gate))
+	const wait, storeTimeout = 300 * time.Millisecond, 5 * time.Second
+	twoPhase := func(wait time.Duration) http.Handler {
+		return middleware.New(k.store, middleware.Options{Wait: wait, StoreTimeout: storeTimeout})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			t.Error("the two-phase handler ran while the key was held")
+			w.WriteHeader(http.StatusCreated)
+		}))
+	}
+
+	firstDone := make(chan *httptest.ResponseRecorder, 1)
+	go func() { firstDone <- postTo(original, "", "k") }()
+	release := sync.OnceValue(func() *httptest.ResponseRecorder { close(gate); return <-firstDone })
+	defer release()
+	<-inside
+	began := time.Now()
+	rec := postTo(twoPhase(wait), "", "k")
+	took := time.Since(began)
+	t.Logf("the two-phase claim was answered %d after %v", rec.Code, took)
+	wantProblem(t, rec, http.StatusConflict, middleware.TypeInFlight)
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("409 without Retry-After")
+	}
+	if took < wait || took >= storeTimeout {
+		t.Errorf("answered after %v; want after the wait of %v, well before the store timeout of %v", took, wait, storeTimeout)
+	}
+
+	dupDone := make(chan *httptest.ResponseRecorder, 1)
+	go func() { dupDone <- postTo(twoPhase(30*time.Second), "", "k") }()
+	testdb.WaitLockWaiter(t, k.pool, "idem_keys") // the two-phase claim waits in PostgreSQL
+	first := release()
+	wantStatus(t, first, http.StatusCreated)
+	wantReplay(t, first, <-dupDone)
+	if n, calls := k.invoices(t), k.calls.Load(); n != 1 || calls != 1 {
+		t.Errorf("%d invoices and %d handler calls, want 1 and 1", n, calls)
 	}
 }

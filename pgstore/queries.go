@@ -47,10 +47,13 @@ type claimParams struct {
 	fingerprint, owner string
 	leaseMicros        int64
 	now                *time.Time
+	// lockTimeout is the claim's wait for a transaction still open that
+	// holds the key, in milliseconds as text (the value of set_config).
+	lockTimeout string
 }
 
 func (p claimParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockTimeout}
 }
 
 // claimRow is sql/claim.sql's: the claim inserted, or the row as the
@@ -68,14 +71,23 @@ func (r *claimRow) targets() []any {
 	return []any{&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now}
 }
 
-// takeoverParams are sql/takeover.sql's: the claim's, then the generation
-// the claim statement saw.
+// claimLimitsParams are sql/claim_limits.sql's: lock_timeout, in
+// milliseconds as text (the value of set_config).
+type claimLimitsParams struct{ lockTimeout string }
+
+func (p claimLimitsParams) args() []any { return []any{p.lockTimeout} }
+
+// takeoverParams are sql/takeover.sql's: the claim's (but its
+// lockTimeout, which sql/claim_limits.sql sets), then the generation the
+// claim statement saw.
 type takeoverParams struct {
 	claimParams
 	generation int64
 }
 
-func (p takeoverParams) args() []any { return append(p.claimParams.args(), p.generation) }
+func (p takeoverParams) args() []any {
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation}
+}
 
 // takeoverRow is sql/takeover.sql's: the claim taken over.
 type takeoverRow struct {

@@ -55,7 +55,7 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 	if err != nil {
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
-	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds()}
+	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds(), wait: limits.Wait}
 	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(cmp0(limits.Idle, s.leaseOf(req.Lease)))}
 	b.restore = txRestoreParams{statementTimeout: "0"}
 	if limits.Execution > 0 {
@@ -87,6 +87,7 @@ type txBegin struct {
 	conn    *pgxpool.Conn
 	req     idem.ClaimRequest
 	lease   int64           // microseconds
+	wait    time.Duration   // TxLimits.Wait
 	limits  txLimitsParams  // sql/tx_limits.sql's parameters
 	restore txRestoreParams // sql/tx_restore.sql's
 	tx      pgx.Tx
@@ -103,7 +104,7 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 	serializationFailures := 0
 	for range maxClaimAttempts {
 		rc.ticket()
-		row, err := sendInTx(ctx, b, b.s.sql.claim, b.s.claimParams(b.req, b.lease))
+		row, err := sendInTx(ctx, b, b.s.sql.claim, b.s.claimParams(b.req, b.lease, b.wait))
 		if err == nil && row.superseded() {
 			// The claim's lease or the result's retention ran out: take
 			// the row over, in this transaction.
@@ -221,7 +222,7 @@ func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q row
 // statement found with its lease or retention run out; ok is false, with
 // no error, if the row changed since.
 func (b *txBegin) takeOver(ctx context.Context, gen int64) (c idem.Claim, ok bool, err error) {
-	r, err := sendInTx(ctx, b, b.s.sql.takeover, takeoverParams{b.s.claimParams(b.req, b.lease), gen})
+	r, err := sendInTx(ctx, b, b.s.sql.takeover, takeoverParams{b.s.claimParams(b.req, b.lease, b.wait), gen})
 	return takenOver(b.req, r, err)
 }
 

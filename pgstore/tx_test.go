@@ -302,7 +302,7 @@ func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
 				inTx <- outcome{c, dtx, err}
 			})
 			dupsDone.Go(func() {
-				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"})
+				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp", Wait: txLimits.Wait})
 				twoPhase <- outcome{c: c, err: err}
 			})
 			f.awaitLockWaiters(t, "dup", 2)

@@ -1,6 +1,8 @@
 package pgstore_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +88,76 @@ func TestBeginClaimWaitOutlastsStatementTimeout(t *testing.T) {
 				t.Errorf("the duplicate was answered after %v, before its wait of %v ran out", took, wait)
 			}
 		})
+	}
+}
+
+// TestClaimWaitsForATransactionUpToItsWait: a two-phase Claim of a key
+// held by a transaction still open (a claim inserted, or taken over, in
+// BeginClaim; an expired row another transaction locked, which the
+// takeover must wait for) waits for it in PostgreSQL up to its
+// ClaimRequest.Wait, whatever the session's statement_timeout, then is in
+// flight with no lease end (nobody knows when a transaction ends); without
+// a Wait it does not wait. Once the transaction commits, the claim finds
+// its result.
+func TestClaimWaitsForATransactionUpToItsWait(t *testing.T) {
+	parallelUnlessPooled(t)
+	f := newTxFixture(t, pgstore.Options{})
+	cfg := testdb.Config(t, f.schema)
+	if testdb.PoolerURL() != "" {
+		cfg = testdb.DirectConfig(t, f.schema) // see TestBeginClaimWaitOutlastsStatementTimeout
+	}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
+	cfg.ConnConfig.RuntimeParams["application_name"] = "dup-" + f.schema
+	twoPhase := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+	const wait = 400 * time.Millisecond
+
+	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("abandoned"), Fingerprint: "fp", Lease: time.Millisecond}, idem.Acquired)
+	time.Sleep(5 * time.Millisecond) // the lease runs out
+	taken, takeTx := beginClaim(t, f.ctx, f.s, "abandoned", txLimits, idem.Acquired)
+	rollbackAtEnd(t, takeTx)
+	if !taken.Takeover {
+		t.Fatal("BeginClaim did not take the abandoned claim over")
+	}
+	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("locked"), Fingerprint: "fp", Lease: time.Millisecond}, idem.Acquired)
+	time.Sleep(5 * time.Millisecond)
+	locker, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Rollback(context.Background()) })
+	if _, err := locker.Exec(f.ctx, `SELECT FROM idem_keys WHERE key = $1 FOR UPDATE`, key("locked").String()); err != nil {
+		t.Fatal(err)
+	}
+	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	rollbackAtEnd(t, tx)
+
+	for _, k := range []string{"a", "abandoned", "locked"} {
+		for _, w := range []time.Duration{0, wait} {
+			began := time.Now()
+			c, err := twoPhase.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp", Wait: w})
+			took := time.Since(began)
+			if err != nil || c.Status != idem.InFlight || !c.LeaseEnd.IsZero() {
+				t.Fatalf("%s, wait %v: %+v, %v after %v; want in flight with no lease end", k, w, c, err, took)
+			}
+			if took < w {
+				t.Errorf("%s: answered after %v, before its wait of %v ran out", k, took, w)
+			}
+		}
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		c, err := twoPhase.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp", Wait: 30 * time.Second})
+		if err == nil && (c.Status != idem.Completed || !c.Result.Equal(txResult)) {
+			err = fmt.Errorf("claim after the commit: %+v, want the result", c)
+		}
+		done <- err
+	}()
+	f.awaitLockWaiters(t, "dup", 1)
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

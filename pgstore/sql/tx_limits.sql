@@ -6,8 +6,9 @@
 --
 -- $1, lock_timeout in milliseconds, bounds how long the claim waits for
 -- another open transaction that holds the key (the unique index makes a
--- second INSERT of the key wait for the first one's transaction), and it
--- alone bounds that wait: statement_timeout is off for the claim
+-- second INSERT of the key wait for the first one's transaction, and a
+-- takeover's UPDATE waits for its row lock; sql/claim.sql sets the same
+-- value itself too), and it alone bounds that wait: statement_timeout is off for the claim
 -- statement, so that neither TxLimits.Execution nor a statement_timeout of
 -- the role's or the session's cancels a duplicate's wait (57014) before
 -- its Wait, while the holder may be about to commit a result to replay.
