@@ -56,14 +56,16 @@ func (c *call) holdBack() {
 // sendHeld sends the response held back, once the handler returned and the
 // engine finished: the handler's answer if its transaction committed with
 // it, or if it was a failure the middleware does not record (rolled back
-// with everything else, it is true); otherwise, a response that should
-// have been recorded did not commit, and the client gets 503 instead, with
-// none of the handler's headers.
+// with everything else, it is true) and not PostgreSQL's ending the
+// transaction; otherwise, a response that should have been recorded did
+// not commit, or the transaction met a bound of PostgreSQL's, and the
+// client gets the middleware's answer instead (commitFailed), with none of
+// the handler's headers.
 func (c *call) sendHeld() {
 	rec, h := &c.rec, c.rec.held
 	switch {
 	case h.sent:
-	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release):
+	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release && c.x.TxLimitErr() == nil):
 		h.sent = true
 		rec.W.WriteHeader(rec.Status)
 		_, _ = rec.W.Write(rec.body)
@@ -79,8 +81,13 @@ func (c *call) sendHeld() {
 }
 
 // commitFailed answers 503: the request's transaction did not commit, so
-// nothing of it took effect.
+// nothing of it took effect; or 500 if PostgreSQL ended it at one of its
+// bounds (transactionLimit).
 func (c *call) commitFailed(w http.ResponseWriter) {
+	if le := c.x.TxLimitErr(); le != nil {
+		transactionLimit(w, le)
+		return
+	}
 	writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
 		Detail: "The request could not be committed, so it took no effect. Retry later with the same key."}, retryAfterSeconds(c.h.eng.RetryAfter()))
 }

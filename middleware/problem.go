@@ -44,6 +44,15 @@ const (
 	// recorded. Retry after Retry-After seconds: the retry runs the handler
 	// again, or replays the result if another attempt recorded one.
 	TypeCommitFailed = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeCommitFailed"
+	// TypeTransactionLimit (500): under Options.InTransaction, PostgreSQL
+	// ended the request's transaction at one of its bounds (the handler
+	// paused between two statements longer than
+	// Options.IdleInTransaction, or a statement ran longer than its
+	// statement_timeout), so nothing of the request took effect. The
+	// detail names the bound and the setting to raise. A retry runs the
+	// handler again, and meets the same bound if it takes as long: no
+	// Retry-After.
+	TypeTransactionLimit = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeTransactionLimit"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -66,6 +75,7 @@ var titles = map[string]string{
 	TypeUnreplayable:     "Response not replayable",
 	TypeStoreUnavailable: "Idempotency store unavailable",
 	TypeCommitFailed:     "Commit failed",
+	TypeTransactionLimit: "Transaction ended by the database",
 }
 
 // writeProblem writes a problem+json response. retryAfter, when not empty,

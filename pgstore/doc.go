@@ -171,7 +171,12 @@
 // no lease to wait out, nothing to sweep. TxLimits bound the transaction on
 // the server too, for a process frozen with it open: TxLimits.Idle is its
 // idle_in_transaction_session_timeout, TxLimits.Execution the
-// statement_timeout of the work's statements (unless the session has one). Keys
+// statement_timeout of the work's statements (unless the session has one).
+// When PostgreSQL ends the transaction at the first (25P03), or cancels a
+// statement of the work at the second (57014), the work sees the error on
+// its statement, and the claim's Rollback or Commit returns an
+// [*idem.TxLimitError] that says which bound and its value: the work's
+// statements go through [TxFrom]'s view, which notes their errors. Keys
 // claimed or completed by Claim are answered as Claim answers them (a live
 // two-phase claim is InFlight with its lease end, at once), an expired row
 // is taken over inside the transaction, and a two-phase Claim of a key

@@ -268,3 +268,13 @@ func (p txLimitsParams) args() []any { return []any{p.lockTimeout, p.idleTimeout
 type txRestoreParams struct{ statementTimeout string }
 
 func (p txRestoreParams) args() []any { return []any{p.statementTimeout} }
+
+// txRestoreRow is sql/tx_restore.sql's: the work's statement_timeout in
+// milliseconds (zero: none), and whether it is the session's. The first
+// column, the lock_timeout put back, is not read.
+type txRestoreRow struct {
+	statementTimeoutMillis int64
+	sessions               bool
+}
+
+func (r *txRestoreRow) targets() []any { return []any{nil, &r.statementTimeoutMillis, &r.sessions} }

@@ -44,7 +44,7 @@ type statements struct {
 	// work's statements put in place after it, and the completion that
 	// raises the stale-claim error itself (sql/complete.sql with .Tx).
 	txLimits   execQuery[txLimitsParams]
-	txRestore  execQuery[txRestoreParams]
+	txRestore  rowQuery[txRestoreParams, txRestoreRow, *txRestoreRow]
 	txComplete execQuery[completeParams]
 	// keys lists rows for operators (Store.Keys).
 	keys rowsQuery[keysParams, keysRow, *keysRow]

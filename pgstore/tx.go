@@ -56,7 +56,8 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
 	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds(), wait: limits.Wait}
-	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(cmp0(limits.Idle, s.leaseOf(req.Lease)))}
+	b.idle = max(cmp0(limits.Idle, s.leaseOf(req.Lease)).Truncate(time.Millisecond), time.Millisecond)
+	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(b.idle)}
 	b.restore = txRestoreParams{statementTimeout: "0"}
 	if limits.Execution > 0 {
 		b.restore.statementTimeout = millis(limits.Execution)
@@ -90,7 +91,11 @@ type txBegin struct {
 	wait    time.Duration   // TxLimits.Wait
 	limits  txLimitsParams  // sql/tx_limits.sql's parameters
 	restore txRestoreParams // sql/tx_restore.sql's
-	tx      pgx.Tx
+	idle    time.Duration   // the transaction's idle_in_transaction_session_timeout
+	// bounds is what sql/tx_restore.sql answered: the statement_timeout
+	// of the work's statements.
+	bounds txRestoreRow
+	tx     pgx.Tx
 	// waited: the last claim statement returned no row, having waited for
 	// a transaction that inserted the key and committed after the
 	// statement's snapshot. The next look will most likely find what that
@@ -205,7 +210,8 @@ func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q row
 		r, err = q.scan(br.QueryRow())
 	}
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
-		if _, rerr := br.Exec(); rerr != nil {
+		var rerr error
+		if b.bounds, rerr = b.s.sql.txRestore.scan(br.QueryRow()); rerr != nil {
 			err = rerr
 		}
 	}
@@ -241,7 +247,8 @@ func (b *txBegin) rollback(ctx context.Context) {
 
 // claimed hands the open transaction over to a claim.
 func (b *txBegin) claimed(tok idem.Token) *claimTx {
-	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok}
+	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
+		statementTimeout: time.Duration(b.bounds.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: b.bounds.sessions}
 	c.view = &txView{Tx: b.tx, claim: c, top: true}
 	return c
 }

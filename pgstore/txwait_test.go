@@ -2,9 +2,13 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
@@ -160,4 +164,120 @@ func TestClaimWaitsForATransactionUpToItsWait(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wantTxLimit fails t unless err is an *idem.TxLimitError like want (its
+// Err aside), matching idem.ErrTxLimit and unwrapping to PostgreSQL's
+// error.
+func wantTxLimit(t *testing.T, what string, err error, want idem.TxLimitError) {
+	t.Helper()
+	var le *idem.TxLimitError
+	var pgErr *pgconn.PgError
+	switch {
+	case !errors.As(err, &le):
+		t.Errorf("%s = %v, want an idem.TxLimitError", what, err)
+	case le.Limit != want.Limit || le.Setting != want.Setting || le.Bound != want.Bound || le.Session != want.Session:
+		t.Errorf("%s = %+v, want %+v", what, *le, want)
+	case !errors.Is(err, idem.ErrTxLimit) || !errors.As(err, &pgErr) || errors.Is(err, idem.ErrUnavailable):
+		t.Errorf("%s = %v: want it to match ErrTxLimit and unwrap to PostgreSQL's error, not to an unavailable store", what, err)
+	}
+}
+
+// TestBeginClaimReportsTheBoundThatEndedIt: when PostgreSQL ends a claim's
+// transaction at its idle bound, or cancels a statement of the work at its
+// statement bound (TxLimits.Execution, or the session's statement_timeout),
+// the work sees PostgreSQL's error on its statement (through Exec, Query,
+// QueryRow or a batch), and the claim's Rollback or Commit says which bound
+// it was (idem.TxLimitError), whatever the work answered. A cancelled
+// statement the work got over, in a savepoint, is no reason: the
+// transaction commits.
+func TestBeginClaimReportsTheBoundThatEndedIt(t *testing.T) {
+	parallelUnlessPooled(t)
+	const bound = 200 * time.Millisecond
+	f := newTxFixture(t, pgstore.Options{})
+	cfg := testdb.Config(t, f.schema)
+	if testdb.PoolerURL() != "" {
+		cfg = testdb.DirectConfig(t, f.schema) // see TestBeginClaimWaitOutlastsStatementTimeout
+	}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(bound.Milliseconds())
+	withSessionTimeout := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+
+	idle := idem.TxLimitError{Limit: idem.TxIdle, Setting: "idle_in_transaction_session_timeout", Bound: bound}
+	statement := idem.TxLimitError{Limit: idem.TxStatement, Setting: "statement_timeout", Bound: bound}
+	sessions := statement
+	sessions.Session = true
+	sleep := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(5)`)
+		return err
+	}
+	for _, tc := range []struct {
+		name   string
+		s      *pgstore.Store
+		limits idem.TxLimits
+		// work runs after the invoice's insert and returns the error
+		// PostgreSQL's bound gave its statement, if it sent one after
+		// the bound.
+		work   func(ctx context.Context, tx pgx.Tx) error
+		commit bool // end with Commit, not Rollback
+		want   idem.TxLimitError
+	}{
+		{"idle, then a statement", f.s, idem.TxLimits{Idle: bound}, func(ctx context.Context, tx pgx.Tx) error {
+			time.Sleep(3 * bound)
+			return tx.QueryRow(ctx, `SELECT 1`).Scan(new(int))
+		}, false, idle},
+		{"idle, then the commit", f.s, idem.TxLimits{Idle: bound}, func(ctx context.Context, tx pgx.Tx) error {
+			time.Sleep(3 * bound)
+			return nil
+		}, true, idle},
+		{"a statement past Execution, read from rows", f.s, idem.TxLimits{Execution: bound}, func(ctx context.Context, tx pgx.Tx) error {
+			rows, _ := tx.Query(ctx, `SELECT pg_sleep(5)`)
+			_, err := pgx.CollectRows(rows, pgx.RowTo[any])
+			return err
+		}, false, statement},
+		{"a statement past Execution, then the commit", f.s, idem.TxLimits{Execution: bound}, sleep, true, statement},
+		{"a statement past the session's statement_timeout, in a batch", withSessionTimeout, idem.TxLimits{}, func(ctx context.Context, tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue(`SELECT pg_sleep(5)`)
+			return tx.SendBatch(ctx, b).Close()
+		}, false, sessions},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := "k-" + tc.name
+			tc.limits.Wait = time.Second
+			_, tx := beginClaim(t, f.ctx, tc.s, k, tc.limits, idem.Acquired)
+			rollbackAtEnd(t, tx)
+			insertInvoice(t, f.ctx, tx, k)
+			work := pgstore.TxFrom(tx.Context(f.ctx))
+			var pgErr *pgconn.PgError
+			if err := tc.work(f.ctx, work); err != nil && !errors.As(err, &pgErr) {
+				t.Fatalf("the work's statement after the bound: %v, want PostgreSQL's error", err)
+			}
+			var err error
+			if tc.commit {
+				err = tx.Commit(f.ctx, txResult)
+			} else {
+				err = tx.Rollback(f.ctx)
+			}
+			wantTxLimit(t, "the end of the transaction", err, tc.want)
+			if n := f.invoices(t); n != 0 || f.present(t, k) {
+				t.Errorf("%d invoices, key present %v: want nothing committed", n, f.present(t, k))
+			}
+		})
+	}
+
+	t.Run("a cancelled statement got over in a savepoint", func(t *testing.T) {
+		_, tx := beginClaim(t, f.ctx, f.s, "savepoint", idem.TxLimits{Wait: time.Second, Execution: bound}, idem.Acquired)
+		rollbackAtEnd(t, tx)
+		work := pgstore.TxFrom(tx.Context(f.ctx))
+		if err := pgx.BeginFunc(f.ctx, work, func(sp pgx.Tx) error { return sleep(f.ctx, sp) }); err == nil {
+			t.Fatal("pg_sleep(5) was not cancelled")
+		}
+		insertInvoice(t, f.ctx, tx, "savepoint")
+		if err := tx.Commit(f.ctx, txResult); err != nil {
+			t.Fatalf("Commit after the savepoint: %v", err)
+		}
+		if n := f.invoices(t); n != 1 {
+			t.Errorf("%d invoices, want 1", n)
+		}
+	})
 }
