@@ -79,12 +79,13 @@ func ExplainTxLimit(le *idem.TxLimitError) string {
 	return fmt.Sprintf("a statement of the work ran longer than MaxExecution (%v, its %s), and the database cancelled it; raise MaxExecution", le.Bound, le.Setting)
 }
 
-// txLimitFailed reports, logs and keeps le, the bound at which the
-// database ended the claim's transaction: the key is free again (nothing
-// committed), and the operator must know which setting to raise.
-func (x *Execution) txLimitFailed(le *idem.TxLimitError, status int, ran time.Duration) {
+// txLimitHit keeps and logs le, the bound at which the database ended the
+// claim's transaction: nothing committed, the key is free again, and the
+// operator must know which setting to raise. The release is reported
+// where the transaction ends (completeTx, rollbackTx), with le as its
+// cause.
+func (x *Execution) txLimitHit(le *idem.TxLimitError) {
 	x.limit = le
-	x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: le, Status: status, Duration: ran})
 	x.e.log(x.logCtx, slog.LevelError, "the database ended the work's transaction, so nothing of it committed and its key is free again: "+ExplainTxLimit(le), x.req,
 		slog.String("limit", le.Limit.String()), slog.String("setting", le.Setting), slog.Duration("bound", le.Bound), slog.Any("err", le.Err))
 }
@@ -131,7 +132,7 @@ func (x *Execution) Commit(res idem.Result) error {
 	if err := x.commitTx(res); err != nil {
 		var le *idem.TxLimitError
 		if errors.As(err, &le) {
-			x.txLimitFailed(le, res.Status, time.Since(x.began))
+			x.txLimitHit(le) // the release is reported by Finish
 			return err
 		}
 		x.e.log(x.logCtx, slog.LevelWarn, "the work's transaction did not commit; nothing was recorded", x.req, slog.Any("err", err))
@@ -177,7 +178,8 @@ func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale b
 	case errors.Is(err, idem.ErrStaleClaim):
 		x.stale(err, ran, reportStale)
 	case errors.As(err, &le):
-		x.txLimitFailed(le, res.Status, ran)
+		x.txLimitHit(le)
+		x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: le, Status: res.Status, Duration: ran})
 	default:
 		// Rolled back: nothing of the work committed, and a retry runs it
 		// again. The adapter must not answer the work's result.
@@ -195,14 +197,20 @@ func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
 	x.txEnded = true
 	var le *idem.TxLimitError
 	if errors.As(err, &le) {
-		x.txLimitFailed(le, 0, ran)
-		return
+		x.txLimitHit(le)
+		err = nil
 	}
 	if err != nil {
 		// The connection is closed with the transaction open: PostgreSQL
 		// rolls it back when it notices.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "release", Err: err, Duration: ran})
 		x.e.log(x.logCtx, slog.LevelWarn, "could not roll back the work's transaction ("+why+"); it ends with its connection", x.req, slog.Any("err", err))
+		return
+	}
+	if x.limit != nil {
+		// The database ended the transaction (logged when it was seen,
+		// here or by an early Commit): that is the release's cause.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: x.limit, Duration: ran})
 		return
 	}
 	x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: cause, Duration: ran})

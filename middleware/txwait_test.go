@@ -206,6 +206,16 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 			time.Sleep(3 * bound)
 			w.WriteHeader(http.StatusCreated)
 		}, "IdleInTransaction"},
+		{"idle, then Commit", bound, false, func(w http.ResponseWriter, r *http.Request) {
+			if err := insert(r); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			time.Sleep(3 * bound)
+			if err := middleware.Commit(w, r, http.StatusCreated, nil, []byte(`{"id":1}`), nil); !errors.Is(err, idem.ErrTxLimit) {
+				t.Errorf("Commit = %v, want an idem.TxLimitError", err)
+			}
+		}, "IdleInTransaction"},
 		{"a statement past the session's statement_timeout", 0, true, func(w http.ResponseWriter, r *http.Request) {
 			if err := insert(r); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -261,15 +271,18 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 			defer mu.Unlock()
 			released := 0
 			for _, e := range events {
-				switch {
-				case e.Kind == idem.EventReleased && errors.Is(e.Err, idem.ErrTxLimit):
+				switch e.Kind {
+				case idem.EventReleased:
 					released++
-				case e.Kind == idem.EventStoreError:
+					if !errors.Is(e.Err, idem.ErrTxLimit) {
+						t.Errorf("EventReleased with cause %v, want the idem.TxLimitError", e.Err)
+					}
+				case idem.EventStoreError:
 					t.Errorf("a store error reported: %v (the store is fine)", e.Err)
 				}
 			}
 			if released != 2 {
-				t.Errorf("%d EventReleased with an idem.TxLimitError for 2 requests; events %v", released, events)
+				t.Errorf("%d EventReleased for 2 requests, want one each; events %v", released, events)
 			}
 		})
 	}
