@@ -18,17 +18,19 @@ import (
 )
 
 // gatedInvoice is a handler under InTransaction that inserts an invoice,
-// says so on inside, and answers 201 only once gate is closed, whatever
-// its context says: an original that outlives its statement bound.
+// says so on inside (also if the insert failed, which it then answers with
+// 503), and answers 201 only once gate is closed, whatever its context
+// says: an original that outlives its statement bound.
 func (k *txKit) gatedInvoice(inside chan<- struct{}, gate <-chan struct{}) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		k.calls.Add(1)
 		var id int64
-		if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
+		err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id)
+		inside <- struct{}{}
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		inside <- struct{}{}
 		<-gate
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -46,7 +48,7 @@ func (k *txKit) gatedInvoice(inside chan<- struct{}, gate <-chan struct{}) http.
 func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
-	const maxExecution, idle = 100 * time.Millisecond, 30 * time.Second
+	const maxExecution, idle = 300 * time.Millisecond, 30 * time.Second
 	inside, gate := make(chan struct{}, 1), make(chan struct{})
 	h := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle})(k.gatedInvoice(inside, gate))
 

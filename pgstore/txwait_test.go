@@ -24,7 +24,9 @@ import (
 // unavailable store.
 func TestBeginClaimWaitOutlastsStatementTimeout(t *testing.T) {
 	parallelUnlessPooled(t)
-	const statementBound = 100 * time.Millisecond
+	// Long enough for every other statement of the test to finish within
+	// it on a loaded machine.
+	const statementBound = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name      string
 		execution time.Duration // TxLimits.Execution
@@ -43,7 +45,7 @@ func TestBeginClaimWaitOutlastsStatementTimeout(t *testing.T) {
 				cfg = testdb.DirectConfig(t, f.schema)
 			}
 			if tc.session {
-				cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
+				cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(statementBound.Milliseconds())
 			}
 			dups := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
 			req := idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}
@@ -99,10 +101,10 @@ func TestBeginClaimWaitOutlastsStatementTimeout(t *testing.T) {
 // held by a transaction still open (a claim inserted, or taken over, in
 // BeginClaim; an expired row another transaction locked, which the
 // takeover must wait for) waits for it in PostgreSQL up to its
-// ClaimRequest.Wait, whatever the session's statement_timeout, then is in
-// flight with no lease end (nobody knows when a transaction ends); without
-// a Wait it does not wait. Once the transaction commits, the claim finds
-// its result.
+// ClaimRequest.Wait, whatever the session's statement_timeout (shorter
+// here), then is in flight with no lease end (nobody knows when a
+// transaction ends); without a Wait it does not wait. Once the transaction
+// commits, the claim finds its result.
 func TestClaimWaitsForATransactionUpToItsWait(t *testing.T) {
 	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
@@ -110,10 +112,10 @@ func TestClaimWaitsForATransactionUpToItsWait(t *testing.T) {
 	if testdb.PoolerURL() != "" {
 		cfg = testdb.DirectConfig(t, f.schema) // see TestBeginClaimWaitOutlastsStatementTimeout
 	}
-	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
+	const statementBound, wait = 500 * time.Millisecond, 1500 * time.Millisecond
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(statementBound.Milliseconds())
 	cfg.ConnConfig.RuntimeParams["application_name"] = "dup-" + f.schema
 	twoPhase := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
-	const wait = 400 * time.Millisecond
 
 	mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("abandoned"), Fingerprint: "fp", Lease: time.Millisecond}, idem.Acquired)
 	time.Sleep(5 * time.Millisecond) // the lease runs out
@@ -137,8 +139,15 @@ func TestClaimWaitsForATransactionUpToItsWait(t *testing.T) {
 
 	for _, k := range []string{"a", "abandoned", "locked"} {
 		for _, w := range []time.Duration{0, wait} {
+			// Without a Wait on a session without a statement_timeout
+			// of its own: whether the statement reaches its lock wait
+			// within one is the machine's speed, not idem's bound.
+			s := f.s
+			if w > 0 {
+				s = twoPhase
+			}
 			began := time.Now()
-			c, err := twoPhase.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp", Wait: w})
+			c, err := s.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp", Wait: w})
 			took := time.Since(began)
 			if err != nil || c.Status != idem.InFlight || !c.LeaseEnd.IsZero() {
 				t.Fatalf("%s, wait %v: %+v, %v after %v; want in flight with no lease end", k, w, c, err, took)
@@ -193,7 +202,8 @@ func wantTxLimit(t *testing.T, what string, err error, want idem.TxLimitError) {
 // transaction commits.
 func TestBeginClaimReportsTheBoundThatEndedIt(t *testing.T) {
 	parallelUnlessPooled(t)
-	const bound = 200 * time.Millisecond
+	// Long enough for the statements before the pause, on a loaded machine.
+	const bound = 500 * time.Millisecond
 	f := newTxFixture(t, pgstore.Options{})
 	cfg := testdb.Config(t, f.schema)
 	if testdb.PoolerURL() != "" {
