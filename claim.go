@@ -37,6 +37,18 @@ type ClaimRequest struct {
 	Lease time.Duration
 	// Owner names the claimant (host, process) for operators. Optional.
 	Owner string
+	// Wait bounds how long the claim may wait in the store for a claim of
+	// the key that is not committed yet: one taken inside another open
+	// transaction ([TxStore.BeginClaim]), which nobody sees until that
+	// transaction ends. If it commits, the claim answers as the committed
+	// row says (a replay, say); if it rolls back, the claim goes on; if it
+	// is still open when Wait runs out, the claim is InFlight with a zero
+	// LeaseEnd. Zero or negative means as short a wait as the store can
+	// make (a millisecond for pgstore). A store whose claims are seen as
+	// soon as they are made (memstore) never waits, and ignores it.
+	// [TxStore.BeginClaim] takes its wait from [TxLimits] instead;
+	// [ClaimWait] sets it to what is left of its own wait.
+	Wait time.Duration
 }
 
 // Validate reports whether a store may accept req: its key passes

@@ -33,9 +33,11 @@ const (
 	// of the side effect. Status is the recorded status.
 	EventCompleted
 	// EventReleased: the key was released (a panic, a failure the policy
-	// does not record, work cut off by shutdown or a lost lease), so a
-	// retry runs again. Duration is the run time. Err holds the cause
-	// when the work was cut off (engine.ErrShutdown, ErrLeaseLost).
+	// does not record, work cut off by shutdown or a lost lease, a claim's
+	// transaction the database ended), so a retry runs again. Duration is
+	// the run time. Err holds the cause when the work was cut off
+	// (engine.ErrShutdown, ErrLeaseLost), or a [*TxLimitError] when the
+	// database ended the work's transaction at one of its bounds.
 	EventReleased
 	// EventStale: completing or releasing found the claim no longer the
 	// request's (its lease ran out and another request took the key over,

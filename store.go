@@ -51,7 +51,10 @@ type Store interface {
 	//	completed, retention over   -> Acquired, higher generation
 	//
 	// A live claim or a retained result whose fingerprint differs from a
-	// non-empty req.Fingerprint is a [*MismatchError] instead.
+	// non-empty req.Fingerprint is a [*MismatchError] instead. A key held
+	// by a claim not committed yet (a [TxStore]'s, in an open transaction)
+	// is waited for up to req.Wait, then answered as above, or InFlight
+	// with a zero LeaseEnd if it is still not committed.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
 	// Complete records res for the claim tok holds and makes the key
@@ -89,16 +92,20 @@ type SweepStats struct {
 // with s.Wait and claims again, for at most wait in total. It returns the
 // last claim: InFlight if the holder still held the key when the wait ran
 // out. A wait of zero or less claims once. It returns ctx's error if ctx ends
-// first.
+// first. Each claim's req.Wait is what is left of wait, so that a claim
+// that waits in the store (for a claim not committed yet) spends the same
+// time.
 //
 // It is how adapters answer a duplicate of an in-flight request: with the
 // original's result when it arrives in time.
 func ClaimWait(ctx context.Context, s Store, req ClaimRequest, wait time.Duration) (Claim, error) {
+	deadline := time.Now().Add(wait)
+	req.Wait = wait
 	c, err := s.Claim(ctx, req)
 	if err != nil || c.Status != InFlight || wait <= 0 {
 		return c, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
+	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for c.Status == InFlight {
 		if werr := s.Wait(wctx, req.Scope, req.Key); werr != nil {
@@ -107,8 +114,10 @@ func ClaimWait(ctx context.Context, s Store, req ClaimRequest, wait time.Duratio
 			}
 			// The wait bound ran out: one last look, since the holder may
 			// have finished in the meantime.
+			req.Wait = 0
 			return s.Claim(ctx, req)
 		}
+		req.Wait = time.Until(deadline)
 		if c, err = s.Claim(ctx, req); err != nil {
 			return c, err
 		}

@@ -2,6 +2,8 @@ package idem
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -77,10 +79,87 @@ type TxClaim interface {
 	// visible together. An error means the transaction rolled back and
 	// nothing is recorded, unless the database committed it and only the
 	// answer was lost (the key is then completed, and a retry finds the
-	// result): a caller that answers an error must not claim success.
+	// result): a caller that answers an error must not claim success. It
+	// is a [*TxLimitError] when the database had ended the transaction,
+	// or cancelled a statement of it, at one of its bounds.
 	Commit(ctx context.Context, res Result) error
 
 	// Rollback rolls the transaction back: the claim and the work's writes
-	// are gone, and the key is absent again.
+	// are gone, and the key is absent again. It returns a [*TxLimitError]
+	// when the database had ended the transaction, or cancelled a
+	// statement of it, at one of its bounds: the transaction is over all
+	// the same, and that error says why the work failed.
 	Rollback(ctx context.Context) error
 }
+
+// ErrTxLimit: the database ended a claim's transaction, or cancelled a
+// statement of it, at one of the bounds on it ([TxLimits], or one of the
+// database's own, such as a role's statement timeout), so nothing of it
+// committed. A retry runs the work again, and meets the same bound if the
+// work takes as long again: the bound, or the work, must change.
+// [*TxLimitError] matches it and says which bound.
+var ErrTxLimit = errors.New("idem: the database ended the claim's transaction at one of its bounds")
+
+// TxLimit is a bound on a claim's transaction that the database enforces.
+type TxLimit int
+
+const (
+	// TxIdle: the transaction stayed idle, no statement running, longer
+	// than [TxLimits].Idle, and the database ended it (pgstore:
+	// idle_in_transaction_session_timeout, SQLSTATE 25P03, which also
+	// closes the connection).
+	TxIdle TxLimit = iota + 1
+	// TxStatement: a statement of the transaction ran longer than its
+	// bound ([TxLimits].Execution, or the database session's own if it
+	// has one) and the database cancelled it (pgstore: statement_timeout,
+	// SQLSTATE 57014); the transaction can no longer commit.
+	TxStatement
+)
+
+func (l TxLimit) String() string {
+	switch l {
+	case TxIdle:
+		return "idle"
+	case TxStatement:
+		return "statement"
+	}
+	return fmt.Sprintf("TxLimit(%d)", int(l))
+}
+
+// TxLimitError reports the bound at which the database ended a claim's
+// transaction, or cancelled a statement of it. It matches [ErrTxLimit] and
+// unwraps to the database's error.
+type TxLimitError struct {
+	Limit TxLimit
+	// Setting names the database setting that held the bound (pgstore:
+	// idle_in_transaction_session_timeout, statement_timeout).
+	Setting string
+	// Bound is the bound's value, as the database applied it; zero when
+	// the store does not know it.
+	Bound time.Duration
+	// Session reports that the bound was the database session's own (a
+	// statement timeout set for the role, the database or the
+	// connection, which the store keeps), not the one [TxLimits] asked
+	// for.
+	Session bool
+	// Err is the database's error.
+	Err error
+}
+
+func (e *TxLimitError) Error() string {
+	what := "ended the claim's transaction, idle for longer than"
+	if e.Limit == TxStatement {
+		what = "cancelled a statement of the claim's transaction that ran longer than"
+	}
+	whose := ""
+	if e.Session {
+		whose = " (the session's)"
+	}
+	return fmt.Sprintf("idem: the database %s %s = %v%s: %v", what, e.Setting, e.Bound, whose, e.Err)
+}
+
+// Is reports whether target is [ErrTxLimit].
+func (e *TxLimitError) Is(target error) bool { return target == ErrTxLimit }
+
+// Unwrap returns the database's error.
+func (e *TxLimitError) Unwrap() error { return e.Err }

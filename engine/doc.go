@@ -176,17 +176,25 @@
 // the commit nobody else can see the claim, and a duplicate waits in the
 // database for the transaction to end, up to Options.Wait, then finds the
 // result (in flight with no lease end if the wait ran out: Retry-After is
-// Options.RetryAfter). There is no lease to lose: the work's deadline
-// (Options.MaxExecution) bounds it as it bounds any work, and, as a claim in
-// a transaction shows it is alive by its statements, the store ends a
-// transaction left idle for a whole lease (and a statement running past
-// MaxExecution) even if this process cannot. A whole answer to record after
-// the deadline still commits, as for any work; one that answered nothing to
-// record is rolled back.
+// Options.RetryAfter). There is no lease to lose, and the lease plays no
+// part: the work's deadline (Options.MaxExecution) bounds it as it bounds
+// any work, and, as a claim in a transaction shows it is alive by its
+// statements, the store ends a transaction left idle between two
+// statements for Options.IdleInTransaction (MaxExecution by default), and
+// a statement running past MaxExecution, even if this process cannot. When
+// it does, for a work that paused or ran that long, nothing commits, and
+// [Execution.TxLimitErr] says which bound: the engine logs it as an error
+// with the setting to raise ([ExplainTxLimit]), reports the release with
+// that cause, and the adapter answers it rather than "retry", which would
+// end the same way. A whole answer to record after the deadline still
+// commits, as for any work; one that answered nothing to record is rolled
+// back.
 // Leave (an MCP stream that ended without its response) rolls back
 // too: there is no lease to leave the claim to. A key held by a two-phase
 // claim is waited for with the store's Wait, then claimed again in a new
-// transaction. An adapter that holds the work's answer back until the
+// transaction; a two-phase claim of a key held in a transaction waits for
+// that transaction in the store, up to Options.Wait too
+// ([idem.ClaimRequest].Wait, through [idem.ClaimWait]). An adapter that holds the work's answer back until the
 // commit sends it only if [Execution.Committed], or if it was a failure
 // not to be recorded; [Execution.Commit] commits early, for an adapter that
 // answers before the work returns.

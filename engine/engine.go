@@ -34,6 +34,12 @@ const (
 	// after a minute), short enough that a hung work does not hold its key
 	// for the life of the process.
 	DefaultMaxExecution = 5 * time.Minute
+	// MinIdleInTransaction is the shortest Options.IdleInTransaction that
+	// [New] takes without a warning in the log: healthy work can pause
+	// that long between two statements (an outgoing call, a slow
+	// computation, a starved container), and a shorter bound ends its
+	// transaction every time, retries included.
+	MinIdleInTransaction = 10 * time.Second
 )
 
 // ErrShutdown is the cause ([context.Cause]) with which the work's context
@@ -104,6 +110,22 @@ type Options struct {
 	// as the client's context does, with its cause.
 	MaxExecution time.Duration
 
+	// IdleInTransaction bounds how long the transaction of a claim in a
+	// transaction (Request.InTransaction) may stay idle, no statement of
+	// the work running, before the database ends it ([idem.TxLimits].Idle;
+	// pgstore: idle_in_transaction_session_timeout). It is how the key of
+	// a process that froze or lost its network with the transaction open
+	// is freed, since nothing renews such a claim; a healthy work that
+	// pauses longer between two statements loses its transaction, and
+	// fails with an [*idem.TxLimitError] that says so (see
+	// [Execution.TxLimitErr]). Zero means MaxExecution (its default
+	// applied), or [DefaultMaxExecution] if MaxExecution is negative: a
+	// work that heeds its context never pauses longer than it may run.
+	// Shorter than both [MinIdleInTransaction] and MaxExecution, New logs
+	// a warning (with a store that is an [idem.TxStore]); negative
+	// panics.
+	IdleInTransaction time.Duration
+
 	// Shutdown, when done, ends the context of all running work with
 	// cause [ErrShutdown]; the key of work so cut off is released unless it
 	// still returned a whole answer to record, and claims made after it
@@ -140,6 +162,7 @@ type Engine struct {
 	retryAfter   time.Duration
 	cancelWithCl bool
 	maxExecution time.Duration // zero: no bound
+	idle         time.Duration // Options.IdleInTransaction, default applied
 	shutdown     context.Context
 	owner        string
 	logger       *slog.Logger
@@ -169,6 +192,13 @@ func New(store idem.Store, opts Options) *Engine {
 	e.maxExecution = max(cmp.Or(opts.MaxExecution, DefaultMaxExecution), 0)
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
+	}
+	e.idle = orDefault("IdleInTransaction", opts.IdleInTransaction, cmp.Or(e.maxExecution, DefaultMaxExecution))
+	if short := e.idle < MinIdleInTransaction && (e.maxExecution == 0 || e.idle < e.maxExecution); e.txs != nil && opts.IdleInTransaction > 0 && short {
+		// Shorter than the work may run, and than healthy work may
+		// pause: a misconfiguration to say at start, not per request.
+		e.logger.Warn(fmt.Sprintf("Options.IdleInTransaction (%v) is short: the database ends the transaction of a claim in a transaction whose work pauses that long between two statements, and the request fails, retries included", e.idle),
+			slog.String("adapter", e.adapter), slog.Duration("idle_in_transaction", e.idle), slog.Duration("min", MinIdleInTransaction))
 	}
 	return e
 }
@@ -305,7 +335,9 @@ func (e *Engine) TryClaim(ctx context.Context, req *Request) Decision {
 }
 
 func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) Decision {
-	req.Claim.Lease, req.Claim.Owner = e.lease, e.owner
+	// The first look does not wait; a two-phase claim of a key held in a
+	// transaction still open waits in idem.ClaimWait, bounded by wait.
+	req.Claim.Lease, req.Claim.Owner, req.Claim.Wait = e.lease, e.owner, 0
 	if req.start.IsZero() {
 		req.start = time.Now()
 	}

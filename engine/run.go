@@ -95,6 +95,9 @@ type Execution struct {
 	tx        idem.TxClaim // the claim's transaction, for a request InTransaction
 	committed bool         // the transaction committed with the result
 	txEnded   bool         // the transaction is over (committed or rolled back)
+	// limit is the bound at which the database ended the transaction,
+	// if that is why it did not commit.
+	limit *idem.TxLimitError
 }
 
 // Start begins the work of a request whose claim d acquired (Outcome Run).

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -46,13 +47,47 @@ func (e *Engine) claimInTx(ctx context.Context, req *Request, wait time.Duration
 	}
 }
 
-// txLimits are the bounds of a claim's transaction: the wait left, the
-// lease as the longest the transaction may stay idle (for a claim in a
-// transaction its statements are its signs of life, and the store ends a
-// transaction whose process stopped sending them), and Options.MaxExecution
-// as the longest a statement may run (the work's context ends then too).
+// txLimits are the bounds of a claim's transaction: the wait left,
+// Options.IdleInTransaction as the longest the transaction may stay idle
+// (for a claim in a transaction its statements are its signs of life, and
+// the store ends a transaction whose process stopped sending them), and
+// Options.MaxExecution as the longest a statement may run (the work's
+// context ends then too).
 func (e *Engine) txLimits(wait time.Duration) idem.TxLimits {
-	return idem.TxLimits{Wait: wait, Idle: e.lease, Execution: e.maxExecution}
+	return idem.TxLimits{Wait: wait, Idle: e.idle, Execution: e.maxExecution}
+}
+
+// TxLimitErr returns, once [Execution.Finish] returned (or a Commit
+// failed), the bound at which the database ended the claim's transaction,
+// or cancelled a statement of the work, when that is why it did not
+// commit; nil otherwise. An adapter answers the client with it
+// ([ExplainTxLimit]) rather than with "retry": a retry runs the work
+// again, and meets the same bound if it takes as long.
+func (x *Execution) TxLimitErr() *idem.TxLimitError { return x.limit }
+
+// ExplainTxLimit says what le means for the work, and which setting to
+// raise: Options.IdleInTransaction, Options.MaxExecution, or the
+// database's own statement timeout (a role's or a connection's), for a log
+// or an answer.
+func ExplainTxLimit(le *idem.TxLimitError) string {
+	switch {
+	case le.Limit == idem.TxIdle:
+		return fmt.Sprintf("the work paused between two statements for longer than its transaction may stay idle, IdleInTransaction (%v, the database's %s), and the database ended the transaction; raise IdleInTransaction above the work's longest pause", le.Bound, le.Setting)
+	case le.Session:
+		return fmt.Sprintf("a statement of the work ran longer than the database's own %s for the session (%v, a setting of its role, database or connection), and the database cancelled it; raise that setting", le.Setting, le.Bound)
+	}
+	return fmt.Sprintf("a statement of the work ran longer than MaxExecution (%v, its %s), and the database cancelled it; raise MaxExecution", le.Bound, le.Setting)
+}
+
+// txLimitHit keeps and logs le, the bound at which the database ended the
+// claim's transaction: nothing committed, the key is free again, and the
+// operator must know which setting to raise. The release is reported
+// where the transaction ends (completeTx, rollbackTx), with le as its
+// cause.
+func (x *Execution) txLimitHit(le *idem.TxLimitError) {
+	x.limit = le
+	x.e.log(x.logCtx, slog.LevelError, "the database ended the work's transaction, so nothing of it committed and its key is free again: "+ExplainTxLimit(le), x.req,
+		slog.String("limit", le.Limit.String()), slog.String("setting", le.Setting), slog.Duration("bound", le.Bound), slog.Any("err", le.Err))
 }
 
 // InTransaction reports whether the work runs inside the claim's
@@ -95,6 +130,11 @@ func (x *Execution) Commit(res idem.Result) error {
 		return err
 	}
 	if err := x.commitTx(res); err != nil {
+		var le *idem.TxLimitError
+		if errors.As(err, &le) {
+			x.txLimitHit(le) // the release is reported by Finish
+			return err
+		}
 		x.e.log(x.logCtx, slog.LevelWarn, "the work's transaction did not commit, or the outcome of its commit is unknown (the connection was lost)", x.req, slog.Any("err", err))
 		return err
 	}
@@ -128,6 +168,7 @@ func (x *Execution) txVerdict(v Verdict) Verdict {
 // transaction). A commit is not tried again: a failed one rolled back.
 func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale bool) {
 	err := x.commitTx(res)
+	var le *idem.TxLimitError
 	switch {
 	case err == nil:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
@@ -136,6 +177,9 @@ func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale b
 		}
 	case errors.Is(err, idem.ErrStaleClaim):
 		x.stale(err, ran, reportStale)
+	case errors.As(err, &le):
+		x.txLimitHit(le)
+		x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: le, Status: res.Status, Duration: ran})
 	default:
 		// Rolled back: nothing of the work committed, and a retry runs it
 		// again. The adapter must not answer the work's result.
@@ -151,11 +195,22 @@ func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
 	err := x.tx.Rollback(ctx)
 	cancel()
 	x.txEnded = true
+	var le *idem.TxLimitError
+	if errors.As(err, &le) {
+		x.txLimitHit(le)
+		err = nil
+	}
 	if err != nil {
 		// The connection is closed with the transaction open: PostgreSQL
 		// rolls it back when it notices.
 		x.e.observe(x.req, idem.Event{Kind: idem.EventStoreError, Op: "release", Err: err, Duration: ran})
 		x.e.log(x.logCtx, slog.LevelWarn, "could not roll back the work's transaction ("+why+"); it ends with its connection", x.req, slog.Any("err", err))
+		return
+	}
+	if x.limit != nil {
+		// The database ended the transaction (logged when it was seen,
+		// here or by an early Commit): that is the release's cause.
+		x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: x.limit, Duration: ran})
 		return
 	}
 	x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: cause, Duration: ran})

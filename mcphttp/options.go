@@ -70,6 +70,19 @@ type Options struct {
 	// means [engine.DefaultMaxExecution]; negative means no bound but the
 	// request's own deadline.
 	MaxExecution time.Duration
+	// IdleInTransaction bounds, for a call of a tool in InTransaction, how
+	// long the call's transaction may stay idle between two statements of
+	// the tool before PostgreSQL ends it
+	// (idle_in_transaction_session_timeout): how the key of a process that
+	// froze or lost its network with its transaction open is freed. A
+	// tool that pauses longer loses its transaction: nothing commits, and
+	// the client gets [CodeInternalError] with data.reason
+	// [ReasonTransactionLimit], naming this setting. Zero means
+	// MaxExecution (or [engine.DefaultMaxExecution] if that is negative).
+	// The lease plays no part here. Shorter than both
+	// [engine.MinIdleInTransaction] and MaxExecution, New logs a warning;
+	// negative panics.
+	IdleInTransaction time.Duration
 	// Shutdown, when done, cuts off every call the wrapper runs (cause
 	// [engine.ErrShutdown], see "Cut off" in the package documentation):
 	// its tool is told to stop, and the call is recorded if the wrapper
@@ -169,7 +182,8 @@ type Options struct {
 func (o Options) common() adapter.Common {
 	return adapter.Common{
 		Lease: o.Lease, Wait: o.Wait, StoreTimeout: o.StoreTimeout,
-		MaxExecution: o.MaxExecution, Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
+		MaxExecution: o.MaxExecution, IdleInTransaction: o.IdleInTransaction,
+		Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
 		Owner: o.Owner, Logger: o.Logger,
 		Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret,
 	}

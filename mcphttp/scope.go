@@ -12,7 +12,7 @@ import (
 const ReasonUnscopedCookies = "unscoped_cookies"
 
 // CodeInternalError is JSON-RPC's internal error, answered with
-// data.reason [ReasonUnscopedCookies].
+// data.reason [ReasonUnscopedCookies] or [ReasonTransactionLimit].
 const CodeInternalError = -32603
 
 // refusal is the JSON-RPC error for a call whose key or scope could not be

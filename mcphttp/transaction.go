@@ -184,22 +184,48 @@ func (h *heldResponse) release() {
 // send ends the hold once the call's execution finished with verdict v:
 // the response goes to the client if its transaction committed with it, or
 // if it was not to be recorded (an error, rolled back with everything
-// else, is true as it is); otherwise its result did not commit (or the
-// commit's outcome is unknown), and the client gets a JSON-RPC error
-// saying to retry with the same key, in the response's framing.
+// else, is true as it is) and PostgreSQL did not end the transaction;
+// otherwise its result did not commit (or the commit's outcome is
+// unknown), and the client gets a JSON-RPC error, in the response's
+// framing: saying to retry with the same key, or, when PostgreSQL ended
+// the transaction at one of its bounds, which bound and which setting to
+// raise ([ReasonTransactionLimit]), since a retry would end the same way.
 // A nil h does nothing.
 func (h *heldResponse) send(v engine.Verdict) {
 	switch {
 	case h == nil || h.sent:
-	case !h.failed && (h.x.Committed() || v.Action == engine.Release || v.Action == engine.Leave):
+	case !h.failed && (h.x.Committed() || (v.Action == engine.Release || v.Action == engine.Leave) && h.x.TxLimitErr() == nil):
 		h.status = cmp.Or(h.status, http.StatusOK)
 		h.release()
 	default:
 		h.sent = true
-		body, _ := wrapperError(h.c.rawID, rpcError{
+		e := rpcError{
 			Code: CodeUnavailable, Message: "the call's transaction did not commit, or the outcome of its commit is unknown; retry it with the same key: if it committed, the retry gets its response, if not, it runs again",
 			Data: errorData{Reason: ReasonUnavailable, RetryAfterMs: h.m.eng.RetryAfter().Milliseconds()},
-		})
+		}
+		if le := h.x.TxLimitErr(); le != nil {
+			e = transactionLimit(le)
+		}
+		body, _ := wrapperError(h.c.rawID, e)
 		h.m.answer(h.client, h.r, h.c, body, false, &responseBuffer{header: h.header, status: cmp.Or(h.status, http.StatusOK)})
+	}
+}
+
+// ReasonTransactionLimit is the data.reason of the [CodeInternalError]
+// answered for a call of a tool in InTransaction whose transaction
+// PostgreSQL ended at one of its bounds (the tool paused between two
+// statements longer than Options.IdleInTransaction, or a statement ran
+// longer than its statement_timeout): nothing of the call took effect,
+// and the message names the bound and the setting to raise. A retry runs
+// the tool again, and ends the same way if it takes as long.
+const ReasonTransactionLimit = "transaction_limit"
+
+// transactionLimit is the error of a call whose transaction PostgreSQL
+// ended at the bound le.
+func transactionLimit(le *idem.TxLimitError) rpcError {
+	return rpcError{
+		Code:    CodeInternalError,
+		Message: "the database ended the call's transaction, so it took no effect: " + engine.ExplainTxLimit(le),
+		Data:    errorData{Reason: ReasonTransactionLimit},
 	}
 }

@@ -56,14 +56,16 @@ func (c *call) holdBack() {
 // sendHeld sends the response held back, once the handler returned and the
 // engine finished: the handler's answer if its transaction committed with
 // it, or if it was a failure the middleware does not record (rolled back
-// with everything else, it is true); otherwise, a response that should
-// have been recorded did not commit, and the client gets 503 instead, with
-// none of the handler's headers.
+// with everything else, it is true) and not PostgreSQL's ending the
+// transaction; otherwise, a response that should have been recorded did
+// not commit, or the transaction met a bound of PostgreSQL's, and the
+// client gets the middleware's answer instead (commitFailed), with none of
+// the handler's headers.
 func (c *call) sendHeld() {
 	rec, h := &c.rec, c.rec.held
 	switch {
 	case h.sent:
-	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release):
+	case !h.failed && (c.x.Committed() || c.final.Action == engine.Release && c.x.TxLimitErr() == nil):
 		h.sent = true
 		h.sendHeader(rec.W)
 		rec.W.WriteHeader(rec.Status)
@@ -84,8 +86,14 @@ func (c *call) takeBackHeaders() { setHeader(c.rec.W, c.rec.held.before) }
 // the commit's outcome is unknown (the connection was lost during it), so
 // the answer says neither that it took effect nor that it did not. A retry
 // with the same key tells: it replays the result if the commit went
-// through, and runs the handler again if it did not.
+// through, and runs the handler again if it did not. If PostgreSQL ended
+// the transaction at one of its bounds, it answers 500 instead
+// (transactionLimit): a retry would end the same way.
 func (c *call) commitFailed(w http.ResponseWriter) {
+	if le := c.x.TxLimitErr(); le != nil {
+		transactionLimit(w, le)
+		return
+	}
 	writeProblem(w, problem{Type: TypeCommitFailed, Status: http.StatusServiceUnavailable,
 		Detail: "The request's transaction did not commit, or the outcome of its commit is unknown. Retry later with the same key: if it committed, the retry gets its response; if not, it runs again."}, retryAfterSeconds(c.h.eng.RetryAfter()))
 }

@@ -107,10 +107,15 @@
 // FailOpen and KeyOptional, which would run the handler without the
 // transaction), a panic, a handler cut off (its deadline,
 // Options.MaxExecution, or Shutdown) that answered nothing to record, a
-// crash of the process or a lost connection (PostgreSQL also ends a
-// transaction left idle longer than the lease: with nothing to renew, its
-// statements are its signs of life). A retry then runs at once: there is
-// no claim to wait out.
+// crash of the process or a lost connection. A retry then runs at once:
+// there is no claim to wait out. PostgreSQL also ends a transaction left
+// idle between two statements longer than Options.IdleInTransaction
+// (MaxExecution by default; the lease plays no part), and cancels a
+// statement that runs longer than its statement_timeout: with nothing to
+// renew, the statements are the claim's signs of life. Then, whatever the
+// handler answered, the client gets 500 problem+json
+// ([TypeTransactionLimit]) naming the bound and the setting to raise, and
+// the log says it as an error: a retry would end the same way.
 //
 // While the transaction is open the claim is invisible to everyone else; a
 // duplicate waits in the database for the transaction to end, up to

@@ -25,15 +25,16 @@ import (
 
 // txKit is a migrated schema with an invoices table and a store on it.
 type txKit struct {
-	ctx   context.Context
-	pool  *pgxpool.Pool
-	store *pgstore.Store
-	calls atomic.Int64
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
+	store  *pgstore.Store
+	calls  atomic.Int64
 }
 
 func newTxKit(t *testing.T) *txKit {
 	t.Helper()
-	pool, _ := testdb.Pool(t)
+	pool, schema := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
@@ -47,7 +48,7 @@ func newTxKit(t *testing.T) *txKit {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	return &txKit{ctx: ctx, pool: pool, store: store}
+	return &txKit{ctx: ctx, pool: pool, schema: schema, store: store}
 }
 
 func (k *txKit) invoices(t *testing.T) int {
@@ -190,20 +191,9 @@ func TestInTransactionDuplicates(t *testing.T) {
 	k := newTxKit(t)
 	release := make(chan struct{})
 	inside := make(chan struct{}, 1)
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		k.calls.Add(1)
-		var id int64
-		if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		inside <- struct{}{}
-		<-release
-		w.WriteHeader(http.StatusCreated)
-		_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
-	}
-	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 20 * time.Second})(http.HandlerFunc(handler))
-	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 50 * time.Millisecond})(http.HandlerFunc(handler))
+	handler := k.gatedInvoice(inside, release)
+	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 20 * time.Second})(handler)
+	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 50 * time.Millisecond})(handler)
 
 	firstDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { firstDone <- postTo(patient, "", "k") }()
@@ -323,15 +313,16 @@ func TestInTransactionNeedsATxStore(t *testing.T) {
 	middleware.New(memstore.New(memstore.Options{}), middleware.Options{InTransaction: true})
 }
 
-// TestInTransactionLease: a claim in a transaction has no lease to renew
-// or lose; its statements are its signs of life. A handler that runs past
-// the lease while it keeps working commits; one idle for longer than the
-// lease loses its transaction to PostgreSQL, and its answer becomes 503.
-func TestInTransactionLease(t *testing.T) {
+// TestInTransactionIdleBound: a claim in a transaction has no lease to
+// renew or lose; its statements are its signs of life. A handler that runs
+// past IdleInTransaction while it keeps working commits; one idle for
+// longer loses its transaction to PostgreSQL, and its answer becomes 500
+// TypeTransactionLimit.
+func TestInTransactionIdleBound(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
-	const lease = 300 * time.Millisecond
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Lease: lease})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	const idle = 300 * time.Millisecond
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, IdleInTransaction: idle})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.TxFrom(r.Context())
 		body, _ := io.ReadAll(r.Body)
 		if _, err := tx.Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ($1)`, string(body)); err != nil {
@@ -341,7 +332,7 @@ func TestInTransactionLease(t *testing.T) {
 		if string(body) == "busy" {
 			// Busy for real durations: PostgreSQL's idle timeout
 			// measures the gaps between statements.
-			for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 6) {
+			for end := time.Now().Add(3 * idle); time.Now().Before(end); time.Sleep(idle / 6) {
 				if _, err := tx.Exec(r.Context(), `SELECT 1`); err != nil {
 					http.Error(w, err.Error(), http.StatusServiceUnavailable)
 					return
@@ -351,12 +342,12 @@ func TestInTransactionLease(t *testing.T) {
 			// Idle for a real duration: PostgreSQL's
 			// idle_in_transaction_session_timeout, not a clock a
 			// synctest bubble fakes, ends the transaction.
-			time.Sleep(3 * lease)
+			time.Sleep(3 * idle)
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
 	wantStatus(t, postTo(h, "busy", "k1"), http.StatusCreated)
-	wantProblem(t, postTo(h, "idle", "k2"), http.StatusServiceUnavailable, middleware.TypeCommitFailed)
+	wantProblem(t, postTo(h, "idle", "k2"), http.StatusInternalServerError, middleware.TypeTransactionLimit)
 	if n := k.invoices(t); n != 1 {
 		t.Errorf("%d invoices, want 1 (the busy one)", n)
 	}

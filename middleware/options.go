@@ -227,6 +227,21 @@ type Options struct {
 	// means no bound but the request's own deadline.
 	MaxExecution time.Duration
 
+	// IdleInTransaction bounds, under InTransaction, how long the
+	// request's transaction may stay idle between two statements of the
+	// handler before PostgreSQL ends it
+	// (idle_in_transaction_session_timeout): how the key of a process that
+	// froze or lost its network with its transaction open is freed. A
+	// handler that pauses longer (an outgoing call between two
+	// statements) loses its transaction: nothing commits, and the client
+	// is answered 500 [TypeTransactionLimit], naming this setting. Zero
+	// means MaxExecution (or [DefaultMaxExecution] if that is negative):
+	// a handler that heeds its context never pauses longer than it may
+	// run. The lease plays no part here. Shorter than both
+	// [engine.MinIdleInTransaction] and MaxExecution, New logs a warning;
+	// negative panics.
+	IdleInTransaction time.Duration
+
 	// CancelWithClient makes a client's hang-up end the handler's context
 	// and release its key. False means the handler runs to completion
 	// whatever the client does, its writes to a gone client are dropped
@@ -299,7 +314,8 @@ type config struct {
 func newConfig(o Options) *config {
 	common := adapter.Common{
 		Lease: o.Lease, Wait: o.Wait, StoreTimeout: o.StoreTimeout, RetryAfter: o.RetryAfter,
-		MaxExecution: o.MaxExecution, Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
+		MaxExecution: o.MaxExecution, IdleInTransaction: o.IdleInTransaction,
+		Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
 		Owner: o.Owner, Logger: o.Logger,
 		Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret,
 	}

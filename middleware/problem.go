@@ -45,6 +45,15 @@ const (
 	// Retry-After seconds with the same key: the retry replays the result
 	// if the commit went through, and runs the handler again if it did not.
 	TypeCommitFailed = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeCommitFailed"
+	// TypeTransactionLimit (500): under Options.InTransaction, PostgreSQL
+	// ended the request's transaction at one of its bounds (the handler
+	// paused between two statements longer than
+	// Options.IdleInTransaction, or a statement ran longer than its
+	// statement_timeout), so nothing of the request took effect. The
+	// detail names the bound and the setting to raise. A retry runs the
+	// handler again, and meets the same bound if it takes as long: no
+	// Retry-After.
+	TypeTransactionLimit = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeTransactionLimit"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -67,6 +76,7 @@ var titles = map[string]string{
 	TypeUnreplayable:     "Response not replayable",
 	TypeStoreUnavailable: "Idempotency store unavailable",
 	TypeCommitFailed:     "Commit failed",
+	TypeTransactionLimit: "Transaction ended by the database",
 }
 
 // writeProblem writes a problem+json response. retryAfter, when not empty,

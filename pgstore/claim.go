@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,10 +40,12 @@ func (s *Store) checkEncoding(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements [idem.Store]. It sends one statement (sql/claim.sql) for a
-// new key, a replay or a duplicate in flight, and a second
-// (sql/takeover.sql) to take over a row whose lease or retention ran out;
-// see the package documentation.
+// Claim implements [idem.Store]. It sends one round trip (sql/claim.sql,
+// after its bounds, sql/claim_limits.sql) for a new key, a replay or a
+// duplicate in flight, and a second (sql/takeover.sql) to take over a row
+// whose lease or retention ran out; see the package documentation. A key
+// held by a claim in a transaction still open (BeginClaim) is waited for up
+// to req.Wait (lock_timeout), then answered InFlight with a zero LeaseEnd.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := req.Validate(); err != nil {
 		return idem.Claim{}, err
@@ -58,12 +61,22 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	serializationFailures := 0
 	for range maxClaimAttempts {
 		rc.ticket()
-		row, err := s.sql.claim.query(ctx, s.pool, s.claimParams(req, lease))
+		var (
+			row claimRow
+			err error
+		)
+		if p := s.claimParams(req, lease, req.Wait); req.Wait > 0 {
+			row, err = sendBounded(ctx, s, s.sql.claim, p, req.Wait)
+		} else {
+			row, err = s.sql.claim.query(ctx, s.pool, p)
+		}
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The conflicting row is not in our snapshot: it committed
 			// after the statement began. Look again.
 			continue
+		case isLockTimeout(err):
+			return heldInTx, nil
 		case retryable(err) && serializationFailures < maxSerializationAttempts:
 			// The same race under a stricter isolation level: the
 			// statement was rolled back. Look again.
@@ -79,10 +92,13 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		case row.superseded():
 			// The claim's lease or the result's retention ran out: take
 			// the row over, in a second statement.
-			c, ok, err := s.takeOver(ctx, s.pool, req, lease, row.generation)
+			c, ok, err := s.takeOver(ctx, req, lease, row.generation)
 			switch {
 			case ok:
 				return c, nil
+			case isLockTimeout(err):
+				// A claim in a transaction still open took it over.
+				return heldInTx, nil
 			case retryable(err) && serializationFailures < maxSerializationAttempts:
 				serializationFailures++
 				if !pauseBeforeRetry(ctx, serializationFailures) {
@@ -135,17 +151,45 @@ func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
 }
 
-// claimParams are the claim statement's parameters for req.
-func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64) claimParams {
+// claimParams are the claim statement's parameters for req, waiting up to
+// wait for a transaction still open that holds the key.
+func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64, wait time.Duration) claimParams {
 	return claimParams{scope: []byte(req.Scope), key: req.Key.String(), fingerprint: req.Fingerprint, owner: req.Owner,
-		leaseMicros: leaseMicros, now: s.nowArg()}
+		leaseMicros: leaseMicros, now: s.nowArg(), lockTimeout: millis(wait)}
+}
+
+// heldInTx is the claim of a key that a claim in a transaction still open
+// holds after the claim's wait: in flight, until nobody knows when.
+var heldInTx = idem.Claim{Status: idem.InFlight}
+
+// sendBounded sends Claim's statement q (sql/claim.sql with a Wait, or
+// sql/takeover.sql) with p, after its bounds (sql/claim_limits.sql) in the
+// same round trip and implicit transaction: a wait for a transaction still
+// open that holds the key is bounded by wait alone, whatever the session's
+// statement_timeout, and fails with lockNotAvailable when that runs out.
+// pgx.ErrNoRows is returned as it is.
+func sendBounded[P params, R any, PR row[R]](ctx context.Context, s *Store, q rowQuery[P, R, PR], p P, wait time.Duration) (R, error) {
+	batch := &pgx.Batch{}
+	s.sql.claimLimits.queue(batch, claimLimitsParams{lockTimeout: millis(wait)})
+	q.queue(batch, p)
+	br := s.pool.SendBatch(ctx, batch)
+	var r R
+	_, err := br.Exec()
+	if err == nil {
+		r, err = q.scan(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return r, err
 }
 
 // takeOver sends sql/takeover.sql for the row of generation gen, which the
-// claim statement found with its lease or retention run out. ok is false,
-// with no error, if the row changed since.
-func (s *Store) takeOver(ctx context.Context, db querier, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
-	r, err := s.sql.takeover.query(ctx, db, takeoverParams{s.claimParams(req, leaseMicros), gen})
+// claim statement found with its lease or retention run out, bounded as
+// the claim statement is. ok is false, with no error, if the row changed
+// since.
+func (s *Store) takeOver(ctx context.Context, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
+	r, err := sendBounded(ctx, s, s.sql.takeover, takeoverParams{s.claimParams(req, leaseMicros, req.Wait), gen}, req.Wait)
 	return takenOver(req, r, err)
 }
 

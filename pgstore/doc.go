@@ -83,7 +83,8 @@
 // Claim sends one statement (sql/claim.sql): an insert that does nothing
 // when the key has a row, and that row as the statement's snapshot shows it:
 //
-//	WITH ins AS (INSERT INTO t VALUES ($1, $2, nextval(seq), 'claimed', …)
+//	WITH bound AS (SELECT set_config('lock_timeout', $7, true)),
+//	     ins AS (INSERT INTO t SELECT $1, $2, nextval(seq), 'claimed', … FROM bound
 //	             ON CONFLICT (scope, key) DO NOTHING
 //	             RETURNING generation, lease_end)
 //	SELECT <the new claim> FROM ins
@@ -111,8 +112,24 @@
 // changed (completed, renewed, taken by someone else) makes Claim look
 // again too. TestClaimRaceTakesASecondRoundTrip forces the race, and
 // TestRoundTrips counts one statement for a claim, a duplicate in flight,
-// a replay, a renewal, a completion and a release, and two for a takeover
-// and for a stale completion.
+// a replay, a renewal, a completion and a release, and two round trips for
+// a takeover and for a stale completion.
+//
+// The INSERT waits like that for any transaction still open that inserted
+// the key, and a takeover's UPDATE for one that locked the row: a claim in
+// a transaction (BeginClaim) holds its key that way for as long as its
+// work runs. ClaimRequest.Wait bounds such a wait (lock_timeout): when it
+// runs out the claim is InFlight with a zero LeaseEnd, and the caller
+// retries or waits on ([idem.ClaimWait], which the adapters use for a
+// duplicate, passes what is left of its wait). The bound is set in the
+// claim statement itself ($7 above: the set_config is evaluated before the
+// INSERT reads its row, so before it can wait), a millisecond for a claim
+// without a Wait (the first look of every request), which so stays one
+// statement. A claim with a Wait, and every takeover, is sent after
+// sql/claim_limits.sql, in the same round trip, which also turns
+// statement_timeout off for it: a role's or session's statement_timeout
+// shorter than the Wait would otherwise cancel the wait, an error, not an
+// answer.
 //
 // Complete, Renew and Release are one statement each, conditioned on the
 // generation and on the claim not being completed (state <> 'completed',
@@ -140,23 +157,31 @@
 //	err = tx.Commit(ctx, result) // or tx.Rollback(ctx): nothing is left
 //
 // A new key costs three round trips, as BEGIN, INSERT, COMMIT alone would:
-// the BEGIN travels with the transaction's bounds, the claim and the
-// statement restoring lock_timeout (one pipeline), the completion with the
-// COMMIT (TestTxRoundTrips counts them). Until the commit the claim is
+// the BEGIN travels with the claim statement's bounds, the claim and the
+// statement setting the work's bounds (one pipeline), the completion with
+// the COMMIT (TestTxRoundTrips counts them). Until the commit the claim is
 // invisible: a duplicate's INSERT waits, on the primary key, for the
-// holder's transaction to end, bounded by TxLimits.Wait (lock_timeout, set
-// for the claim statement only); then it finds the result (the look that
-// follows the wait goes with its ROLLBACK), or, after a rollback, takes the
-// key. No NOTIFY and no polling is involved, and a duplicate holds a
-// connection while it waits. A crash, a lost connection or any rollback
-// leaves no row at all: no lease to wait out, nothing to sweep.
-// TxLimits bound the transaction on the server too, for a process frozen
-// with it open: TxLimits.Idle is its idle_in_transaction_session_timeout,
-// TxLimits.Execution its statement_timeout (unless the session has one). Keys
+// holder's transaction to end, bounded by TxLimits.Wait alone (lock_timeout,
+// with statement_timeout off, for the claim statement only: neither
+// TxLimits.Execution nor a role's or session's statement_timeout cuts the
+// wait short); then it finds the result (the look that follows the wait
+// goes with its ROLLBACK), or, after a rollback, takes the key. No NOTIFY
+// and no polling is involved, and a duplicate holds a connection while it
+// waits. A crash, a lost connection or any rollback leaves no row at all:
+// no lease to wait out, nothing to sweep. TxLimits bound the transaction on
+// the server too, for a process frozen with it open: TxLimits.Idle is its
+// idle_in_transaction_session_timeout, TxLimits.Execution the
+// statement_timeout of the work's statements (unless the session has one).
+// When PostgreSQL ends the transaction at the first (25P03), or cancels a
+// statement of the work at the second (57014), the work sees the error on
+// its statement, and the claim's Rollback or Commit returns an
+// [*idem.TxLimitError] that says which bound and its value: the work's
+// statements go through [TxFrom]'s view, which notes their errors. Keys
 // claimed or completed by Claim are answered as Claim answers them (a live
 // two-phase claim is InFlight with its lease end, at once), an expired row
 // is taken over inside the transaction, and a two-phase Claim of a key
-// held in a transaction waits for it too: the two never hold a key at once.
+// held in a transaction waits for it too, up to its ClaimRequest.Wait: the
+// two never hold a key at once.
 // Under REPEATABLE READ and SERIALIZABLE (Options.TxOptions) a duplicate
 // that waited fails with a serialization error instead of finding the row;
 // BeginClaim begins a new transaction and finds it there

@@ -47,10 +47,13 @@ type claimParams struct {
 	fingerprint, owner string
 	leaseMicros        int64
 	now                *time.Time
+	// lockTimeout is the claim's wait for a transaction still open that
+	// holds the key, in milliseconds as text (the value of set_config).
+	lockTimeout string
 }
 
 func (p claimParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockTimeout}
 }
 
 // claimRow is sql/claim.sql's: the claim inserted, or the row as the
@@ -68,14 +71,23 @@ func (r *claimRow) targets() []any {
 	return []any{&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now}
 }
 
-// takeoverParams are sql/takeover.sql's: the claim's, then the generation
-// the claim statement saw.
+// claimLimitsParams are sql/claim_limits.sql's: lock_timeout, in
+// milliseconds as text (the value of set_config).
+type claimLimitsParams struct{ lockTimeout string }
+
+func (p claimLimitsParams) args() []any { return []any{p.lockTimeout} }
+
+// takeoverParams are sql/takeover.sql's: the claim's (but its
+// lockTimeout, which sql/claim_limits.sql sets), then the generation the
+// claim statement saw.
 type takeoverParams struct {
 	claimParams
 	generation int64
 }
 
-func (p takeoverParams) args() []any { return append(p.claimParams.args(), p.generation) }
+func (p takeoverParams) args() []any {
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation}
+}
 
 // takeoverRow is sql/takeover.sql's: the claim taken over.
 type takeoverRow struct {
@@ -246,9 +258,23 @@ func (p heartbeatParams) args() []any { return []any{p.payload} }
 // txLimitsParams are sql/tx_limits.sql's, in milliseconds as text (the
 // values of set_config).
 type txLimitsParams struct {
-	lockTimeout, idleTimeout, statementTimeout string
+	lockTimeout, idleTimeout string
 }
 
-func (p txLimitsParams) args() []any {
-	return []any{p.lockTimeout, p.idleTimeout, p.statementTimeout}
+func (p txLimitsParams) args() []any { return []any{p.lockTimeout, p.idleTimeout} }
+
+// txRestoreParams are sql/tx_restore.sql's: the work's statement_timeout,
+// in milliseconds as text ("0": none), unless the session has one.
+type txRestoreParams struct{ statementTimeout string }
+
+func (p txRestoreParams) args() []any { return []any{p.statementTimeout} }
+
+// txRestoreRow is sql/tx_restore.sql's: the work's statement_timeout in
+// milliseconds (zero: none), and whether it is the session's. The first
+// column, the lock_timeout put back, is not read.
+type txRestoreRow struct {
+	statementTimeoutMillis int64
+	sessions               bool
 }
+
+func (r *txRestoreRow) targets() []any { return []any{nil, &r.statementTimeoutMillis, &r.sessions} }

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -16,32 +13,16 @@ import (
 	"github.com/idemkit/idem/pgstore"
 )
 
-// counter is a pgx tracer counting what a connection sends: statements,
-// and the extra round trips of preparing one.
-type counter struct{ queries, prepares atomic.Int64 }
-
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.queries.Add(1)
-	return ctx
-}
-func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *counter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	c.prepares.Add(1)
-	return ctx
-}
-func (c *counter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
-
-func (c *counter) reset() { c.queries.Store(0); c.prepares.Store(0) }
-
-// TestRoundTrips counts the statements each operation sends, on a warm
-// connection (pgx prepares and caches a statement on its first use).
+// TestRoundTrips counts the statements each operation sends, and its round
+// trips, on a warm connection (pgx prepares and caches a statement on its
+// first use).
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	_, schema := migrated(t)
 	cfg := testdb.Config(t, schema)
 	cfg.MaxConns = 1 // one connection, so the warm-up prepares what the test uses
-	tr := &counter{}
+	tr := &tripCounter{}
 	cfg.ConnConfig.Tracer = tr
 	clock := idemtest.NewClock()
 	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{Now: clock.Now})
@@ -110,15 +91,16 @@ func TestRoundTrips(t *testing.T) {
 	} {
 		tr.reset()
 		tc.op()
-		if q, p := tr.queries.Load(), tr.prepares.Load(); q != 1 || p != 0 {
+		if q, p := tr.statements.Load(), tr.prepares.Load(); q != 1 || p != 0 {
 			t.Errorf("%s: %d statements and %d prepares, want 1 statement", tc.name, q, p)
 		}
 	}
 
 	// Taking over a key whose lease ran out is the one claim that sends
-	// two statements: the claim finds the expired row, then
-	// sql/takeover.sql takes it. The first takeover warms the connection
-	// up (pgx prepares the statement on its first use).
+	// two round trips: the claim finds the expired row, then
+	// sql/takeover.sql, after its bounds (sql/claim_limits.sql), takes
+	// it. The first takeover warms the connection up (pgx prepares the
+	// statements on their first use).
 	lost := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("t"), Lease: time.Second}, idem.Acquired)
 	for _, counted := range []bool{false, true} {
 		clock.Advance(2 * time.Second)
@@ -126,8 +108,8 @@ func TestRoundTrips(t *testing.T) {
 		if c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("t"), Lease: time.Second}, idem.Acquired); !c.Takeover {
 			t.Error("takeover: Takeover false")
 		}
-		if q, p := tr.queries.Load(), tr.prepares.Load(); counted && (q != 2 || p != 0) {
-			t.Errorf("takeover: %d statements and %d prepares, want 2 statements", q, p)
+		if n, q, p := tr.trips.Load(), tr.statements.Load(), tr.prepares.Load(); counted && (n != 2 || q != 3 || p != 0) {
+			t.Errorf("takeover: %d round trips, %d statements and %d prepares, want 2 round trips and 3 statements", n, q, p)
 		}
 	}
 
@@ -139,7 +121,7 @@ func TestRoundTrips(t *testing.T) {
 		if err := s.Complete(ctx, lost.Token, idem.Result{Status: 200}); !errors.As(err, &se) {
 			t.Fatalf("stale complete: %v, want a stale-claim error", err)
 		}
-		if q, p := tr.queries.Load(), tr.prepares.Load(); counted && (q != 2 || p != 0) {
+		if q, p := tr.statements.Load(), tr.prepares.Load(); counted && (q != 2 || p != 0) {
 			t.Errorf("stale complete: %d statements and %d prepares, want 2 statements", q, p)
 		}
 	}
@@ -156,15 +138,16 @@ func mustInspect(t *testing.T, ctx context.Context, s *pgstore.Store, k string) 
 
 // TestClaimRaceTakesASecondRoundTrip forces the one case the claim statement
 // cannot decide: the conflicting row is inserted by a transaction that
-// commits after the statement's snapshot was taken. The claim must wait for
-// it, look again, and report it in flight.
+// commits after the statement's snapshot was taken. The claim (one with a
+// Wait, which waits in PostgreSQL) must wait for it, look again, and
+// report it in flight.
 func TestClaimRaceTakesASecondRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, schema := migrated(t)
 	cfg := testdb.Config(t, schema)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "racer-" + schema
-	tr := &counter{}
+	tr := &tripCounter{}
 	cfg.ConnConfig.Tracer = tr
 	racer := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
 	// A store's first claim also asks for the database's encoding.
@@ -189,7 +172,7 @@ func TestClaimRaceTakesASecondRoundTrip(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		c, err := racer.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a")})
+		c, err := racer.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Wait: 30 * time.Second})
 		done <- outcome{c, err}
 	}()
 	// Wait until the racer's statement blocks on the uncommitted row.
@@ -216,8 +199,8 @@ func TestClaimRaceTakesASecondRoundTrip(t *testing.T) {
 	if o.err != nil || o.c.Status != idem.InFlight {
 		t.Fatalf("racing claim = %+v, %v; want InFlight", o.c, o.err)
 	}
-	if q := tr.queries.Load(); q != 2 {
-		t.Errorf("racing claim sent %d statements, want 2 (the snapshot missed the row)", q)
+	if n := tr.trips.Load(); n != 2 {
+		t.Errorf("racing claim took %d round trips, want 2 (the snapshot missed the row)", n)
 	}
 }
 

@@ -23,25 +23,28 @@ var sqlFiles embed.FS
 // filled in (they are validated identifiers; see pgschema.ObjectsFor), each
 // bound to the types of its parameters and row (scan.go, queries.go).
 type statements struct {
-	claim     rowQuery[claimParams, claimRow, *claimRow]
-	takeover  rowQuery[takeoverParams, takeoverRow, *takeoverRow]
-	complete  execQuery[completeParams]
-	stale     execQuery[tokenParams]
-	renew     rowQuery[renewParams, renewRow, *renewRow]
-	release   rowQuery[tokenParams, releaseRow, *releaseRow]
-	waitCheck rowQuery[lookParams, lookRow, *lookRow]
-	pollCheck rowQuery[lookParams, lookRow, *lookRow]
-	inspect   rowQuery[keyParams, inspectRow, *inspectRow]
-	forget    rowQuery[forgetParams, forgetRow, *forgetRow]
-	stats     rowQuery[clockParams, statsRow, *statsRow]
-	channel   rowQuery[noParams, channelRow, *channelRow]
-	heartbeat execQuery[heartbeatParams]
+	claim    rowQuery[claimParams, claimRow, *claimRow]
+	takeover rowQuery[takeoverParams, takeoverRow, *takeoverRow]
+	// claimLimits bound Claim's statements (claim, takeover), sent in
+	// the same round trip.
+	claimLimits execQuery[claimLimitsParams]
+	complete    execQuery[completeParams]
+	stale       execQuery[tokenParams]
+	renew       rowQuery[renewParams, renewRow, *renewRow]
+	release     rowQuery[tokenParams, releaseRow, *releaseRow]
+	waitCheck   rowQuery[lookParams, lookRow, *lookRow]
+	pollCheck   rowQuery[lookParams, lookRow, *lookRow]
+	inspect     rowQuery[keyParams, inspectRow, *inspectRow]
+	forget      rowQuery[forgetParams, forgetRow, *forgetRow]
+	stats       rowQuery[clockParams, statsRow, *statsRow]
+	channel     rowQuery[noParams, channelRow, *channelRow]
+	heartbeat   execQuery[heartbeatParams]
 	// txLimits, txRestore and txComplete are for a claim's transaction
-	// (BeginClaim): its bounds, the session's lock_timeout put back after
-	// a claim statement, and the completion that raises the stale-claim
-	// error itself (sql/complete.sql with .Tx).
+	// (BeginClaim): the bounds of a claim statement, the bounds of the
+	// work's statements put in place after it, and the completion that
+	// raises the stale-claim error itself (sql/complete.sql with .Tx).
 	txLimits   execQuery[txLimitsParams]
-	txRestore  execQuery[noParams]
+	txRestore  rowQuery[txRestoreParams, txRestoreRow, *txRestoreRow]
 	txComplete execQuery[completeParams]
 	// keys lists rows for operators (Store.Keys).
 	keys rowsQuery[keysParams, keysRow, *keysRow]
@@ -93,6 +96,7 @@ func (st *statements) files() []sqlFile {
 	return []sqlFile{
 		{name: "claim", dst: &st.claim},
 		{name: "takeover", dst: &st.takeover},
+		{name: "claim_limits", dst: &st.claimLimits},
 		{name: "complete", dst: &st.complete, variants: []variant{
 			{".Large", &st.completeLarge, func(d *statementData) { d.Large = true }},
 			{".Tx", &st.txComplete, func(d *statementData) { d.Tx = true }},

@@ -20,18 +20,21 @@ var _ idem.TxStore = (*Store)(nil)
 const lockNotAvailable = "55P03"
 
 // BeginClaim implements [idem.TxStore]: it begins a transaction on a
-// connection of the pool and claims req in it. The BEGIN, the transaction's
-// bounds (sql/tx_limits.sql), the claim (sql/claim.sql) and the statement
-// that puts the session's lock_timeout back (sql/tx_restore.sql) go in one
-// round trip; a new key costs nothing more until the completion, which
-// goes in one round trip with its COMMIT ([idem.TxClaim].Commit).
+// connection of the pool and claims req in it. The BEGIN, the claim
+// statement's bounds (sql/tx_limits.sql), the claim (sql/claim.sql) and the
+// statement that sets the bounds of the work's statements
+// (sql/tx_restore.sql) go in one round trip; a new key costs nothing more
+// until the completion, which goes in one round trip with its COMMIT
+// ([idem.TxClaim].Commit).
 //
-// The transaction begins with Options.TxOptions. limits.Idle and
-// limits.Execution become its idle_in_transaction_session_timeout and
-// statement_timeout (sql/tx_limits.sql). A key inserted by another
+// The transaction begins with Options.TxOptions. limits.Idle becomes its
+// idle_in_transaction_session_timeout, and limits.Execution the
+// statement_timeout of the work's statements, unless the session has one
+// (sql/tx_limits.sql, sql/tx_restore.sql). A key inserted by another
 // transaction still open is waited for in PostgreSQL, on the primary key:
 // the INSERT waits for that transaction to end, up to limits.Wait
-// (lock_timeout). If it committed, the claim looks again on a newer
+// (lock_timeout, the only bound of the claim statement: its
+// statement_timeout is off). If it committed, the claim looks again on a newer
 // snapshot, in the same transaction (READ COMMITTED) or in a new one (the
 // stricter levels, where the INSERT fails with a serialization error
 // instead), and finds its result; if it rolled back, the INSERT goes
@@ -52,10 +55,12 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 	if err != nil {
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
-	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds()}
-	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(cmp0(limits.Idle, s.leaseOf(req.Lease))), statementTimeout: "0"}
+	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds(), wait: limits.Wait}
+	b.idle = max(cmp0(limits.Idle, s.leaseOf(req.Lease)).Truncate(time.Millisecond), time.Millisecond)
+	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(b.idle)}
+	b.restore = txRestoreParams{statementTimeout: "0"}
 	if limits.Execution > 0 {
-		b.limits.statementTimeout = millis(limits.Execution)
+		b.restore.statementTimeout = millis(limits.Execution)
 	}
 	c, tx, err := b.claim(ctx, rc)
 	if tx == nil {
@@ -79,11 +84,17 @@ func cmp0(d, def time.Duration) time.Duration {
 
 // txBegin is one BeginClaim in progress.
 type txBegin struct {
-	s      *Store
-	conn   *pgxpool.Conn
-	req    idem.ClaimRequest
-	lease  int64          // microseconds
-	limits txLimitsParams // sql/tx_limits.sql's parameters
+	s       *Store
+	conn    *pgxpool.Conn
+	req     idem.ClaimRequest
+	lease   int64           // microseconds
+	wait    time.Duration   // TxLimits.Wait
+	limits  txLimitsParams  // sql/tx_limits.sql's parameters
+	restore txRestoreParams // sql/tx_restore.sql's
+	idle    time.Duration   // the transaction's idle_in_transaction_session_timeout
+	// bounds is what sql/tx_restore.sql answered: the statement_timeout
+	// of the work's statements.
+	bounds txRestoreRow
 	tx     pgx.Tx
 	// waited: the last claim statement returned no row, having waited for
 	// a transaction that inserted the key and committed after the
@@ -98,7 +109,7 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 	serializationFailures := 0
 	for range maxClaimAttempts {
 		rc.ticket()
-		row, err := sendInTx(ctx, b, b.s.sql.claim, b.s.claimParams(b.req, b.lease))
+		row, err := sendInTx(ctx, b, b.s.sql.claim, b.s.claimParams(b.req, b.lease, b.wait))
 		if err == nil && row.superseded() {
 			// The claim's lease or the result's retention ran out: take
 			// the row over, in this transaction.
@@ -171,7 +182,7 @@ func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q row
 	}
 	b.s.sql.txLimits.queue(batch, b.limits)
 	q.queue(batch, p)
-	b.s.sql.txRestore.queue(batch, noParams{})
+	b.s.sql.txRestore.queue(batch, b.restore)
 	// A look after a wait will most likely find the other transaction's
 	// result, and this transaction then ends: the ROLLBACK goes with it,
 	// saving the round trip after the wake. (If the look finds the key
@@ -199,7 +210,8 @@ func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q row
 		r, err = q.scan(br.QueryRow())
 	}
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
-		if _, rerr := br.Exec(); rerr != nil {
+		var rerr error
+		if b.bounds, rerr = b.s.sql.txRestore.scan(br.QueryRow()); rerr != nil {
 			err = rerr
 		}
 	}
@@ -216,7 +228,7 @@ func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q row
 // statement found with its lease or retention run out; ok is false, with
 // no error, if the row changed since.
 func (b *txBegin) takeOver(ctx context.Context, gen int64) (c idem.Claim, ok bool, err error) {
-	r, err := sendInTx(ctx, b, b.s.sql.takeover, takeoverParams{b.s.claimParams(b.req, b.lease), gen})
+	r, err := sendInTx(ctx, b, b.s.sql.takeover, takeoverParams{b.s.claimParams(b.req, b.lease, b.wait), gen})
 	return takenOver(b.req, r, err)
 }
 
@@ -235,7 +247,8 @@ func (b *txBegin) rollback(ctx context.Context) {
 
 // claimed hands the open transaction over to a claim.
 func (b *txBegin) claimed(tok idem.Token) *claimTx {
-	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok}
+	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
+		statementTimeout: time.Duration(b.bounds.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: b.bounds.sessions}
 	c.view = &txView{Tx: b.tx, claim: c, top: true}
 	return c
 }

@@ -303,7 +303,7 @@ func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
 				inTx <- outcome{c, dtx, err}
 			})
 			dupsDone.Go(func() {
-				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"})
+				c, err := dups.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp", Wait: txLimits.Wait})
 				twoPhase <- outcome{c: c, err: err}
 			})
 			f.awaitLockWaiters(t, "dup", 2)
@@ -481,7 +481,8 @@ func TestBeginClaimStrictIsolation(t *testing.T) {
 // bound (its process frozen, say) is ended by PostgreSQL, the key is free
 // again and nothing of the transaction commits; a statement of the
 // transaction that runs longer than its Execution bound is cancelled, and
-// the transaction cannot commit.
+// the transaction cannot commit. Commit says which bound, with an
+// idem.TxLimitError.
 func TestBeginClaimBounds(t *testing.T) {
 	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
@@ -494,9 +495,8 @@ func TestBeginClaimBounds(t *testing.T) {
 		if err := dtx.Rollback(f.ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
-			t.Errorf("Commit after the idle bound = %v, want unavailable", err)
-		}
+		wantTxLimit(t, "Commit after the idle bound", tx.Commit(f.ctx, txResult),
+			idem.TxLimitError{Limit: idem.TxIdle, Setting: "idle_in_transaction_session_timeout", Bound: 200 * time.Millisecond})
 		if n := f.invoices(t); n != 0 {
 			t.Errorf("%d invoices", n)
 		}
@@ -508,9 +508,8 @@ func TestBeginClaimBounds(t *testing.T) {
 		if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `SELECT pg_sleep(5)`); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 			t.Fatalf("a statement past the bound: %v, want it cancelled (57014)", err)
 		}
-		if err := tx.Commit(f.ctx, txResult); !errors.Is(err, idem.ErrUnavailable) {
-			t.Errorf("Commit after a cancelled statement = %v, want unavailable", err)
-		}
+		wantTxLimit(t, "Commit after a cancelled statement", tx.Commit(f.ctx, txResult),
+			idem.TxLimitError{Limit: idem.TxStatement, Setting: "statement_timeout", Bound: 200 * time.Millisecond})
 		if n := f.invoices(t); n != 0 || f.present(t, "b") {
 			t.Errorf("%d invoices, key present %v", n, f.present(t, "b"))
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,6 +45,65 @@ type claimTx struct {
 	// run on a goroutine of its own (a go-sdk tool, on its session's
 	// context), so the end waits for a statement in progress.
 	mu sync.Mutex
+
+	// The bounds PostgreSQL holds the transaction to (sql/tx_limits.sql,
+	// sql/tx_restore.sql), for the error that says which one it met:
+	// idle_in_transaction_session_timeout, and the work's
+	// statement_timeout (zero: none) and whether it is the session's.
+	idle                    time.Duration
+	statementTimeout        time.Duration
+	sessionStatementTimeout bool
+	// limit is the first bound a statement of the work met (see note).
+	limit atomic.Pointer[idem.TxLimitError]
+}
+
+// SQLSTATEs of PostgreSQL ending a transaction, or cancelling one of its
+// statements, at one of its bounds.
+const (
+	idleInTransactionTimeout = "25P03" // idle_in_transaction_session_timeout: the session ends
+	queryCanceled            = "57014" // statement_timeout (or a cancel request)
+)
+
+// limitOf returns the bound err, an error of a statement of the
+// transaction sent with ctx, says PostgreSQL met: the idle timeout, or the
+// statement timeout (a cancelled statement while ctx is live and a
+// statement_timeout is in force; an operator's pg_cancel_backend reads the
+// same); nil for any other error.
+func (c *claimTx) limitOf(ctx context.Context, err error) *idem.TxLimitError {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch {
+	case pgErr.Code == idleInTransactionTimeout:
+		return &idem.TxLimitError{Limit: idem.TxIdle, Setting: "idle_in_transaction_session_timeout", Bound: c.idle, Err: pgErr}
+	case pgErr.Code == queryCanceled && c.statementTimeout > 0 && ctx.Err() == nil:
+		return &idem.TxLimitError{Limit: idem.TxStatement, Setting: "statement_timeout", Bound: c.statementTimeout,
+			Session: c.sessionStatementTimeout, Err: pgErr}
+	}
+	return nil
+}
+
+// note remembers the first bound a statement of the work met, from the
+// error err of a statement sent with ctx: the work sees the error, and
+// answers what it answers; the claim's owner learns from Commit or
+// Rollback why the transaction failed.
+func (c *claimTx) note(ctx context.Context, err error) {
+	if le := c.limitOf(ctx, err); le != nil {
+		c.limit.CompareAndSwap(nil, le)
+	}
+}
+
+// cause is the bound that failed the transaction, as noted from the work's
+// statements: the idle timeout (which ended the session), or a cancelled
+// statement the transaction did not get over (it is still failed, not
+// back at a savepoint the work rolled back to); nil if none did.
+func (c *claimTx) cause() *idem.TxLimitError {
+	le := c.limit.Load()
+	if le != nil && le.Limit == idem.TxStatement && c.conn.Conn().PgConn().TxStatus() != 'E' {
+		return nil
+	}
+	return le
 }
 
 // The states of a claimTx.
@@ -88,7 +148,10 @@ func TxFrom(ctx context.Context) pgx.Tx {
 // completion (sql/complete.sql with .Tx, which raises the stale-claim error
 // itself if it matched nothing) and the COMMIT go in one round trip; a
 // larger body is completed as CompleteTx completes it, then committed. Any
-// error rolls the transaction back.
+// error rolls the transaction back; it is an [*idem.TxLimitError] when
+// PostgreSQL had ended the transaction, or cancelled a statement of the
+// work, at one of its bounds, or ends it now (the work paused longer than
+// the idle bound before it returned).
 func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
 	c.lock()
 	defer c.mu.Unlock()
@@ -98,7 +161,16 @@ func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
 	case txRolledBack:
 		return &idem.StaleClaimError{Token: c.tok}
 	}
+	cause := c.cause()
 	err := c.commit(ctx, res)
+	if err != nil && !errors.Is(err, idem.ErrStaleClaim) {
+		if le := c.limitOf(ctx, err); le != nil {
+			cause = le
+		}
+		if cause != nil {
+			err = cause
+		}
+	}
 	c.end(err == nil)
 	return err
 }
@@ -144,15 +216,21 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	return nil
 }
 
-// Rollback implements [idem.TxClaim].
+// Rollback implements [idem.TxClaim]. It returns an [*idem.TxLimitError]
+// when PostgreSQL had ended the transaction, or cancelled a statement of
+// the work it did not get over, at one of its bounds.
 func (c *claimTx) Rollback(ctx context.Context) error {
 	c.lock()
 	defer c.mu.Unlock()
 	if c.state.Load() != txOpen {
 		return nil
 	}
+	cause := c.cause()
 	err := c.rollback(ctx)
 	c.end(false)
+	if cause != nil {
+		return cause
+	}
 	return err
 }
 
@@ -194,9 +272,12 @@ func (c *claimTx) end(committed bool) {
 
 // txView is the work's view of a claim's transaction (top), or of a
 // savepoint in it: a pgx.Tx that refuses to be used once the claim's
-// transaction ended, and whose top level the work cannot end. Each call
-// holds the claim's mu while it runs (see claimTx.mu). Conn and
-// LargeObjects are pgx's, unguarded.
+// transaction ended, whose top level the work cannot end, and whose
+// statements' errors are noted (claimTx.note), so that the claim's owner
+// learns when PostgreSQL ended the transaction at one of its bounds. Each
+// call holds the claim's mu while it runs (see claimTx.mu). Conn and
+// LargeObjects are pgx's, unguarded (statements sent through Conn, which
+// leads outside the view, are not seen).
 type txView struct {
 	pgx.Tx
 	claim *claimTx
@@ -223,6 +304,7 @@ func (v *txView) Begin(ctx context.Context) (pgx.Tx, error) {
 	defer v.leave()
 	sp, err := v.Tx.Begin(ctx)
 	if err != nil {
+		v.claim.note(ctx, err)
 		return nil, err
 	}
 	return &txView{Tx: sp, claim: v.claim}, nil
@@ -236,7 +318,9 @@ func (v *txView) Commit(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	defer v.leave()
-	return v.Tx.Commit(ctx)
+	err := v.Tx.Commit(ctx)
+	v.claim.note(ctx, err)
+	return err
 }
 
 func (v *txView) Rollback(ctx context.Context) error {
@@ -247,7 +331,9 @@ func (v *txView) Rollback(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	defer v.leave()
-	return v.Tx.Rollback(ctx)
+	err := v.Tx.Rollback(ctx)
+	v.claim.note(ctx, err)
+	return err
 }
 
 func (v *txView) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -255,7 +341,9 @@ func (v *txView) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
 	defer v.leave()
-	return v.Tx.Exec(ctx, sql, args...)
+	tag, err := v.Tx.Exec(ctx, sql, args...)
+	v.claim.note(ctx, err)
+	return tag, err
 }
 
 func (v *txView) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -263,7 +351,12 @@ func (v *txView) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 		return nil, pgx.ErrTxClosed
 	}
 	defer v.leave()
-	return v.Tx.Query(ctx, sql, args...)
+	rows, err := v.Tx.Query(ctx, sql, args...)
+	if err != nil {
+		v.claim.note(ctx, err)
+		return rows, err
+	}
+	return &watchedRows{Rows: rows, ctx: ctx, claim: v.claim}, nil
 }
 
 func (v *txView) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -271,7 +364,7 @@ func (v *txView) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 		return errRow{pgx.ErrTxClosed}
 	}
 	defer v.leave()
-	return v.Tx.QueryRow(ctx, sql, args...)
+	return watchedRow{Row: v.Tx.QueryRow(ctx, sql, args...), ctx: ctx, claim: v.claim}
 }
 
 func (v *txView) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
@@ -279,7 +372,7 @@ func (v *txView) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
 	defer v.leave()
-	return v.Tx.SendBatch(ctx, b)
+	return &watchedBatch{BatchResults: v.Tx.SendBatch(ctx, b), ctx: ctx, claim: v.claim}
 }
 
 func (v *txView) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
@@ -287,7 +380,9 @@ func (v *txView) CopyFrom(ctx context.Context, table pgx.Identifier, columns []s
 		return 0, pgx.ErrTxClosed
 	}
 	defer v.leave()
-	return v.Tx.CopyFrom(ctx, table, columns, src)
+	n, err := v.Tx.CopyFrom(ctx, table, columns, src)
+	v.claim.note(ctx, err)
+	return n, err
 }
 
 func (v *txView) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
@@ -295,7 +390,71 @@ func (v *txView) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 		return nil, pgx.ErrTxClosed
 	}
 	defer v.leave()
-	return v.Tx.Prepare(ctx, name, sql)
+	d, err := v.Tx.Prepare(ctx, name, sql)
+	v.claim.note(ctx, err)
+	return d, err
+}
+
+// watchedRows, watchedRow and watchedBatch are the answers of the work's
+// statements, whose errors are noted as the work reads them.
+type watchedRows struct {
+	pgx.Rows
+	ctx   context.Context
+	claim *claimTx
+}
+
+func (r *watchedRows) Err() error {
+	err := r.Rows.Err()
+	r.claim.note(r.ctx, err)
+	return err
+}
+
+func (r *watchedRows) Close() {
+	r.Rows.Close()
+	r.claim.note(r.ctx, r.Rows.Err())
+}
+
+type watchedRow struct {
+	pgx.Row
+	ctx   context.Context
+	claim *claimTx
+}
+
+func (r watchedRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	r.claim.note(r.ctx, err)
+	return err
+}
+
+type watchedBatch struct {
+	pgx.BatchResults
+	ctx   context.Context
+	claim *claimTx
+}
+
+func (b *watchedBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	b.claim.note(b.ctx, err)
+	return tag, err
+}
+
+func (b *watchedBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		b.claim.note(b.ctx, err)
+		return rows, err
+	}
+	return &watchedRows{Rows: rows, ctx: b.ctx, claim: b.claim}, nil
+}
+
+func (b *watchedBatch) QueryRow() pgx.Row {
+	return watchedRow{Row: b.BatchResults.QueryRow(), ctx: b.ctx, claim: b.claim}
+}
+
+func (b *watchedBatch) Close() error {
+	err := b.BatchResults.Close()
+	b.claim.note(b.ctx, err)
+	return err
 }
 
 // errRow is a pgx.Row whose Scan fails with err.

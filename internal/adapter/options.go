@@ -18,39 +18,42 @@ import (
 // here, and calls [Common.Engine] and [Common.Scoper] once, in its New. The
 // adapters' Options document each field for their users.
 type Common struct {
-	Lease            time.Duration
-	Wait             time.Duration
-	StoreTimeout     time.Duration
-	RetryAfter       time.Duration
-	MaxExecution     time.Duration
-	Shutdown         context.Context
-	CancelWithClient bool
-	Owner            string
-	Logger           *slog.Logger
-	Principal        func(*http.Request) string
-	SessionCookies   []string
-	ScopeSecret      []byte
+	Lease             time.Duration
+	Wait              time.Duration
+	StoreTimeout      time.Duration
+	RetryAfter        time.Duration
+	MaxExecution      time.Duration
+	IdleInTransaction time.Duration
+	Shutdown          context.Context
+	CancelWithClient  bool
+	Owner             string
+	Logger            *slog.Logger
+	Principal         func(*http.Request) string
+	SessionCookies    []string
+	ScopeSecret       []byte
 }
 
 // Engine validates c and returns the engine's options with the defaults
 // applied: Lease [idem.DefaultLease], Wait defaultWait (negative: no wait),
 // StoreTimeout [engine.DefaultStoreTimeout], RetryAfter
-// [engine.DefaultRetryAfter], a discarding Logger. MaxExecution is passed
-// on as is (the engine applies its default and bound). An invalid field
-// panics with a message that begins with pkg and names the field, as
-// misconfiguration does at construction in both adapters: a negative
-// Lease, StoreTimeout or RetryAfter, or a Lease under a millisecond.
+// [engine.DefaultRetryAfter], a discarding Logger. MaxExecution and
+// IdleInTransaction are passed on as they are (the engine applies their
+// defaults). An invalid field panics with a message that begins with pkg
+// and names the field, as misconfiguration does at construction in both
+// adapters: a negative Lease, StoreTimeout, RetryAfter or
+// IdleInTransaction, or a Lease under a millisecond.
 func (c Common) Engine(pkg, adapterName string, defaultWait time.Duration) engine.Options {
 	o := engine.Options{
-		Adapter:          adapterName,
-		Lease:            orDefault(pkg, "Lease", c.Lease, idem.DefaultLease),
-		StoreTimeout:     orDefault(pkg, "StoreTimeout", c.StoreTimeout, engine.DefaultStoreTimeout),
-		RetryAfter:       orDefault(pkg, "RetryAfter", c.RetryAfter, engine.DefaultRetryAfter),
-		MaxExecution:     c.MaxExecution,
-		Shutdown:         c.Shutdown,
-		CancelWithClient: c.CancelWithClient,
-		Owner:            c.Owner,
-		Logger:           c.Logger,
+		Adapter:           adapterName,
+		Lease:             orDefault(pkg, "Lease", c.Lease, idem.DefaultLease),
+		StoreTimeout:      orDefault(pkg, "StoreTimeout", c.StoreTimeout, engine.DefaultStoreTimeout),
+		RetryAfter:        orDefault(pkg, "RetryAfter", c.RetryAfter, engine.DefaultRetryAfter),
+		MaxExecution:      c.MaxExecution,
+		IdleInTransaction: orDefault(pkg, "IdleInTransaction", c.IdleInTransaction, 0),
+		Shutdown:          c.Shutdown,
+		CancelWithClient:  c.CancelWithClient,
+		Owner:             c.Owner,
+		Logger:            c.Logger,
 	}
 	if o.Lease < time.Millisecond {
 		panic(fmt.Sprintf("%s: Options.Lease %v is shorter than a millisecond", pkg, o.Lease))

@@ -25,9 +25,10 @@ func TestCommonEngineDefaults(t *testing.T) {
 
 func TestCommonEnginePanicsNamingTheField(t *testing.T) {
 	for field, c := range map[string]Common{
-		"Lease":        {Lease: -time.Second},
-		"StoreTimeout": {StoreTimeout: -1},
-		"RetryAfter":   {RetryAfter: -1},
+		"Lease":             {Lease: -time.Second},
+		"StoreTimeout":      {StoreTimeout: -1},
+		"RetryAfter":        {RetryAfter: -1},
+		"IdleInTransaction": {IdleInTransaction: -1},
 	} {
 		msg := panicMessage(func() { c.Engine("mypkg", "http", time.Second) })
 		if !strings.HasPrefix(msg, "mypkg: Options."+field) {

@@ -17,10 +17,25 @@
 -- execution, and a claim that also read the row in a CTE and took
 -- expired rows over with ON CONFLICT DO UPDATE costs the server about
 -- 30 µs more for every new key (pgbench, one client).
-WITH ins AS (
+--
+-- The INSERT also waits when the key was inserted by a transaction still
+-- open: a claim in a transaction (BeginClaim), or, for the moment of its
+-- commit, a concurrent first claim. $7, lock_timeout in milliseconds
+-- (ClaimRequest.Wait, or TxLimits.Wait in BeginClaim; at least one),
+-- bounds that wait: when it runs out the statement fails with 55P03, and
+-- the claim is in flight. It is set in the statement's first step, which
+-- the INSERT reads its row from, so it is in force before the INSERT can
+-- wait, with no statement of its own in front of this one (a claim sent
+-- alone, the first look of every request, is one statement); it lasts
+-- for the statement's transaction: its own, or a claim's transaction,
+-- where sql/tx_restore.sql puts the session's value back.
+WITH bound AS (
+    SELECT set_config('lock_timeout', $7::text, true)
+), ins AS (
     INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
-    VALUES ($1::bytea, $2::text, nextval('{{.Sequence}}'), 'claimed', $3::text, $4::text, false,
-            {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}})
+    SELECT $1::bytea, $2::text, nextval('{{.Sequence}}'), 'claimed', $3::text, $4::text, false,
+           {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}}
+      FROM bound
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING generation, lease_end
 )
