@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every test of every module of the workspace (go.work), with
 # the race detector (pgstore's also in the exec and simple_protocol query
-# exec modes), printed as plain `go test` would plus the skipped tests by
+# exec modes, and the demo's telemetry test also in its build with -tags
+# otlp), printed as plain `go test` would plus the skipped tests by
 # reason, counted and named (internal/testsummary).
 #
 #   bash scripts/test.sh [PACKAGE...]
@@ -64,7 +65,7 @@ trap 'stopPostgres; pg_stop; rm -rf "$bin"' EXIT
 # The packages: those given, else every module's; integration's run in its
 # own directory (its module), the others from here. ./... alone is the
 # root module's packages only, even in a workspace.
-patterns=() integration=() pgstore_modes=false
+patterns=() integration=() pgstore_modes=false everything=false
 if [ $# -gt 0 ]; then
 	for p in "$@"; do
 		case $p in
@@ -78,7 +79,7 @@ else
 		rel=${dir#"$PWD"}
 		[ "$rel" = /integration ] || patterns+=(".$rel/...")
 	done < <("$GO" list -m -f '{{.Dir}}')
-	integration=(./...) pgstore_modes=true
+	integration=(./...) pgstore_modes=true everything=true
 fi
 
 status=0
@@ -124,6 +125,10 @@ fi
 		# interpolated).
 		env "${db[@]}" TEST_QUERY_EXEC_MODE=exec "$GO" test "${flags[@]}" ./pgstore/ || failed=1
 		env "${db[@]}" TEST_QUERY_EXEC_MODE=simple_protocol "$GO" test "${flags[@]}" ./pgstore/ || failed=1
+	fi
+	if $everything; then
+		# The demo's OTLP exporters, in its build with -tags otlp only.
+		env "${db[@]}" "$GO" test "${flags[@]}" -tags otlp -run '^TestTelemetryConfig$' ./cmd/idemdemo/ || failed=1
 	fi
 	if [ ${#integration[@]} -gt 0 ]; then
 		(cd integration && "$GO" test "${flags[@]}" "${integration[@]}") || failed=1
