@@ -99,8 +99,8 @@ images: ## Build PostgreSQL and Go images from Debian packages (no registry need
 	@bash scripts/images.sh
 
 .PHONY: demo
-demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).
-	$(GO) run ./cmd/idemdemo
+demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL). The first run compiles it (two minutes or more with empty Go caches, see README).
+	@$(GO) run ./cmd/idemdemo
 
 .PHONY: test-mcp-sdk
 test-mcp-sdk: ## Drive the demo's MCP endpoint with the official TypeScript SDK (pinned in integration/mcpsdk/client), both protocol versions, memory and PostgreSQL (installs Node 22 and the SDK into .tools if needed).
