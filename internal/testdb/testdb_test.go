@@ -10,15 +10,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// errorRecorder is a testing.TB whose Errorf is recorded, not reported.
+// errorRecorder is a testing.TB whose Errorf, Fatalf and Skip are
+// recorded, not reported; unlike testing.T's, its Fatalf and Skip return.
 type errorRecorder struct {
 	testing.TB
 	errors []string
+	skips  []string
 }
 
 func (r *errorRecorder) Errorf(format string, args ...any) {
 	r.errors = append(r.errors, fmt.Sprintf(format, args...))
 }
+
+func (r *errorRecorder) Fatalf(format string, args ...any) { r.Errorf(format, args...) }
+
+func (r *errorRecorder) Skip(args ...any) { r.skips = append(r.skips, fmt.Sprint(args...)) }
 
 // A connection left acquired fails the test that left it, by name and
 // within the wait, instead of hanging the binary in pgxpool's Close; once

@@ -1,8 +1,8 @@
 // Command testsummary reads `go test -json` on stdin and writes what a
 // plain `go test` would (a line per package, the output of failed tests,
-// build errors), then one line that counts the skipped tests by reason, so
-// that a run where most tests skipped for lack of a database cannot pass
-// unnoticed. `make test` pipes every test run through it:
+// build errors), then the skipped tests by reason, counted and named (the
+// first few of each), so that a run where tests skipped for lack of a
+// database cannot pass unnoticed, and a skip can be traced to its test. `make test` pipes every test run through it:
 //
 //	go test -json ./... | go run ./internal/testsummary
 //
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -43,12 +44,12 @@ func main() {
 type summary struct {
 	out     io.Writer
 	pending map[string][]string // package + "\x00" + test: output not yet shown
-	skips   map[string]int      // reason: tests
+	skips   map[string][]string // reason: the tests, as "pkg.TestName"
 	failed  bool
 }
 
 func newSummary(out io.Writer) *summary {
-	return &summary{out: out, pending: map[string][]string{}, skips: map[string]int{}}
+	return &summary{out: out, pending: map[string][]string{}, skips: map[string][]string{}}
 }
 
 func (s *summary) read(r io.Reader) error {
@@ -98,7 +99,8 @@ func (s *summary) event(e event) {
 		fmt.Fprint(s.out, strings.Join(s.pending[key], ""))
 		delete(s.pending, key)
 	case e.Action == "skip":
-		s.skips[skipReason(s.pending[key])]++
+		reason := skipReason(s.pending[key])
+		s.skips[reason] = append(s.skips[reason], path.Base(e.Package)+"."+e.Test)
 		delete(s.pending, key)
 	case e.Action == "pass":
 		delete(s.pending, key)
@@ -127,26 +129,35 @@ func skipReason(lines []string) string {
 	return "no reason given"
 }
 
-// finish writes the one line about skipped tests, if any were.
+// namesPerReason is how many skipped tests a reason's line names.
+const namesPerReason = 6
+
+// finish writes the skipped tests, if any were: a line per reason, the
+// most frequent first, with the count and the first names.
 func (s *summary) finish() {
 	total := 0
 	reasons := make([]string, 0, len(s.skips))
-	for r, n := range s.skips {
-		total += n
+	for r, names := range s.skips {
+		total += len(names)
 		reasons = append(reasons, r)
 	}
 	if total == 0 {
 		return
 	}
 	sort.Slice(reasons, func(i, j int) bool {
-		if s.skips[reasons[i]] != s.skips[reasons[j]] {
-			return s.skips[reasons[i]] > s.skips[reasons[j]]
+		if ni, nj := len(s.skips[reasons[i]]), len(s.skips[reasons[j]]); ni != nj {
+			return ni > nj
 		}
 		return reasons[i] < reasons[j]
 	})
-	parts := make([]string, len(reasons))
-	for i, r := range reasons {
-		parts[i] = fmt.Sprintf("%d × %s", s.skips[r], r)
+	fmt.Fprintf(s.out, "SKIPPED %d tests, by reason:\n", total)
+	for _, r := range reasons {
+		names := s.skips[r]
+		sort.Strings(names)
+		shown := strings.Join(names[:min(len(names), namesPerReason)], ", ")
+		if more := len(names) - namesPerReason; more > 0 {
+			shown += fmt.Sprintf(" and %d more", more)
+		}
+		fmt.Fprintf(s.out, "  %d × %s: %s\n", len(names), r, shown)
 	}
-	fmt.Fprintf(s.out, "SKIPPED %d tests: %s\n", total, strings.Join(parts, "; "))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -37,7 +38,9 @@ func TestSummary(t *testing.T) {
 	want := "    e_test.go:1: got 2, want 1\n" +
 		"FAIL\texample.com/p\t0.1s\n" +
 		"not json: printed as is\n" +
-		"SKIPPED 3 tests: 2 × no PostgreSQL: TEST_DATABASE_URL is not set; 1 × short mode\n"
+		"SKIPPED 3 tests, by reason:\n" +
+		"  2 × no PostgreSQL: TEST_DATABASE_URL is not set: p.TestA, p.TestB\n" +
+		"  1 × short mode: p.TestC\n"
 	if out.String() != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
@@ -61,5 +64,27 @@ func TestSummaryPassingRunSaysNothingMore(t *testing.T) {
 	s.finish()
 	if got, want := out.String(), "ok  \tp\t0.1s\n"; got != want || s.failed {
 		t.Errorf("output %q (failed %v), want %q", got, s.failed, want)
+	}
+}
+
+// A reason shared by many tests names the first few and counts the rest,
+// so that the summary stays a few lines long.
+func TestSummaryNamesAFewTestsPerReason(t *testing.T) {
+	t.Parallel()
+	var in strings.Builder
+	for i := range 9 {
+		fmt.Fprintf(&in, `{"Action":"output","Package":"example.com/ha","Test":"Test%d","Output":"    x_test.go:1: needs IDEM_TEST_HA=1\n"}`+"\n", i)
+		fmt.Fprintf(&in, `{"Action":"skip","Package":"example.com/ha","Test":"Test%d"}`+"\n", i)
+	}
+	var out bytes.Buffer
+	s := newSummary(&out)
+	if err := s.read(strings.NewReader(in.String())); err != nil {
+		t.Fatal(err)
+	}
+	s.finish()
+	want := "SKIPPED 9 tests, by reason:\n" +
+		"  9 × needs IDEM_TEST_HA=1: ha.Test0, ha.Test1, ha.Test2, ha.Test3, ha.Test4, ha.Test5 and 3 more\n"
+	if out.String() != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
 }

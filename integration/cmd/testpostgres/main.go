@@ -12,8 +12,10 @@
 // line of standard output. It removes the container and exits when its
 // standard input ends (the script closed it, or died) or on SIGINT or
 // SIGTERM. Exit status: 0 when the container was removed, 3 when no Docker
-// engine answers or IDEM_TEST_CONTAINERS=0 (the reason on standard error;
-// the tests then skip, or fail in CI), 1 on any other failure.
+// engine answers or the run uses no containers (IDEM_TEST_CONTAINERS=0,
+// TEST_DATABASE_URL set; the reason on standard error: make test then
+// starts a PostgreSQL from local binaries instead), 1 on any other
+// failure.
 package main
 
 import (
@@ -44,7 +46,7 @@ func run() int {
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testpostgres:", err)
-		if errors.Is(err, testdb.ErrNoDocker) {
+		if errors.Is(err, testdb.ErrNoDocker) || errors.Is(err, testdb.ErrContainersOff) {
 			return exitNoDocker
 		}
 		return 1
