@@ -125,7 +125,10 @@ func (b *bench) waitOnce(ctx context.Context, stores []*pgstore.Store, w *worker
 		return 0, nil, err
 	}
 	owner := stores[w.id%len(stores)]
-	req := idem.ClaimRequest{Scope: "idembench", Key: key, Fingerprint: benchFingerprint, Owner: "idembench", Lease: time.Minute}
+	// Wait: a new key's claim may wait a moment for a lock that is not
+	// the key's (the table's extension under load); without a Wait such a
+	// wait runs out after a millisecond and reads as the key in flight.
+	req := idem.ClaimRequest{Scope: "idembench", Key: key, Fingerprint: benchFingerprint, Owner: "idembench", Lease: time.Minute, Wait: time.Minute}
 	c, err := owner.Claim(ctx, req)
 	if err != nil {
 		return 0, nil, err
