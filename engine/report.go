@@ -53,7 +53,7 @@ func (e *Engine) log(ctx context.Context, level slog.Level, msg string, req *Req
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	attrs = append(attrs, slog.String("key_hash", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
+	attrs = append(attrs, slog.String("key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
 	if e.adapter != "" {
 		attrs = append(attrs, slog.String("adapter", e.adapter))
 	}

@@ -115,7 +115,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case engine.Unavailable:
 		if h.cfg.failOpen {
 			h.cfg.logger.WarnContext(r.Context(), "idempotency store failed; running the handler UNPROTECTED (FailOpen)",
-				"key_hash", idem.KeyDigest(req.Claim.Scope, req.Claim.Key), "err", d.Err)
+				"key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key), "err", d.Err)
 			withBody(r, body)
 			h.next.ServeHTTP(w, r)
 			return
