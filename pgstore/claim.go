@@ -154,8 +154,10 @@ func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem
 // claimParams are the claim statement's parameters for req, waiting up to
 // wait for a transaction still open that holds the key.
 func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64, wait time.Duration) claimParams {
+	labels := req.Labels.Clip()
 	return claimParams{scope: []byte(req.Scope), key: req.Key.String(), fingerprint: req.Fingerprint, owner: req.Owner,
-		leaseMicros: leaseMicros, now: s.nowArg(), lockTimeout: millis(wait)}
+		leaseMicros: leaseMicros, now: s.nowArg(), lockTimeout: millis(wait),
+		method: labels.Method, route: labels.Route, caller: labels.Caller}
 }
 
 // heldInTx is the claim of a key that a claim in a transaction still open

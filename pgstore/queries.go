@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // The parameters and rows of the statements of sql/, file by file, in the
@@ -50,10 +52,12 @@ type claimParams struct {
 	// lockTimeout is the claim's wait for a transaction still open that
 	// holds the key, in milliseconds as text (the value of set_config).
 	lockTimeout string
+	// labels are the request's labels (idem.Labels), clipped.
+	method, route, caller string
 }
 
 func (p claimParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockTimeout}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockTimeout, p.method, p.route, p.caller}
 }
 
 // claimRow is sql/claim.sql's: the claim inserted, or the row as the
@@ -86,7 +90,7 @@ type takeoverParams struct {
 }
 
 func (p takeoverParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation, p.method, p.route, p.caller}
 }
 
 // takeoverRow is sql/takeover.sql's: the claim taken over.
@@ -177,10 +181,26 @@ type inspectRow struct {
 	createdAt                        time.Time
 	leaseEnd, completedAt, expiresAt *time.Time
 	result                           resultColumn
+	labels                           labelColumns
 }
 
 func (r *inspectRow) targets() []any {
-	return []any{&r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result}
+	return []any{&r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result,
+		&r.labels.method, &r.labels.route, &r.labels.caller}
+}
+
+// labelColumns are a row's request labels; null is not recorded.
+type labelColumns struct{ method, route, caller *string }
+
+func (l labelColumns) labels() idem.Labels {
+	return idem.Labels{Method: orEmpty(l.method), Route: orEmpty(l.route), Caller: orEmpty(l.caller)}
+}
+
+func orEmpty(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // forgetParams are sql/forget.sql's.
@@ -220,9 +240,13 @@ type keysParams struct {
 	status  *string // nil: every status
 	limit   int
 	now     *time.Time
+	key     *string // nil: every key
+	digest  *string // nil: every digest
 }
 
-func (p keysParams) args() []any { return []any{p.scope, p.keyLike, p.status, p.limit, p.now} }
+func (p keysParams) args() []any {
+	return []any{p.scope, p.keyLike, p.status, p.limit, p.now, p.key, p.digest}
+}
 
 // keysRow is one of sql/keys.sql's rows.
 type keysRow struct {
@@ -232,11 +256,12 @@ type keysRow struct {
 	fingerprint, owner               string
 	createdAt                        time.Time
 	leaseEnd, completedAt, expiresAt *time.Time
+	labels                           labelColumns
 }
 
 func (r *keysRow) targets() []any {
 	return []any{&r.scope, &r.key, &r.status, &r.state, &r.generation, &r.fingerprint, &r.owner,
-		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt}
+		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.labels.method, &r.labels.route, &r.labels.caller}
 }
 
 // sweepRow is sql/sweep.sql's: the abandoned claims and the expired results

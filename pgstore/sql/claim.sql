@@ -29,12 +29,17 @@
 -- alone, the first look of every request, is one statement); it lasts
 -- for the statement's transaction: its own, or a claim's transaction,
 -- where sql/tx_restore.sql puts the session's value back.
+--
+-- $8 to $10 are the request's labels (idem.Labels: method, route,
+-- caller), stored for operators; empty is stored as null.
 WITH bound AS (
     SELECT set_config('lock_timeout', $7::text, true)
 ), ins AS (
-    INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
+    INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at,
+                            method, route, caller)
     SELECT $1::bytea, $2::text, nextval('{{.Sequence}}'), 'claimed', $3::text, $4::text, false,
-           {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}}
+           {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}},
+           nullif($8::text, ''), nullif($9::text, ''), nullif($10::text, '')
       FROM bound
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING generation, lease_end

@@ -18,7 +18,10 @@ UPDATE {{.Table}} AS t
        waited = false,
        created_at = {{now "$6"}},
        completed_at = NULL,
-       expires_at = NULL
+       expires_at = NULL,
+       method = nullif($8::text, ''),
+       route = nullif($9::text, ''),
+       caller = nullif($10::text, '')
  WHERE scope = $1 AND key = $2 AND generation = $7
    AND CASE WHEN state <> 'completed' THEN lease_end <= {{now "$6"}}
             ELSE expires_at <= {{now "$6"}} END
