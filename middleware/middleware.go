@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/identity"
 )
 
 // AdapterName is the middleware's name in the [idem.Event]s it reports
@@ -93,6 +94,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Scope:       scope,
 		Key:         key,
 		Fingerprint: h.cfg.fingerprint(r, body),
+		Labels:      idem.Labels{Method: r.Method, Route: identity.Route(r), Caller: h.cfg.scoper.Caller(r)},
 	}, InTransaction: h.cfg.inTx}
 	if obs := h.cfg.observer; obs != nil {
 		req.Observe = func(e idem.Event) { obs(r, e) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"sync"
 
 	"github.com/idemkit/idem/internal/identity"
@@ -18,6 +19,8 @@ type Scoper struct {
 	*identity.Identifier
 	logger *slog.Logger
 	warn   sync.Once
+	// principal is Common.Principal; nil without one.
+	principal func(*http.Request) string
 }
 
 // Scoper returns the scoper of c's Principal, SessionCookies and
@@ -31,7 +34,7 @@ func (c Common) Scoper(pkg string, logger *slog.Logger) *Scoper {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Scoper{Identifier: id, logger: logger}
+	return &Scoper{Identifier: id, logger: logger, principal: c.Principal}
 }
 
 // Unscoped reports whether err, a scope's error, is
@@ -45,4 +48,15 @@ func (s *Scoper) Unscoped(ctx context.Context, err error, msg string) bool {
 	}
 	s.warn.Do(func() { s.logger.LogAttrs(ctx, slog.LevelError, msg) })
 	return true
+}
+
+// Caller is the caller label of r that a claim stores (idem.Labels.Caller):
+// the principal, when the service's Principal names one; empty otherwise,
+// and for a nil Scoper (a service's own scope function). Credentials and
+// session ids are secrets and are never a label.
+func (s *Scoper) Caller(r *http.Request) string {
+	if s == nil || s.principal == nil {
+		return ""
+	}
+	return s.principal(r)
 }
