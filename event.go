@@ -135,9 +135,11 @@ type Event struct {
 	Takeover bool
 }
 
-// KeyDigest is how a (scope, key) appears in logs: the first 16 hex digits
-// of SHA-256 over scope, a NUL byte and key, enough to correlate log lines
-// without disclosing a client's key or session.
+// KeyDigest is how a (scope, key) appears in logs (key_digest), spans
+// (idem.key.digest), errors and the idem CLI: the first 16 hex digits of
+// SHA-256 over scope, a NUL byte and key, enough to correlate log lines
+// without disclosing a client's key or session. "idem digest" computes it
+// from a key, and "idem inspect --digest" finds the key's row from it.
 func KeyDigest(scope string, key Key) string {
 	h := sha256.New()
 	h.Write([]byte(scope))
@@ -145,6 +147,20 @@ func KeyDigest(scope string, key Key) string {
 	h.Write([]byte(key.s))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+}
+
+// IsKeyDigest reports whether s has the form of a [KeyDigest]: 16
+// lower-case hex digits.
+func IsKeyDigest(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // LogValue logs a token as its key's digest and its generation, never the

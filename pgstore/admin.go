@@ -217,7 +217,7 @@ func (s *Store) Keys(ctx context.Context, f KeyFilter) ([]ListedKey, error) {
 		p.key = &key
 	}
 	if f.Digest != "" {
-		if !isDigest(f.Digest) {
+		if !idem.IsKeyDigest(f.Digest) {
 			return nil, fmt.Errorf("pgstore: KeyFilter.Digest %q: want 16 lower-case hex digits (idem.KeyDigest)", f.Digest)
 		}
 		p.digest = &f.Digest
@@ -252,9 +252,4 @@ func (s *Store) Keys(ctx context.Context, f KeyFilter) ([]ListedKey, error) {
 // prefix: its wildcards and the escape character escaped.
 func likePrefix(prefix string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
-}
-
-// isDigest reports whether s has the form of an [idem.KeyDigest].
-func isDigest(s string) bool {
-	return len(s) == 16 && !strings.ContainsFunc(s, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') })
 }
