@@ -40,6 +40,9 @@ func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
 }
 
 func (e *Engine) observe(req *Request, ev idem.Event) {
+	if ev.Kind == idem.EventCompleted {
+		e.recordRun(ev.Duration)
+	}
 	if req.Observe == nil {
 		return
 	}
