@@ -73,11 +73,12 @@ const (
 	// retry, or a caller who means a second, identical call. Reported
 	// only when the guard is on, whatever it then does.
 	EventKeyRotated
-	// EventRefused: the adapter answered the request itself, before any
-	// claim, because it cannot be deduplicated as sent: Reason says why
-	// (one of the Refused* reasons), Status is the HTTP status answered.
-	// The handler did not run. Scope and Key are empty when the request
-	// got no further than them.
+	// EventRefused: the adapter answered the request itself, instead of
+	// the handler, because it cannot be deduplicated as sent: Reason says
+	// why (one of the Refused* reasons), Status is the HTTP status the
+	// adapter answered with (zero when the engine reports it: a key the
+	// store rejected). The handler did not run. Scope and Key are empty
+	// when the request got no further than them.
 	EventRefused
 	// EventUnprotected: the request ran without deduplication: Reason
 	// says why ([UnprotectedNoKey], [UnprotectedFailOpen]). A retry of it

@@ -33,7 +33,10 @@ func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
 	case Unavailable:
 		ev.Kind, ev.Op, ev.Err = idem.EventStoreError, "claim", d.Err
 		e.log(ctx, slog.LevelWarn, "idempotency store failed; the request was not run", req, slog.Any("err", d.Err))
-	default: // InvalidKey, Gone: the request never got as far as a key
+	case InvalidKey:
+		ev.Kind, ev.Reason = idem.EventRefused, idem.RefusedInvalidKey
+		e.log(ctx, slog.LevelInfo, "the store rejected the idempotency key", req, slog.Any("err", d.Err))
+	default: // Gone: the client left, or the server ended the request
 		return
 	}
 	e.observe(req, ev)

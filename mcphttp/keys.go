@@ -144,7 +144,7 @@ func invalidKeyResponse(c call, source string, err error) []byte {
 		})
 	}
 	return errorResponse(c.rawID, rpcError{
-		Code: CodeInvalidParams, Message: "invalid " + source + ": " + err.Error(),
+		Code: CodeInvalidParams, Message: "invalid " + source + ": " + adapter.KeyReason(err).Error(),
 		Data: errorData{Reason: ReasonInvalidKey},
 	})
 }
