@@ -129,14 +129,14 @@ func New(opts Options) (*Metrics, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idem", Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		claimed:     counter("claimed_total", "Requests that claimed their key and ran the handler.", "adapter"),
-		replayed:    counter("replayed_total", "Requests answered with a recorded result.", "adapter"),
-		inFlight:    counter("in_flight_total", "Duplicates whose original was still running after the wait (HTTP 409, or a JSON-RPC retry error).", "adapter"),
-		mismatched:  counter("mismatched_total", "Keys reused for a different request (HTTP 422).", "adapter"),
-		completed:   counter("completed_total", "Results recorded.", "adapter"),
-		released:    counter("released_total", "Claims released so that a retry runs again (panic, 5xx/408/429, failed commit, shutdown).", "adapter"),
-		stale:       counter("stale_total", "Claims lost while the handler ran (lease ran out and the key was taken over, or forgotten).", "adapter"),
-		rejected:    counter("rejected_total", "Duplicates the protected handler's own checks refused (origin, auth, protocol headers, session) before the adapter answered them from the store; the client got that refusal.", "adapter"),
+		claimed:    counter("claimed_total", "Requests that claimed their key and ran the handler.", "adapter"),
+		replayed:   counter("replayed_total", "Requests answered with a recorded result.", "adapter"),
+		inFlight:   counter("in_flight_total", "Duplicates whose original was still running after the wait (HTTP 409, or a JSON-RPC retry error).", "adapter"),
+		mismatched: counter("mismatched_total", "Keys reused for a different request (HTTP 422).", "adapter"),
+		completed:  counter("completed_total", "Results recorded.", "adapter"),
+		released:   counter("released_total", "Claims released so that a retry runs again (panic, 5xx/408/429, failed commit, shutdown).", "adapter"),
+		stale:      counter("stale_total", "Claims lost while the handler ran (lease ran out and the key was taken over, or forgotten).", "adapter"),
+		rejected:   counter("rejected_total", "Duplicates the protected handler's own checks refused (origin, auth, protocol headers, session) before the adapter answered them from the store; the client got that refusal.", "adapter"),
 		refused: counter("refused_total", "Requests the adapter answered itself because they cannot be deduplicated as sent, by reason "+
 			"(missing_key, invalid_key, body_too_large, body_unreadable, unscoped_cookies, invalid_request); the handler did not run.", "adapter", "reason"),
 		unprotected: counter("unprotected_total", "Requests that ran without deduplication, by reason (no_key: no key and KeyOptional, "+
