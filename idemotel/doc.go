@@ -76,6 +76,13 @@
 //	idem.leases.lost         Counter {claim}: claims lost while running.
 //	idem.rejections          Counter {request}: requests the protected
 //	                         handler refused before a replay (EventRejected).
+//	idem.refusals            Counter {request}: requests the adapter answered
+//	                         itself, not deduplicable as sent (EventRefused),
+//	                         by idem.reason (missing_key, invalid_key,
+//	                         body_too_large, ...).
+//	idem.unprotected         Counter {request}: requests run without
+//	                         deduplication (EventUnprotected), by idem.reason
+//	                         (no_key, fail_open).
 //	idem.keys.rotated        Counter {request}: calls made again by the same
 //	                         caller under a new key (EventKeyRotated, from
 //	                         mcphttp's NewKeyGuard).
