@@ -201,20 +201,25 @@
 //
 // # Retry-After
 //
-// One policy for both adapters: a key in flight is retried after the time
-// left on the holder's lease, clamped to [[MinRetryAfter], Lease] (the lease
-// end is on the store's clock; the clamp keeps a skewed clock from giving
-// an absurd delay), or Options.RetryAfter when the store does not say; an
-// unavailable store is retried after the store's hint
-// ([idem.UnavailableError].RetryAfter), or Options.RetryAfter. Adapters
-// render the delay in their unit: whole seconds rounded up for HTTP's
-// Retry-After, milliseconds in mcphttp's error data.
+// One policy for both adapters: a key in flight is retried after what the
+// engine knows of when the holder will be done: how long the engine's work
+// typically runs (a moving average of the runs it recorded), else the wait
+// a retry is granted (Options.Wait), never longer than the time left on
+// the holder's lease (clamped to Lease: the lease end is on the store's
+// clock, and the clamp keeps a skewed clock from giving an absurd delay)
+// nor shorter than [MinRetryAfter]; Options.RetryAfter when the store does
+// not know the lease end. An unavailable store is retried after the
+// store's hint ([idem.UnavailableError].RetryAfter), or
+// Options.RetryAfter. Adapters render the delay in their unit: whole
+// seconds rounded up for HTTP's Retry-After, milliseconds in mcphttp's
+// error data.
 //
 // # Events
 //
 // Every [idem.Event] carries Options.Adapter. The engine reports claimed
-// (with Waited and Takeover), replayed, in flight, mismatch and claim store
-// errors when the claim is decided; lease lost and renew store errors from
+// (with Waited and Takeover), replayed, in flight, mismatch, a key the store
+// rejected (refused, with reason invalid_key) and claim store errors when
+// the claim is decided; lease lost and renew store errors from
 // the renewal; completed, released, left (to its lease), stale and complete
 // or release store errors when the work is finished: every claim the
 // engine reports claimed ends in one of these, or in lease lost. No
