@@ -150,7 +150,12 @@
 // # Observability
 //
 // Options.Logger receives logs (nil: none); keys appear only hashed unless
-// the logger is enabled for debug. Options.Observer receives an [idem.Event] for
-// each claim, replay, 409, 422, completion, release, lost claim and store
-// error, for metrics.
+// the logger is enabled for debug (as key_digest, [idem.KeyDigest], which
+// the idem CLI computes and looks up). Options.Observer receives an
+// [idem.Event] for each claim, replay, 409, 422, completion, release, lost
+// claim and store error, for every request refused before a claim (400
+// for a missing or invalid key, 413, [idem.EventRefused] by reason) and
+// every request run unprotected (KeyOptional, FailOpen,
+// [idem.EventUnprotected]), for metrics: every answer the middleware gives
+// instead of the handler is counted.
 package middleware
