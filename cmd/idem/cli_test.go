@@ -442,7 +442,7 @@ func TestHelp(t *testing.T) {
 	t.Parallel()
 	// Asked for, the usage goes to stdout (idem --help | less).
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"migrate", "--help"}, {"sweep", "--help"},
-		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}} {
+		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}, {"release", "--help"}, {"digest", "--help"}} {
 		r := idemCLI(t.Context(), "", args...)
 		if r.code() != 0 || !strings.Contains(r.stdout, "Usage: idem") || r.stderr != "" {
 			t.Errorf("idem %v: exit %d (%v), stdout %q, stderr %q", args, r.code(), r.err, r.stdout, r.stderr)
