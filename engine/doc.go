@@ -29,23 +29,18 @@
 //
 // # Lease loss
 //
-// The engine renews the lease every third of it and cancels the work's
-// context with cause [idem.ErrLeaseLost] when no renewal was confirmed by
-// its own early estimate of the lease end, less a margin of
-// min(lease/5, [MaxLeaseMargin]); a renewal that finds the claim stale
-// cancels at once.
+// The lease is renewed every third of it; the work's context ends with
+// cause [idem.ErrLeaseLost] when no renewal was confirmed by an early
+// estimate of the lease end less min(lease/5, [MaxLeaseMargin]).
 //
 // # Client hang-ups
 //
-// The work's context keeps the client's values but not its cancellation:
-// the client that hangs up is the one that retries, and its retry must find
-// the work recorded. The context ends on lease loss, at its deadline
-// (Options.MaxExecution, [DefaultMaxExecution], or the client's earlier
-// deadline; cause [ErrExecutionTimeout]) and when Options.Shutdown is done
-// (cause [ErrShutdown]; later claims are answered Unavailable). Work must
-// honour its context. Options.CancelWithClient restores the client's
-// cancellation, safe only for work whose side effects do not survive its
-// context ending.
+// The work's context keeps the client's values, not its cancellation (the
+// client that hangs up is the one that retries). It ends on lease loss, at
+// its deadline (Options.MaxExecution, [DefaultMaxExecution], or the client's
+// earlier one; [ErrExecutionTimeout]) and when Options.Shutdown is done
+// ([ErrShutdown]; later claims are Unavailable). Work must honour its
+// context. Options.CancelWithClient restores the client's cancellation.
 //
 // # What is recorded
 //
@@ -60,15 +55,11 @@
 // # In a transaction
 //
 // With Request.InTransaction the claim is taken inside a transaction of the
-// store's database ([idem.TxStore]: pgstore). The work runs in it
-// ([Execution.TxContext]); Record commits claim, result and the work's
-// writes together ([idem.TxClaim].Commit), anything else rolls all of it
-// back. Nothing is renewed; Options.MaxExecution and
-// Options.IdleInTransaction bound it, and when the database ends the
-// transaction at a bound, [Execution.TxLimitErr] and [ExplainTxLimit] say
-// which. An adapter that holds the answer back sends it only if
-// [Execution.Committed]; [Execution.Commit] commits early. See [design.md,
-// "Two ways to claim"].
+// store's database ([idem.TxStore]), the work runs in it
+// ([Execution.TxContext]), and Record commits claim, result and writes
+// together; anything else rolls back. [Execution.TxLimitErr] names a bound
+// the database enforced; an adapter holding the answer sends it only if
+// [Execution.Committed]. See [design.md, "Two ways to claim"].
 //
 // # Retry-After
 //

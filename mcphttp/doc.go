@@ -41,10 +41,8 @@
 //
 // # Closed sessions
 //
-// A session's DELETE waits up to [Options.Wait] for the deduplicated calls
-// running on it, so their answers are recorded and a retry from a new
-// session replays; a call that loses its answer otherwise leaves its claim
-// to its lease.
+// A session's DELETE waits up to [Options.Wait] for its deduplicated calls,
+// so a retry from a new session replays their answers.
 //
 // # Cut off
 //
@@ -59,11 +57,10 @@
 //
 // # Upstream calls
 //
-// A tool forwards _meta.sessionId as X-Session-Id and the call's key, bound
-// to the caller ([DerivedKeyHeader]), as X-Idempotency-Key, so the upstream
-// dedupes too; [FromCallToolRequest] reads them in a go-sdk tool handler,
-// and [Transport] sets them, with the caller's credentials only for
-// [Transport.Upstreams]. See [design.md, "Forwarding credentials upstream"].
+// A tool forwards _meta.sessionId and the call's key, bound to the caller
+// ([DerivedKeyHeader]), so the upstream dedupes too: [FromCallToolRequest]
+// reads them, [Transport] sets them, with credentials only for
+// [Transport.Upstreams] ([design.md, "Forwarding credentials upstream"]).
 //
 // # Errors
 //

@@ -72,10 +72,9 @@
 //
 // # Observability
 //
-// Options.Logger receives logs (nil: none); keys appear only hashed unless
-// it is enabled for debug. Options.Observer receives an [idem.Event] for
-// each claim, replay, 409, 422, completion, release, lost claim and store
-// error.
+// Options.Logger gets logs (nil: none; keys hashed unless at debug);
+// Options.Observer gets an [idem.Event] per claim, replay, 409, 422,
+// completion, release, lost claim and store error.
 //
 // [design.md, "Scopes"]: https://github.com/idemkit/idem/blob/main/docs/design.md#scopes-who-is-asking
 // [design.md, "Two ways to claim"]: https://github.com/idemkit/idem/blob/main/docs/design.md#two-ways-to-claim
