@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/idemcall"
 	"github.com/idemkit/idem/idemconnect"
 	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -75,7 +76,9 @@ func (b *bench) setupDoors() (*doors, error) {
 	}
 	d := &doors{}
 	b.doors = d
-	eng := engine.Options{Owner: "idembench"}
+	// The HTTP modes' wait (the middleware's default), so that the doors
+	// are measured as the middleware is.
+	eng := engine.Options{Owner: "idembench", Wait: middleware.DefaultWait}
 	d.call = idemcall.New(b.store, idemcall.Options{Engine: eng})
 	d.callTx = idemcall.New(b.store, idemcall.Options{Engine: eng, InTransaction: true})
 
