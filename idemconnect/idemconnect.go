@@ -141,40 +141,26 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 				resp    connect.AnyResponse
 				handErr error
 			)
-			res, replayed, err := caller.DoResult(ctx, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp}, func(ctx context.Context) (idem.Result, error) {
-				resp, handErr = next(ctx, req)
-				code := uint32(connect.CodeOf(handErr))
-				if handErr == nil {
-					code = idemproto.OK
-				}
-				switch {
-				case !opts.Record(code):
-					return idem.Result{}, errNotRecorded
-				case handErr != nil:
-					return idemproto.Status(statusOf(handErr))
-				}
-				return idemproto.Message(resp.Any())
-			})
+			out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp}, opts.Record, opts.Types, statusOf,
+				func(ctx context.Context) (any, error) {
+					if resp, handErr = next(ctx, req); handErr != nil {
+						return nil, handErr
+					}
+					return resp.Any(), nil
+				})
 			switch {
-			case err == nil && !replayed:
-				return resp, handErr
-			case err == errNotRecorded:
-				return nil, handErr
 			case err != nil:
 				return nil, refusal(err)
-			}
-			msg, st, err := idemproto.Decode(res, opts.Types)
-			if err != nil {
-				return nil, connect.NewError(connect.CodeInternal, err)
-			}
-			if st != nil {
-				cerr := errorOf(st)
+			case out.Ran:
+				return resp, handErr
+			case out.Status != nil:
+				cerr := errorOf(out.Status)
 				cerr.Meta().Set(idemproto.ReplayedHeader, "true")
 				return nil, cerr
 			}
-			out := connect.NewResponse(&message{msg})
-			out.Header().Set(idemproto.ReplayedHeader, "true")
-			return out, nil
+			replay := connect.NewResponse(&message{out.Msg})
+			replay.Header().Set(idemproto.ReplayedHeader, "true")
+			return replay, nil
 		}
 	})
 }
@@ -182,10 +168,6 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 // message carries a replayed response of any type: the codecs marshal
 // the proto.Message it embeds.
 type message struct{ proto.Message }
-
-// errNotRecorded releases the key of a call whose code is not recorded:
-// the interceptor returns the handler's own error.
-var errNotRecorded = errors.New("idemconnect: code not recorded")
 
 // statusOf is a handler's error as a google.rpc.Status: its code, message
 // and details.

@@ -17,9 +17,9 @@ package idemgrpc
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -95,9 +95,9 @@ func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInte
 	if opts.Engine.Adapter == "" {
 		opts.Engine.Adapter = AdapterName
 	}
-	record := opts.Record
-	if record == nil {
-		record = func(c codes.Code) bool { return idemproto.Recorded(uint32(c)) }
+	record := idemproto.Recorded
+	if opts.Record != nil {
+		record = func(c uint32) bool { return opts.Record(codes.Code(c)) }
 	}
 	caller := idemcall.New(store, idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
 
@@ -128,40 +128,25 @@ func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInte
 			resp    any
 			handErr error
 		)
-		res, replayed, err := caller.DoResult(ctx, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp}, func(ctx context.Context) (idem.Result, error) {
-			resp, handErr = handler(ctx, req)
-			st := status.Convert(handErr)
-			if !record(st.Code()) {
-				return idem.Result{}, errNotRecorded
-			}
-			if handErr != nil {
-				return idemproto.Status(st.Proto())
-			}
-			return idemproto.Message(resp)
-		})
+		out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp}, record, opts.Types,
+			func(err error) *spb.Status { return status.Convert(err).Proto() },
+			func(ctx context.Context) (any, error) {
+				resp, handErr = handler(ctx, req)
+				return resp, handErr
+			})
 		switch {
-		case err == nil && !replayed:
-			return resp, handErr
-		case err == errNotRecorded:
-			return nil, handErr
 		case err != nil:
 			return nil, refusal(err)
-		}
-		msg, st, err := idemproto.Decode(res, opts.Types)
-		if err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
+		case out.Ran:
+			return resp, handErr
 		}
 		_ = grpc.SetHeader(ctx, metadata.Pairs(idemproto.ReplayedHeader, "true"))
-		if st != nil {
-			return nil, status.FromProto(st).Err()
+		if out.Status != nil {
+			return nil, status.FromProto(out.Status).Err()
 		}
-		return msg, nil
+		return out.Msg, nil
 	}
 }
-
-// errNotRecorded releases the key of a call whose status is not recorded:
-// the interceptor returns the handler's own error.
-var errNotRecorded = fmt.Errorf("idemgrpc: status not recorded")
 
 // refusal is the status of a call that did not run and has no recorded
 // answer: idemproto's mapping, with a RetryInfo for a code a retry may

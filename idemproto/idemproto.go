@@ -14,6 +14,7 @@
 package idemproto
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -196,3 +197,55 @@ func Refuse(err error) (r Refusal, ok bool) {
 	}
 	return Refusal{}, false
 }
+
+// Outcome is how [Serve] ended for a door: the handler ran (Ran; the door
+// answers with the handler's own response or error), or a retry gets the
+// recorded answer, Msg or Status.
+type Outcome struct {
+	Ran    bool
+	Msg    proto.Message
+	Status *spb.Status
+}
+
+// Serve runs a door's handler once for call through caller: handle runs
+// it and returns its response message and error; statusOf reads a
+// handler's error as a google.rpc.Status; record says which codes are
+// recorded (one that is not releases the key). It returns the [Outcome],
+// or the error of a call that did not run and has no recorded answer
+// (answer it with [Refuse]'s status, or as a context's error).
+func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, record func(code uint32) bool, types Resolver,
+	statusOf func(error) *spb.Status, handle func(ctx context.Context) (any, error)) (Outcome, error) {
+	ran := false
+	res, replayed, err := caller.DoResult(ctx, call, func(ctx context.Context) (idem.Result, error) {
+		msg, herr := handle(ctx)
+		ran = true
+		if herr == nil {
+			if !record(OK) {
+				return idem.Result{}, errNotRecorded
+			}
+			return Message(msg)
+		}
+		st := statusOf(herr)
+		if !record(uint32(st.GetCode())) {
+			return idem.Result{}, errNotRecorded
+		}
+		return Status(st)
+	})
+	switch {
+	case ran && (err == nil || err == errNotRecorded):
+		return Outcome{Ran: true}, nil
+	case err != nil:
+		return Outcome{}, err
+	case !replayed:
+		return Outcome{Ran: true}, nil
+	}
+	msg, st, err := Decode(res, types)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Msg: msg, Status: st}, nil
+}
+
+// errNotRecorded releases the key of a call whose code is not recorded:
+// the door answers with the handler's own error.
+var errNotRecorded = errors.New("idemproto: code not recorded")
