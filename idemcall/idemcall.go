@@ -231,8 +231,11 @@ func (e *CommitError) Unwrap() error {
 // Do runs fn once for call's key and returns its value, or the value
 // recorded for the key by an earlier call, decoded with the Caller's
 // codec; replayed reports which. fn runs on a context the engine controls:
-// it keeps ctx's values, ends before the claim's lease could run out, and,
-// on the in-transaction path, carries the claim's transaction. An error
+// it keeps ctx's values and deadline, ends before the claim's lease could
+// run out, and, on the in-transaction path, carries the claim's
+// transaction; it ends with ctx's cancellation only with
+// Options.Engine.CancelWithClient, so by default a caller that gives up
+// still has fn run to completion and recorded, for its retry. An error
 // from fn is returned as it is, and nothing is recorded: a later call runs
 // fn again. To record a failure that must not run again, return it as part
 // of T.
