@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,41 @@ func TestNewPanics(t *testing.T) {
 		}()
 		engine.New(nil, engine.Options{})
 	}()
+}
+
+// TestForAdapter: an adapter's options come back with every default
+// applied, its own default Wait for zero, and the panics of New, naming the
+// field.
+func TestForAdapter(t *testing.T) {
+	t.Parallel()
+	o := engine.Options{}.ForAdapter("http", 5*time.Second)
+	if o.Lease != idem.DefaultLease || o.Wait != 5*time.Second || o.StoreTimeout != engine.DefaultStoreTimeout ||
+		o.RetryAfter != engine.DefaultRetryAfter || o.MaxExecution != engine.DefaultMaxExecution ||
+		o.IdleInTransaction != engine.DefaultMaxExecution || o.Logger == nil || o.Adapter != "http" {
+		t.Fatalf("defaults: %+v", o)
+	}
+	if o := (engine.Options{Wait: -1}).ForAdapter("http", 5*time.Second); o.Wait != 0 {
+		t.Errorf("a negative Wait gave %v, want no wait", o.Wait)
+	}
+	if o := (engine.Options{Wait: time.Second, Lease: time.Minute}).ForAdapter("http", 5*time.Second); o.Wait != time.Second || o.Lease != time.Minute {
+		t.Errorf("set values not kept: %+v", o)
+	}
+	for field, o := range map[string]engine.Options{
+		"Lease":             {Lease: -time.Second},
+		"StoreTimeout":      {StoreTimeout: -1},
+		"RetryAfter":        {RetryAfter: -1},
+		"IdleInTransaction": {IdleInTransaction: -1},
+		"Lease ":            {Lease: time.Microsecond},
+	} {
+		func() {
+			defer func() {
+				if p, _ := recover().(string); !strings.HasPrefix(p, "engine: Options."+strings.TrimSpace(field)) {
+					t.Errorf("%s: panic %q", field, p)
+				}
+			}()
+			o.ForAdapter("http", time.Second)
+		}()
+	}
 }
 
 // fixedStore answers every claim with claim, err.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -428,7 +429,7 @@ func TestMismatch(t *testing.T) {
 func TestWaitThenReplay(t *testing.T) {
 	t.Parallel()
 	running, finish := make(chan struct{}), make(chan struct{})
-	f := setup(t, middleware.Options{Wait: 10 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+	f := setup(t, middleware.Options{Engine: engine.Options{Wait: 10 * time.Second}}, func(w http.ResponseWriter, r *http.Request) {
 		close(running)
 		<-finish
 		ok(w, r)
@@ -492,7 +493,7 @@ func TestLeaseLoss(t *testing.T) {
 	running, finish := make(chan struct{}), make(chan struct{})
 	var calls sync.Mutex
 	n := 0
-	f := setup(t, middleware.Options{Lease: lease, Wait: -1}, func(w http.ResponseWriter, r *http.Request) {
+	f := setup(t, middleware.Options{Engine: engine.Options{Lease: lease, Wait: -1}}, func(w http.ResponseWriter, r *http.Request) {
 		calls.Lock()
 		n++
 		slow := n == 1
@@ -542,7 +543,7 @@ func TestLeaseLostWhileRunning(t *testing.T) {
 	const lease = 300 * time.Millisecond // renewals every lease/3, in real time
 	running := make(chan struct{})
 	var calls atomic.Int32
-	f := setup(t, middleware.Options{Lease: lease, Wait: -1}, func(w http.ResponseWriter, r *http.Request) {
+	f := setup(t, middleware.Options{Engine: engine.Options{Lease: lease, Wait: -1}}, func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
 			close(running)
 			<-r.Context().Done() // until the engine cancels it

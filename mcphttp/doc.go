@@ -12,7 +12,7 @@
 //
 // Only a POST whose body is a single JSON-RPC request, with an id, for a
 // deduplicated method ([Options.Methods], by default tools/call). The
-// wrapper reads the body to decide (at most [Options.MaxInspectBytes]) and
+// wrapper reads the body to decide (at most [Options.MaxBodyBytes]) and
 // gives the inner handler the body intact. Everything else passes straight
 // through, unbuffered: initialize, notifications, the client's responses to
 // server requests (sampling and elicitation replies reuse the id of the call
@@ -171,7 +171,7 @@
 // Finishing it and replaying its result to the retry gives the caller what
 // cancellation is for (no second effect, no work it did not ask for twice)
 // and what the spec's rule protects: the server sends nothing more to the
-// closed stream. [Options.CancelWithClient] instead propagates the
+// closed stream. Options.Engine.CancelWithClient instead propagates the
 // cancellation to the tool (go-sdk: also set
 // StreamableHTTPOptions.PropagateRequestCancellation) and releases the
 // key, so the retry runs the tool again; choose it only for tools that
@@ -223,7 +223,7 @@
 // a call on a closed session finish but drops its result with the session,
 // ending the call's POST without a byte. So the wrapper holds a session's
 // DELETE until the deduplicated calls it runs on that session have
-// answered, for at most [Options.Wait] (not at all with a negative Wait),
+// answered, for at most Options.Engine.Wait (not at all with a negative Wait),
 // and then passes it on: their answers are recorded, and the retry from the
 // new session gets the replay. A call still running when the wait ends, or
 // on a session closed another way (the server's idle timeout, a restart),
@@ -237,15 +237,15 @@
 // response (the wrapper stops sending it to the gone client) and the
 // wrapper records it for the retry. The claim, its renewal, the deadline
 // that ends the call's work (cause [idem.ErrLeaseLost]) before the lease
-// could run out unrenewed, the call's deadline ([Options.MaxExecution], or
-// the request's own), [Options.Shutdown], which endings are recorded and
+// could run out unrenewed, the call's deadline (Options.Engine.MaxExecution, or
+// the request's own), Options.Engine.Shutdown, which endings are recorded and
 // the retry delays are the shared behaviour of idem's adapters, built once
 // in package [engine] and documented there.
 //
 // # Cut off
 //
 // When the engine cuts a call off (its lease was lost, its deadline
-// passed, [Options.Shutdown]), the tool is told to stop, and what it still
+// passed, Options.Engine.Shutdown), the tool is told to stop, and what it still
 // answers is the call's answer: a tool that had done its effect and
 // answers a result has it recorded (fenced by the claim's generation), and
 // the retry replays it instead of running the tool again; one that stops
@@ -269,7 +269,7 @@
 //   - Another MCP server runs the call's tool on [WorkContext] of its
 //     request's context, which ends at the cut-off.
 //
-// A call that has not answered a lease ([Options.Lease]) after its cut-off
+// A call that has not answered a lease (Options.Engine.Lease) after its cut-off
 // has its inner request's context ended too: go-sdk then ends the call's
 // stream, and a stateless server with
 // StreamableHTTPOptions.PropagateRequestCancellation but without
@@ -296,7 +296,7 @@
 // structuredContent, _meta), not the HTTP headers. A first run's result has
 // no marker.
 //
-// A duplicate of a call still in flight waits up to [Options.Wait]
+// A duplicate of a call still in flight waits up to Options.Engine.Wait
 // ([idem.ClaimWait]) and gets the replay; past the wait it gets
 // [CodeInFlight], whose message says to retry. If the original released its
 // claim in the meantime, the duplicate runs the call itself. One whose

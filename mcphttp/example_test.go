@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -143,7 +144,7 @@ func ExampleToolCancellation() {
 		&mcp.StreamableHTTPOptions{Stateless: true})
 	store := memstore.New(memstore.Options{})
 	shutdown, shutDown := context.WithCancel(context.Background())
-	stopping := httptest.NewServer(mcphttp.New(store, mcphttp.Options{Shutdown: shutdown})(inner))
+	stopping := httptest.NewServer(mcphttp.New(store, mcphttp.Options{Engine: engine.Options{Shutdown: shutdown}})(inner))
 	defer stopping.Close()
 	other := httptest.NewServer(mcphttp.New(store, mcphttp.Options{})(inner))
 	defer other.Close()

@@ -2,6 +2,7 @@ package mcphttp_test
 
 import (
 	"encoding/json"
+	"github.com/idemkit/idem/engine"
 	"testing"
 
 	"github.com/idemkit/idem/mcphttp"
@@ -57,7 +58,7 @@ func TestErrorTypesAndCodes(t *testing.T) {
 			t.Errorf("code %d is in the JSON-RPC reserved range", code)
 		}
 	}
-	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Wait: -1}})
+	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Engine: engine.Options{Wait: -1}}})
 	s1, s2 := h.initialize(t), h.initialize(t)
 	meta := map[string]any{"idempotencyKey": "typed"}
 	done := make(chan []rpcMessage, 1)

@@ -31,7 +31,7 @@ type recorder struct {
 	work context.Context
 	// inner is the inner request's context, which ends before the
 	// recorder is done only when the wrapper ends it (errInnerCutOff) or,
-	// with Options.CancelWithClient, when the client goes away; nil means
+	// with Options.Engine.CancelWithClient, when the client goes away; nil means
 	// it never does.
 	inner context.Context
 }
@@ -62,7 +62,7 @@ func (r *recorder) Capture(p []byte) bool {
 	return true
 }
 
-// Holding is false: a held response (Options.InTransaction) is held by
+// Holding is false: a held response (Options.InTransactionTools) is held by
 // the writer the recorder writes to.
 func (r *recorder) Holding() bool { return false }
 
@@ -71,7 +71,7 @@ func (r *recorder) Holding() bool { return false }
 func (r *recorder) verdict() engine.Verdict {
 	if r.inner != nil && r.inner.Err() != nil && !errors.Is(context.Cause(r.inner), errInnerCutOff) &&
 		(r.scan == nil || r.scan.final == nil && !r.scan.oversize) {
-		// Options.CancelWithClient, and the client went away: the
+		// Options.Engine.CancelWithClient, and the client went away: the
 		// cancellation it asked for, of a tool that stops cleanly, ended
 		// the call before it answered, so the retry runs it again.
 		return engine.Verdict{Action: engine.Release, Why: "the call's client went away before it answered, which cancelled it"}
@@ -91,7 +91,7 @@ func (r *recorder) verdict() engine.Verdict {
 	r.scan.finish()
 	switch s := r.scan; {
 	case s.final != nil && !s.finalError && r.work != nil && r.work.Err() != nil && isToolError(s.final):
-		// The call was cut off (Options.CancelWithClient) and its tool
+		// The call was cut off (Options.Engine.CancelWithClient) and its tool
 		// answered with an error: go-sdk makes a tool's returned error,
 		// such as its context's, a result with isError. That is an
 		// artefact of the cancellation, not the call's result: the retry

@@ -27,7 +27,7 @@ const txHeader = "Idem-Transaction"
 var inTx sync.Map // string -> *engine.Execution
 
 // TxContext returns ctx carrying the transaction the call req was claimed
-// in, when it runs in one (Options.InTransaction); ctx itself otherwise.
+// in, when it runs in one (Options.InTransactionTools); ctx itself otherwise.
 // A go-sdk tool handler calls it first, then writes through the
 // transaction the store's package finds there (pgstore.TxFrom):
 //
@@ -54,7 +54,7 @@ func TxContext(ctx context.Context, req *mcp.CallToolRequest) context.Context {
 }
 
 // inTransaction reports whether call c is claimed inside a transaction of
-// the store's database (Options.InTransaction).
+// the store's database (Options.InTransactionTools).
 func (m *wrapper) inTransaction(c call) bool {
 	return m.inTx != nil && c.method == "tools/call" && m.inTx(c.name)
 }
@@ -214,7 +214,7 @@ func (h *heldResponse) send(v engine.Verdict) {
 // ReasonTransactionLimit is the data.reason of the [CodeInternalError]
 // answered for a call of a tool in InTransaction whose transaction
 // PostgreSQL ended at one of its bounds (the tool paused between two
-// statements longer than Options.IdleInTransaction, or a statement ran
+// statements longer than Options.Engine.IdleInTransaction, or a statement ran
 // longer than its statement_timeout): nothing of the call took effect,
 // and the message names the bound and the setting to raise. A retry runs
 // the tool again, and ends the same way if it takes as long.

@@ -107,7 +107,7 @@ func (c *call) verdict() engine.Verdict {
 		return engine.Verdict{Action: engine.Release, Why: "in-transaction commit failed"}
 	}
 	if c.rec.Gone != nil && c.h.cfg.engine.CancelWithClient {
-		// The handler was told its writes failed (Options.CancelWithClient)
+		// The handler was told its writes failed (Options.Engine.CancelWithClient)
 		// and may have stopped short of its answer.
 		return engine.Verdict{Action: engine.Release, Why: "the client went away mid-response"}
 	}

@@ -29,7 +29,7 @@
 //	                                            Idempotent-Replayed: true
 //	same key, different request                 422 problem+json (TypeMismatch);
 //	                                            handler not run
-//	same key while the original runs            waits up to Options.Wait for its
+//	same key while the original runs            waits up to Options.Engine.Wait for its
 //	                                            result, then 409 problem+json
 //	                                            (TypeInFlight) with Retry-After
 //	store unreachable or full                   503 problem+json
@@ -82,7 +82,7 @@
 // and hop-by-hop headers are never recorded.
 //
 // Because the response is sent before it is recorded, a store failure at
-// that moment that lasts longer than Options.StoreTimeout (a shorter one
+// that moment that lasts longer than Options.Engine.StoreTimeout (a shorter one
 // is retried) leaves the key claimed until its lease runs out, after which
 // a retry runs the handler again. A handler whose side effects live in the
 // store's database closes that window: in a transaction (below), or with
@@ -106,10 +106,10 @@
 // below 400, which would tell a client "done" for rolled-back rows, and
 // FailOpen and KeyOptional, which would run the handler without the
 // transaction), a panic, a handler cut off (its deadline,
-// Options.MaxExecution, or Shutdown) that answered nothing to record, a
+// Options.Engine.MaxExecution, or Shutdown) that answered nothing to record, a
 // crash of the process or a lost connection. A retry then runs at once:
 // there is no claim to wait out. PostgreSQL also ends a transaction left
-// idle between two statements longer than Options.IdleInTransaction
+// idle between two statements longer than Options.Engine.IdleInTransaction
 // (MaxExecution by default; the lease plays no part), and cancels a
 // statement that runs longer than its statement_timeout: with nothing to
 // renew, the statements are the claim's signs of life. Then, whatever the
@@ -119,8 +119,8 @@
 //
 // While the transaction is open the claim is invisible to everyone else; a
 // duplicate waits in the database for the transaction to end, up to
-// Options.Wait, and gets the recorded response, or, if the wait runs out,
-// 409 with Retry-After (Options.RetryAfter: the transaction's end is not
+// Options.Engine.Wait, and gets the recorded response, or, if the wait runs out,
+// 409 with Retry-After (Options.Engine.RetryAfter: the transaction's end is not
 // known). A response larger than Options.MaxRecordBytes cannot be held:
 // when it outgrows the limit the transaction commits with the key completed
 // as unreplayable, and the rest streams (write the rows before the body).
@@ -138,8 +138,8 @@
 // renewal and the deadline that cancels the handler's context (cause
 // [idem.ErrLeaseLost]) before the lease could run out unrenewed; the handler's
 // context, which does not end when the client hangs up (but does on lease
-// loss, at its deadline, Options.MaxExecution or the request's own, and
-// when Options.Shutdown is done) unless Options.CancelWithClient;
+// loss, at its deadline, Options.Engine.MaxExecution or the request's own, and
+// when Options.Engine.Shutdown is done) unless Options.Engine.CancelWithClient;
 // which endings are recorded and which release the key; the Retry-After
 // policy. The middleware's part is HTTP's: it drops writes to a client that
 // is gone without failing the handler, so the whole response is recorded; it
@@ -149,7 +149,7 @@
 //
 // # Observability
 //
-// Options.Logger receives logs (nil: none); keys appear only hashed unless
+// Options.Engine.Logger receives logs (nil: none); keys appear only hashed unless
 // the logger is enabled for debug. Options.Observer receives an [idem.Event] for
 // each claim, replay, 409, 422, completion, release, lost claim and store
 // error, for metrics.

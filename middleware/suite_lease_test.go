@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +24,7 @@ func suiteLease(t *testing.T, newStore newKit) {
 		counting := &renewSignal{Store: kit.store, renewed: make(chan struct{}, 100)}
 		release := make(chan struct{})
 		const lease = 600 * time.Millisecond
-		h := middleware.New(counting, middleware.Options{Lease: lease, Scope: fixedScope})(http.HandlerFunc(
+		h := middleware.New(counting, middleware.Options{Engine: engine.Options{Lease: lease}, Scope: fixedScope})(http.HandlerFunc(
 			func(w http.ResponseWriter, r *http.Request) { <-release; io.WriteString(w, "slow") }))
 		done := make(chan *httptest.ResponseRecorder)
 		go func() { done <- serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
@@ -97,7 +98,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	cause := make(chan error, 1)
 	takenOver := make(chan struct{})
 	const lease = 300 * time.Millisecond
-	h := middleware.New(stall, middleware.Options{Lease: lease, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
+	h := middleware.New(stall, middleware.Options{Engine: engine.Options{Lease: lease}, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			cause <- context.Cause(r.Context())

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -495,7 +496,7 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("Commit as the runtime role: %v", err)
 		}
 	})
-	srv := httptest.NewServer(middleware.New(store, middleware.Options{Lease: lease, Wait: 5 * time.Second})(h))
+	srv := httptest.NewServer(middleware.New(store, middleware.Options{Engine: engine.Options{Lease: lease, Wait: 5 * time.Second}})(h))
 	t.Cleanup(srv.Close)
 	key := uniq("k")
 	first := mustPost(t, srv.URL, "/invoices", `{}`, "Idempotency-Key", key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -143,7 +144,7 @@ func startEffects(t *testing.T, path, databaseURL string, fx *effects) *instance
 		defer close(swept)
 		_ = store.Run(sweepCtx, time.Second)
 	}()
-	protect := middleware.New(store, middleware.Options{Lease: instanceLease, Wait: instanceWait, Logger: logger})
+	protect := middleware.New(store, middleware.Options{Engine: engine.Options{Lease: instanceLease, Wait: instanceWait, Logger: logger}})
 	mux := http.NewServeMux()
 	mux.Handle("POST /effects", protect(http.HandlerFunc(fx.handler)))
 	srv := httptest.NewServer(mux)

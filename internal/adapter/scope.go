@@ -20,10 +20,10 @@ type Scoper struct {
 	warn   sync.Once
 }
 
-// Scoper returns the scoper of c's Principal, SessionCookies and
+// NewScoper returns the scoper of c's Principal, SessionCookies and
 // ScopeSecret, logging to logger (nil discards). A session cookie name that
 // is not a cookie name panics, with a message that begins with pkg.
-func (c Common) Scoper(pkg string, logger *slog.Logger) *Scoper {
+func NewScoper(pkg string, c Scoping, logger *slog.Logger) *Scoper {
 	id, err := identity.New(identity.Config{Secret: c.ScopeSecret, Principal: c.Principal, SessionCookies: c.SessionCookies})
 	if err != nil {
 		panic(pkg + ": Options.SessionCookies: " + err.Error())

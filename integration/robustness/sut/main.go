@@ -33,6 +33,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net"
 	"net/http"
@@ -133,23 +134,27 @@ func run(ctx context.Context, cfg config) error {
 	svc.cutOff, svc.cancelCutOff = context.WithCancel(context.Background())
 	observe := func(r *http.Request, e idem.Event) { log.event(r.Context(), e) }
 	protect := middleware.New(s, middleware.Options{
-		Lease:        cfg.lease,
-		Wait:         cfg.wait,
-		StoreTimeout: cfg.storeTimeout,
-		Shutdown:     svc.cutOff,
-		Owner:        cfg.instance,
-		Logger:       logger,
-		Observer:     observe,
+		Engine: engine.Options{
+			Lease:        cfg.lease,
+			Wait:         cfg.wait,
+			StoreTimeout: cfg.storeTimeout,
+			Shutdown:     svc.cutOff,
+			Owner:        cfg.instance,
+			Logger:       logger,
+		},
+		Observer: observe,
 	})
 	inTx := middleware.New(txStore{s, logged, pg}, middleware.Options{
-		Lease:          cfg.lease,
-		Wait:           cfg.wait,
-		StoreTimeout:   cfg.storeTimeout,
-		MaxExecution:   txMaxExecution(cfg.lease),
+		Engine: engine.Options{
+			Lease:        cfg.lease,
+			Wait:         cfg.wait,
+			StoreTimeout: cfg.storeTimeout,
+			MaxExecution: txMaxExecution(cfg.lease),
+			Shutdown:     svc.cutOff,
+			Owner:        cfg.instance,
+			Logger:       logger,
+		},
 		MaxRecordBytes: txMaxRecord,
-		Shutdown:       svc.cutOff,
-		Owner:          cfg.instance,
-		Logger:         logger,
 		Observer:       observe,
 		InTransaction:  true,
 	})
