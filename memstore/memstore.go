@@ -246,15 +246,6 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	return s.table.Sweep(s.now(), limit), nil
 }
 
-// Run is shorthand for an [idem.Sweeper] over s with the given interval
-// (zero means [idem.DefaultSweepInterval], negative is an error): it sweeps
-// at once and then every interval ±50% until ctx is done, then returns nil.
-// Memory is bounded without Run (a full store reclaims what a sweep would
-// before it refuses a key); Run frees it sooner.
-func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	return idem.Sweeper{Store: s, Interval: interval}.Run(ctx)
-}
-
 // Inspect returns the entry of (scope, key) as stored, whatever its state,
 // for operators: the same shape as pgstore's Inspect, so that an operator
 // tool can be written against either. It fails only for an invalid key or

@@ -7,8 +7,7 @@
 //	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil { ... }
 //	store, err := pgstore.New(pool, pgstore.Options{})
 //	if err != nil { ... }
-//	defer store.Close()
-//	go store.Run(ctx, time.Minute) // the sweeper, in every instance
+//	defer store.Close() // stops the store's sweeper (Options.SweepInterval)
 //
 // # The table
 //
@@ -307,8 +306,9 @@
 // expired results, at most limit rows, each selected on its partial index
 // with FOR UPDATE SKIP LOCKED: sweepers in every instance share the work
 // without waiting for each other or deleting a row twice, and a row renewed
-// or taken over meanwhile is re-checked and left alone. [Store.Run] sweeps
-// on an interval with jitter.
+// or taken over meanwhile is re-checked and left alone. The store runs a
+// sweeper from [New] until [Store.Close], on an interval with jitter
+// (Options.SweepInterval).
 //
 // # Isolation
 //

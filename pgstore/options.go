@@ -72,6 +72,14 @@ type Options struct {
 	// database down) counts as missed. Zero means [DefaultHeartbeat];
 	// negative is an error.
 	Heartbeat time.Duration
+	// SweepInterval is the mean pause between the rounds of the sweeper the
+	// store runs from [New] until [Store.Close]: an [idem.Sweeper] that
+	// removes abandoned claims and expired results, needed for disk, never
+	// for correctness. Every instance runs one; they skip each other's
+	// rows. Zero means [idem.DefaultSweepInterval]; negative means no
+	// sweeper, for a service that sweeps elsewhere (idem sweep, a cron
+	// job, an idem.Sweeper of its own with OnSweep for metrics).
+	SweepInterval time.Duration
 	// Logger receives the store's rare warnings (listener reconnects,
 	// sweeper errors). Nil means discard.
 	Logger *slog.Logger
@@ -133,6 +141,7 @@ func (o Options) withDefaults() Options {
 	o.Retention = cmp.Or(o.Retention, DefaultRetention)
 	o.PollInterval = cmp.Or(o.PollInterval, DefaultPollInterval)
 	o.Heartbeat = cmp.Or(o.Heartbeat, DefaultHeartbeat)
+	o.SweepInterval = cmp.Or(o.SweepInterval, idem.DefaultSweepInterval)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -28,9 +28,10 @@ type Store struct {
 	now       func() time.Time
 	txOptions pgx.TxOptions
 
-	sql      statements
-	listener *listener
-	cache    *replayCache // nil: no replay cache
+	sql         statements
+	listener    *listener
+	cache       *replayCache // nil: no replay cache
+	stopSweeper func()       // stops the sweeper and waits for it; nil: none
 
 	// utf8 is set once the database was seen to be UTF8; notUTF8 holds
 	// the refusal once it was seen not to be (see checkEncoding).
@@ -91,13 +92,21 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		lc.notified, lc.listening = s.cacheNotified, s.cacheListening
 	}
 	s.listener = newListener(lc)
+	if opts.SweepInterval > 0 {
+		s.startSweeper(opts.SweepInterval)
+	}
 	return s, nil
 }
 
-// Close stops the listener goroutine Wait started, if any. It does not close
-// the pool. Wait still works after Close, by polling only. Close is
-// idempotent.
-func (s *Store) Close() { s.listener.close() }
+// Close stops the store's sweeper and waits for it to return, and stops
+// the listener goroutine Wait started, if any. It does not close the pool.
+// Wait still works after Close, by polling only. Close is idempotent.
+func (s *Store) Close() {
+	if s.stopSweeper != nil {
+		s.stopSweeper()
+	}
+	s.listener.close()
+}
 
 // nowArg is the now parameter of every statement: nil means the database
 // clock.

@@ -235,5 +235,7 @@ func randomHex(n int) string {
 
 // storeOptions is the store's configuration.
 func storeOptions(cfg config, table string) pgstore.Options {
-	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache}
+	// No sweeper: the table the bench fills is dropped after the run, and
+	// a sweep in the middle of a measurement would be measured.
+	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache, SweepInterval: -1}
 }

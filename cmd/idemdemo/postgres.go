@@ -88,6 +88,8 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		// A replay is then answered without a round trip; a key
 		// forgotten on any instance leaves every instance's cache.
 		ReplayCacheBytes: replayCache,
+		// The demo runs its own sweeper, to count what it removes.
+		SweepInterval: -1,
 	})
 	if err != nil {
 		pool.Close()

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -80,8 +79,8 @@ func listenAddr() string {
 	return "127.0.0.1:8080"
 }
 
-// setup migrates, starts the store and its sweeper, and returns the API.
-// shutdown stops the sweeper and closes the store and the pool.
+// setup migrates, opens the store, and returns the API. shutdown closes
+// the store and the pool.
 func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutdown func(), err error) {
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
@@ -96,19 +95,13 @@ func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutd
 		pool.Close()
 		return nil, nil, err
 	}
-	store, err := pgstore.New(pool, pgstore.Options{}) // lease 30s, retention 24h
+	// Lease 30s, retention 24h; the store sweeps abandoned claims and
+	// expired results until Close.
+	store, err := pgstore.New(pool, pgstore.Options{})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	// The sweeper releases abandoned claims and deletes expired results;
-	// run it in every instance.
-	sweepCtx, stopSweeping := context.WithCancel(ctx)
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		_ = store.Run(sweepCtx, time.Minute)
-	}()
 
 	protect := middleware.New(store, middleware.Options{
 		// The handler's side effect is a row in this database: claim the
@@ -122,8 +115,6 @@ func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutd
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", protect(http.HandlerFunc(createPayment)))
 	return mux, func() {
-		stopSweeping()
-		<-swept
 		store.Close()
 		pool.Close()
 	}, nil

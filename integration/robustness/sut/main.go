@@ -117,6 +117,7 @@ func run(ctx context.Context, cfg config) error {
 		ReplayCacheBytes: cfg.replayCache,
 		Heartbeat:        2 * time.Second,
 		PollInterval:     200 * time.Millisecond,
+		SweepInterval:    -1, // the service's own sweeper logs what it removes
 	})
 	if err != nil {
 		return err
