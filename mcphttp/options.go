@@ -62,8 +62,15 @@ type Options struct {
 	// the scope of every key; empty, or a nil Principal, means the
 	// credentials: the Authorization and X-Api-Key headers and the
 	// SessionCookies. Callers with none of these share one identity. The
-	// identity is hashed, never stored.
+	// identity is hashed, never stored. With credentials as the identity,
+	// a retry sent with a refreshed token is a new call and runs again: a
+	// nil Principal without ScopeByCredentials logs a warning at the first
+	// call that carries credentials (to Engine.Logger, or [slog.Default] if nil).
 	Principal func(*http.Request) string
+	// ScopeByCredentials declares that the credentials themselves are the
+	// caller's identity (long-lived API keys that every retry repeats) and
+	// silences the warning of a nil Principal. False means that warning.
+	ScopeByCredentials bool
 	// SessionCookies names the cookies whose values identify a caller.
 	// Nil means not configured: a call that carries a Cookie header but
 	// no principal and no credential is refused ([CodeInternalError],
@@ -73,7 +80,8 @@ type Options struct {
 	SessionCookies []string
 	// ScopeSecret keys the hash of the scope (HMAC-SHA-256), so that
 	// credentials cannot be recovered from the table by hashing guesses.
-	// Nil means plain SHA-256. See middleware.Options.ScopeSecret.
+	// Nil means plain SHA-256, and a warning at the first call that
+	// carries credentials. See middleware.Options.ScopeSecret.
 	ScopeSecret []byte
 	// Observer is called on each [idem.Event] of a deduplicated call, for
 	// metrics. It runs on the request's goroutine (or the lease
@@ -113,7 +121,7 @@ type Options struct {
 // scoping is o's settings of the default scope, which package middleware
 // declares too.
 func (o Options) scoping() adapter.Scoping {
-	return adapter.Scoping{Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret}
+	return adapter.Scoping{Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret, ScopeByCredentials: o.ScopeByCredentials}
 }
 
 // validate panics, naming the field, on the first of o's own fields that

@@ -72,7 +72,7 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		methods[m] = true
 	}
 	eng := engine.New(store, eopts)
-	scope := adapter.NewScoper("mcphttp", opts.scoping(), eopts.Logger)
+	scope := adapter.NewScoper("mcphttp", opts.scoping(), opts.Engine.Logger)
 	return func(next http.Handler) http.Handler {
 		return &wrapper{
 			next: next, eng: eng, methods: methods, wait: eopts.Wait,

@@ -110,7 +110,8 @@ type Options struct {
 	// the default: a keyed hash of the caller's identity (Principal, else
 	// the Authorization and X-Api-Key headers and the SessionCookies), the
 	// X-Session-Id header, the method and the route. Setting Scope together
-	// with Principal, SessionCookies or ScopeSecret panics.
+	// with Principal, ScopeByCredentials, SessionCookies or ScopeSecret
+	// panics.
 	Scope ScopeFunc
 
 	// Principal returns the authenticated principal of a request (a user
@@ -119,8 +120,16 @@ type Options struct {
 	// When it returns a non-empty string, the principal alone is the
 	// caller's identity: a credential refreshed between a client's retries
 	// still finds its key. Empty, or a nil Principal, means the identity
-	// is the credentials.
+	// is the credentials, so a retry sent with a refreshed bearer token is
+	// a new request and runs again; with a nil Principal and not
+	// ScopeByCredentials, the first request that carries credentials logs
+	// a warning that says so (to Engine.Logger, or [slog.Default] if nil).
 	Principal func(r *http.Request) string
+
+	// ScopeByCredentials declares that the credentials themselves are the
+	// caller's identity (long-lived API keys that every retry repeats) and
+	// silences the warning of a nil Principal. False means that warning.
+	ScopeByCredentials bool
 
 	// SessionCookies names the cookies whose values identify a user (the
 	// session cookie of a browser application); their values join
@@ -140,7 +149,8 @@ type Options struct {
 	// changes every scope, so a retry that straddles the change runs
 	// again. Nil means plain SHA-256: fine for high-entropy credentials
 	// (random bearer tokens, session ids), guessable for low-entropy ones
-	// by anyone who can read the table.
+	// by anyone who can read the table; the first request that carries
+	// credentials then logs a warning.
 	ScopeSecret []byte
 
 	// Fingerprint returns a request's fingerprint. Nil means
@@ -242,12 +252,14 @@ func newConfig(o Options) *config {
 	if o.Scope != nil {
 		// The options that configure the default scope would be silently
 		// ignored, and a secret believed in use would not be.
-		if o.Principal != nil || o.SessionCookies != nil || len(o.ScopeSecret) > 0 {
-			panic("middleware: Options.Scope replaces the default scope; Principal, SessionCookies and ScopeSecret configure the default and cannot be combined with it")
+		if o.Principal != nil || o.SessionCookies != nil || len(o.ScopeSecret) > 0 || o.ScopeByCredentials {
+			panic("middleware: Options.Scope replaces the default scope; Principal, ScopeByCredentials, SessionCookies and ScopeSecret configure the default and cannot be combined with it")
 		}
 		c.scope = o.Scope
 	} else {
-		c.scoper = adapter.NewScoper("middleware", adapter.Scoping{Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret}, c.logger)
+		c.scoper = adapter.NewScoper("middleware", adapter.Scoping{
+			Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret, ScopeByCredentials: o.ScopeByCredentials,
+		}, o.Engine.Logger)
 	}
 	methods := o.Methods
 	if methods == nil {

@@ -163,6 +163,7 @@ func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Close)
 	admin := testdb.NewPool(t, testdb.DirectConfig(t, schema))
 	var events idemtest.Events
 	var runs atomic.Int64

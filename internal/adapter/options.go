@@ -6,7 +6,7 @@ import (
 )
 
 // Scoping holds the options of the default scope that both adapters
-// declare, field for field (Principal, SessionCookies, ScopeSecret): each
+// declare, field for field: each
 // adapter copies them here and calls [NewScoper] once, in its New. The
 // adapters' Options document each field for their users; the engine's
 // settings they share are one field of theirs, engine.Options.
@@ -14,6 +14,9 @@ type Scoping struct {
 	Principal      func(*http.Request) string
 	SessionCookies []string
 	ScopeSecret    []byte
+	// ScopeByCredentials is the adapters' opt-in to credentials as the
+	// identity: it silences the warning about a nil Principal.
+	ScopeByCredentials bool
 }
 
 // Positive returns v, or def when v is zero, and panics, naming pkg and the
