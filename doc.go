@@ -51,8 +51,8 @@
 //
 // This root package is the domain and nothing else: [Key] and its
 // constructors, [Claim] outcomes, [Token]s, [Result]s, typed errors, the
-// [Store] and [TxStore] ports, the [Event]s adapters report, and [Table], the
-// pure transition table every store implements. Table has no
+// [Store] and [TxStore] ports, the [Event]s adapters report, and [StateMachine], the
+// pure transition table every store implements. StateMachine has no
 // lock, no I/O and no clock (callers pass the time), so it can be tested as a
 // state machine and used as the model the stores are checked against.
 //

@@ -18,7 +18,7 @@
 //		x := eng.Start(ctx, req, d)
 //		x.Do(func(ctx context.Context) engine.Verdict {
 //			res := doTheWork(ctx)
-//			return engine.Verdict{Action: engine.Record, Result: res}
+//			return engine.Verdict{Action: engine.Complete, Result: res}
 //		}, nil)
 //	case engine.Replay:
 //		// answer d.Claim.Result
@@ -115,12 +115,12 @@
 // a work whose context ended (its lease was lost, its deadline passed,
 // Shutdown, its client with CancelWithClient) is one: a whole answer the
 // adapter's policy records is recorded, fenced by the generation; a work
-// whose adapter cannot tell whether it answered (Verdict Leave) is left to
+// whose adapter cannot tell whether it answered (Verdict LeaveToLease) is left to
 // its lease; otherwise, the key is released.
 // Whether the context ended only matters when there is no such answer, so a
 // Shutdown that fires just as the work returns does not change what its
-// answer becomes. Leave holds after a cut-off because the release is safe
-// only for work known to have answered nothing: mcphttp says Leave when the
+// answer becomes. LeaveToLease holds after a cut-off because the release is safe
+// only for work known to have answered nothing: mcphttp says LeaveToLease when the
 // call's stream ended without its response, which a tool that finished its
 // effect anyway may have sent where the wrapper cannot see it.
 //
@@ -129,11 +129,12 @@
 //	  or through Execution.Commit)
 //	lost its claim to a takeover (a renewal found it      nothing: the key is the new
 //	  stale)                                              owner's
-//	returned a whole answer to record (Verdict Record),   records it (fenced: nothing if
-//	  even after its lease was lost, its deadline         the key was taken over)
-//	  passed, or Shutdown or its client cut it off
+//	returned a whole answer to record (Verdict            records it (fenced: nothing if
+//	  Complete), even after its lease was lost, its       the key was taken over)
+//	  deadline passed, or Shutdown or its client cut it
+//	  off
 //	cannot be told to have answered or not (Verdict       leaves the claim to its lease: a
-//	  Leave), cut off or not                              retry waits, then takes it over
+//	  LeaveToLease), cut off or not                       retry waits, then takes it over
 //	lost its lease, ran past its deadline, or was cut     releases (fenced)
 //	  off by Shutdown or its client, and answered
 //	  nothing to record
@@ -170,7 +171,7 @@
 // the store's database ([idem.TxStore]: pgstore), for work whose side
 // effects are rows in that database. The work runs in the transaction (its
 // context carries it; [Execution.TxContext] grafts it onto another
-// context), and the verdict ends it: Record commits the result with the
+// context), and the verdict ends it: Complete commits the result with the
 // work's writes in one commit ([idem.TxClaim].Commit), everything else
 // rolls all of it back, so a retry runs at once. Nothing is renewed: until
 // the commit nobody else can see the claim, and a duplicate waits in the
@@ -189,7 +190,7 @@
 // end the same way. A whole answer to record after the deadline still
 // commits, as for any work; one that answered nothing to record is rolled
 // back.
-// Leave (an MCP stream that ended without its response) rolls back
+// LeaveToLease (an MCP stream that ended without its response) rolls back
 // too: there is no lease to leave the claim to. A key held by a two-phase
 // claim is waited for with the store's Wait, then claimed again in a new
 // transaction; a two-phase claim of a key held in a transaction waits for

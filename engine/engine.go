@@ -299,12 +299,12 @@ const (
 	// chose to fail open); tell the client to retry after
 	// Decision.RetryAfter.
 	Unavailable
-	// Gone: the request's context ended while claiming or waiting. Nothing
+	// RequestEnded: the request's context ended while claiming or waiting. Nothing
 	// was claimed. Usually the client left; but a server that cancels its
 	// requests (a shutdown past its bound) ends it too, with the client
 	// still there, so answer it as Unavailable (the answer is lost if the
 	// client is gone).
-	Gone
+	RequestEnded
 )
 
 func (o Outcome) String() string {
@@ -321,8 +321,8 @@ func (o Outcome) String() string {
 		return "invalid key"
 	case Unavailable:
 		return "unavailable"
-	case Gone:
-		return "gone"
+	case RequestEnded:
+		return "request ended"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -343,7 +343,7 @@ type Decision struct {
 }
 
 // Claim claims req's key, waiting up to Options.Wait for a duplicate still
-// in flight, and reports the outcome as an [idem.Event] (none for Gone). The
+// in flight, and reports the outcome as an [idem.Event] (none for RequestEnded). The
 // claim runs under ctx, the client's context, bounded by Wait plus
 // StoreTimeout.
 func (e *Engine) Claim(ctx context.Context, req *Request) Decision {
@@ -406,7 +406,7 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		d := Decision{Claim: claim, Err: err}
 		switch {
 		case ctx.Err() != nil:
-			d.Outcome = Gone
+			d.Outcome = RequestEnded
 		case errors.Is(err, idem.ErrFingerprintMismatch):
 			d.Outcome = Mismatch
 		case errors.Is(err, idem.ErrInvalidKey):

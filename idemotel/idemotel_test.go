@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,12 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemotel"
-	"github.com/idemkit/idem/idemtest"
-	"github.com/idemkit/idem/mcphttp"
-	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/memclock"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -32,6 +28,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/mcphttp"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,7 +67,7 @@ func setup(t *testing.T, mwOpts middleware.Options, work http.HandlerFunc) *fixt
 	f := newFixture(t)
 	mwOpts.Scope = func(*http.Request) string { return secretScope }
 	mwOpts.Observer = f.observe
-	store := memstore.New(memstore.Options{Now: f.clock.Now})
+	store := memclock.New(memstore.Options{}, f.clock.Now)
 	f.handler = f.serverSpan(middleware.New(store, mwOpts)(work))
 	return f
 }

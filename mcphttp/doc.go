@@ -67,7 +67,7 @@
 // two that name different keys are answered with [CodeInvalidParams]
 // (data.reason "conflicting_idempotency_keys", the message naming both)
 // and not run, since the wrapper cannot know which one the client meant.
-// A key is validated with [idem.ParseKey] (an invalid one is
+// A key is validated with [idem.ParseClientKey] (an invalid one is
 // [CodeInvalidParams], "invalid_idempotency_key", naming its source). Its
 // fingerprint is the tool name and the canonical arguments
 // ([agentkey.CanonicalJSON]), so the same key with another tool or other
@@ -104,7 +104,7 @@
 //
 // # Protocol 2026-07-28
 //
-// [ModernProtocol] has no sessions and no initialize, and a retry is a new
+// [SessionlessProtocol] has no sessions and no initialize, and a retry is a new
 // request with a new JSON-RPC id. So a call made at it (by its
 // MCP-Protocol-Version header or its _meta protocol version) is never keyed
 // by Mcp-Session-Id (the server ignores the header, so any client could
@@ -132,7 +132,7 @@
 // same key (go-sdk's client copies the call's params, _meta included).
 // input_required is not the call's final answer, and round 2 is not a key
 // reuse: each round is its own claim, keyed by the call's key and a digest
-// of the round's requestState and inputResponses ([idem.ParseRoundKey]);
+// of the round's requestState and inputResponses ([idem.ParseClientRoundKey]);
 // neither is part of the fingerprint.
 //
 //	client                          mcphttp                        tool

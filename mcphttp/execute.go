@@ -48,7 +48,7 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 		defer end()
 		m.next.ServeHTTP(rec, ir)
 		final = rec.verdict()
-		if final.Action == engine.Leave && x.Err() != nil {
+		if final.Action == engine.LeaveToLease && x.Err() != nil {
 			// Cut off, and no answer came: the client must not take the
 			// silence for one.
 			rec.cutOff(c.rawID, x.Err(), m.eng.RetryAfter())

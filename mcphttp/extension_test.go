@@ -19,7 +19,7 @@ func TestExtensionAdvertised(t *testing.T) {
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		caps := h.client(t, nil).InitializeResult().Capabilities
 		where := caps.Experimental
-		if h.v.protocol >= mcphttp.ModernProtocol {
+		if h.v.protocol >= mcphttp.SessionlessProtocol {
 			where = caps.Extensions
 		}
 		raw, err := json.Marshal(where[mcphttp.ExtensionID])

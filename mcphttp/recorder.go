@@ -86,7 +86,7 @@ func (r *recorder) verdict() engine.Verdict {
 		// that ended early; releasing it would let the retry run the tool
 		// again at once. A handler that refuses a call says so with a
 		// status.
-		return engine.Verdict{Action: engine.Leave, Why: "the inner handler answered nothing: the call may have run"}
+		return engine.Verdict{Action: engine.LeaveToLease, Why: "the inner handler answered nothing: the call may have run"}
 	}
 	r.scan.finish()
 	switch s := r.scan; {
@@ -98,11 +98,11 @@ func (r *recorder) verdict() engine.Verdict {
 		// runs the tool again.
 		return engine.Verdict{Action: engine.Release, Why: "the call was cut off and its tool answered with an error"}
 	case s.final != nil && !s.finalError:
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.Status, Body: s.final}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: r.Status, Body: s.final}}
 	case s.final == nil && s.oversize && r.Status == http.StatusOK:
 		// The response was seen, and was too large to record: the tool
 		// ran, and must not run again.
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.Status, Unreplayable: true}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: r.Status, Unreplayable: true}}
 	case s.final == nil && r.Status == http.StatusOK && s.sse:
 		// The call's SSE stream ended without its response: the session
 		// closed, or the server closed the stream for the client to
@@ -110,7 +110,7 @@ func (r *recorder) verdict() engine.Verdict {
 		// so the claim is kept, unrenewed, until its lease runs out:
 		// until then a retry waits or is told to retry, and never runs
 		// the tool alongside. Releasing would invite exactly that.
-		return engine.Verdict{Action: engine.Leave, Why: "the call's stream ended without its response"}
+		return engine.Verdict{Action: engine.LeaveToLease, Why: "the call's stream ended without its response"}
 	}
 	// A JSON-RPC error, or a status and no answer to the call (the inner
 	// handler rejected the request): the call produced no result, and a

@@ -15,7 +15,7 @@ import (
 //
 //	server.AddReceivingMiddleware(mcphttp.ToolCancellation)
 //
-// A stateless go-sdk server (and every call at [ModernProtocol]) ties a
+// A stateless go-sdk server (and every call at [SessionlessProtocol]) ties a
 // tool's context to its HTTP request's alone, and drops the answer of a
 // request whose context ended: cancelling the one loses the other. With
 // this middleware the tool's context ends at the cut-off, and an answer it

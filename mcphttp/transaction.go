@@ -163,7 +163,7 @@ func (h *heldResponse) verdict(v engine.Verdict) engine.Verdict {
 	if h == nil || !h.x.Committed() {
 		return v
 	}
-	return engine.Verdict{Action: engine.Recorded, Result: idem.Result{Status: h.status, Unreplayable: true}}
+	return engine.Verdict{Action: engine.CompletedByWork, Result: idem.Result{Status: h.status, Unreplayable: true}}
 }
 
 // release sends what was held and ends the hold.
@@ -194,7 +194,7 @@ func (h *heldResponse) release() {
 func (h *heldResponse) send(v engine.Verdict) {
 	switch {
 	case h == nil || h.sent:
-	case !h.failed && (h.x.Committed() || (v.Action == engine.Release || v.Action == engine.Leave) && h.x.TxLimitErr() == nil):
+	case !h.failed && (h.x.Committed() || (v.Action == engine.Release || v.Action == engine.LeaveToLease) && h.x.TxLimitErr() == nil):
 		h.status = cmp.Or(h.status, http.StatusOK)
 		h.release()
 	default:

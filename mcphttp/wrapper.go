@@ -183,7 +183,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	case engine.Run:
 		m.execute(w, r, c, ereq, d, forward)
 		return
-	case engine.Gone:
+	case engine.RequestEnded:
 		// Too late to probe (the request's context ended): a JSON body,
 		// which every client accepts.
 		body := m.cancelledBody(c)
@@ -204,7 +204,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		case engine.Run:
 			m.execute(w, r, c, ereq, d, forward)
 			return
-		case engine.Gone:
+		case engine.RequestEnded:
 			m.answer(w, r, c, m.cancelledBody(c), false, probe)
 			return
 		}

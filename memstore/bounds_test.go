@@ -39,8 +39,8 @@ func TestWaitersDoNotLeak(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clock := idemtest.NewClock()
-			s := New(Options{Now: clock.Now, PollInterval: 5 * time.Millisecond})
-			k, _ := idem.ParseKey("k")
+			s := newAt(Options{PollInterval: 5 * time.Millisecond}, clock.Now)
+			k, _ := idem.ParseClientKey("k")
 			if _, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: k, Lease: time.Second}); err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +81,7 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := New(Options{})
-	k, err := idem.ParseKey("k")
+	k, err := idem.ParseClientKey("k")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func (s waitSignal) Wait(ctx context.Context, scope string, key idem.Key) error 
 func TestServerCancelledWait(t *testing.T) {
 	t.Parallel()
 	store := waitSignal{memstore.New(memstore.Options{}), make(chan struct{}, 1)}
-	key, _ := idem.ParseKey("k")
+	key, _ := idem.ParseClientKey("k")
 	if _, err := store.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: key, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func suiteLease(t *testing.T, newStore newKit) {
 		for range 4 { // four renewals: longer than one lease
 			<-counting.renewed
 		}
-		k, _ := idem.ParseKey("k")
+		k, _ := idem.ParseClientKey("k")
 		c, err := kit.store.Claim(t.Context(), idem.ClaimRequest{Scope: "tenant", Key: k})
 		if err != nil || c.Status != idem.InFlight {
 			t.Fatalf("claim while the handler runs past its first lease = %v, %v; want in flight", c.Status, err)
@@ -123,7 +123,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	// The lease runs out while the renewal stalls: the handler is
 	// cancelled before it does, and another caller takes the key over
 	// while the handler has not answered yet.
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	ctx := t.Context()
 	var taken idem.Claim
 	for taken.Status != idem.Acquired {

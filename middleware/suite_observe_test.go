@@ -25,7 +25,7 @@ func suiteObserve(t *testing.T, newStore newKit) {
 			return func(w http.ResponseWriter, r *http.Request) { tok, ok = middleware.TokenFrom(r.Context()) }
 		})
 		serve(f.h, newReq("POST", "/a", `{}`, key("k")))
-		k, _ := idem.ParseKey("k")
+		k, _ := idem.ParseClientKey("k")
 		if !ok || tok.Scope != "tenant" || tok.Key != k || tok.Generation <= 0 {
 			t.Fatalf("TokenFrom = %v, %v", tok, ok)
 		}

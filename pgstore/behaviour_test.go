@@ -134,12 +134,12 @@ func TestOwnerVanished(t *testing.T) {
 			ctx := testCtx(t)
 			clock := idemtest.NewClock()
 			pool, schema := migrated(t)
-			owner := newStore(t, pool, pgstore.Options{Now: clock.Now})
+			owner := newStoreAt(t, pool, clock.Now, pgstore.Options{})
 			c := mustClaim(t, ctx, owner, idem.ClaimRequest{Scope: "s", Key: key("a"), Lease: 10 * time.Second}, idem.Acquired)
 			owner.Close()
 			pool.Close()
 
-			other := newStore(t, secondPool(t, schema), pgstore.Options{Now: clock.Now})
+			other := newStoreAt(t, secondPool(t, schema), clock.Now, pgstore.Options{})
 			mustClaim(t, ctx, other, idem.ClaimRequest{Scope: "s", Key: key("a")}, idem.InFlight)
 			clock.Advance(10 * time.Second)
 			if tc.sweep {
@@ -231,7 +231,7 @@ func TestCompleteTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock := idemtest.NewClock()
-		return ctx, pool, newStore(t, pool, pgstore.Options{Now: clock.Now}), clock
+		return ctx, pool, newStoreAt(t, pool, clock.Now, pgstore.Options{}), clock
 	}
 	invoices := func(t *testing.T, ctx context.Context, pool *pgxpool.Pool) int {
 		t.Helper()
@@ -343,7 +343,7 @@ func testConcurrentSweepers(t *testing.T, partitions int) {
 	pool, schema := migratedWith(t, migrations.Options{Partitions: partitions})
 	const batch = 25
 	const abandoned, expired = 300, 300
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Minute})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Minute})
 	// Rows are made with one statement each (as claims would), in bulk.
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO idem_keys (scope, key, generation, state, lease_end, created_at)
@@ -363,7 +363,7 @@ func testConcurrentSweepers(t *testing.T, partitions int) {
 	var total [3]idem.SweepStats
 	var wg sync.WaitGroup
 	for i := range 3 {
-		sw := newStore(t, secondPool(t, schema), pgstore.Options{Now: clock.Now, Retention: time.Minute})
+		sw := newStoreAt(t, secondPool(t, schema), clock.Now, pgstore.Options{Retention: time.Minute})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -409,7 +409,7 @@ func TestSweeperSweepsUntilClose(t *testing.T) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, SweepInterval: 10 * time.Millisecond})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{SweepInterval: 10 * time.Millisecond})
 	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a"), Lease: time.Second}, idem.Acquired)
 	clock.Advance(time.Second)
 	for {

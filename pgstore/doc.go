@@ -24,8 +24,7 @@
 // generation is never issued twice for a key, whatever happened to its row.
 //
 // Every time is the database's: statements use statement_timestamp(), so
-// instances with skewed clocks agree on when a lease ends. (Options.Now
-// replaces it, in tests only.)
+// instances with skewed clocks agree on when a lease ends.
 //
 // The database must be UTF8 (the default of most installations): keys,
 // recorded headers and bodies are stored as UTF-8 text and jsonb, which

@@ -104,11 +104,6 @@ type Options struct {
 	// CommitQuery must be empty: the store commits with its own statement.
 	// A read-only AccessMode is refused: the claim is an INSERT.
 	TxOptions pgx.TxOptions
-	// Now is a test hook: when set, every statement uses its value as
-	// "now" instead of the database clock. Nil (production) means the
-	// database clock, statement_timestamp(); the application's clock is
-	// never used for leases.
-	Now func() time.Time
 }
 
 // validate names the first field of o that is wrong. Table is checked by
@@ -134,8 +129,7 @@ func (o Options) validate() error {
 }
 
 // withDefaults returns o with every zero field that has a default set to
-// it (Table is resolved by pgschema.ObjectsFor, Now stays nil for the
-// database's clock).
+// it (Table is resolved by pgschema.ObjectsFor).
 func (o Options) withDefaults() Options {
 	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
 	o.Retention = cmp.Or(o.Retention, DefaultRetention)

@@ -59,6 +59,13 @@ type Store struct {
 // the same Table). Close the store when done with it, before closing the
 // pool, to stop the listener goroutine Wait starts.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	return newStore(pool, opts, nil)
+}
+
+// newStore is New with the clock of every statement: nil (production)
+// means the database's, statement_timestamp(), and the application's clock
+// is never used for leases; tests set a fake one (export_test.go).
+func newStore(pool *pgxpool.Pool, opts Options, now func() time.Time) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
@@ -77,7 +84,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		retention: opts.Retention,
 		poll:      opts.PollInterval,
 		log:       opts.Logger,
-		now:       opts.Now,
+		now:       now,
 		txOptions: opts.TxOptions,
 	}
 	if s.sql, err = buildStatements(obj); err != nil {

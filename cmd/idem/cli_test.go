@@ -172,7 +172,7 @@ func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
 	dbURL, store = migratedStore(t)
 	ctx := t.Context()
 	claim := func(key string, lease time.Duration) idem.Claim {
-		k, err := idem.ParseKey(key)
+		k, err := idem.ParseClientKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func withoutTimes(s string) string {
 
 func mustKey(t *testing.T, s string) idem.Key {
 	t.Helper()
-	k, err := idem.ParseKey(s)
+	k, err := idem.ParseClientKey(s)
 	if err != nil {
 		t.Fatal(err)
 	}

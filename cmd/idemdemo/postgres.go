@@ -159,7 +159,7 @@ func tableName(t string) string {
 // idem table, so a missing table or missing privileges show as well as a
 // database that is down.
 func storeHealth(store *pgstore.Store) func(context.Context) error {
-	key, err := idem.ParseKey("idemdemo-healthz")
+	key, err := idem.ParseClientKey("idemdemo-healthz")
 	if err != nil {
 		panic(err) // a constant, valid key
 	}

@@ -506,7 +506,7 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 
 	// Every store operation: claim, renew, release, complete, wait, sweep.
-	k2, _ := idem.ParseKey(uniq("k2"))
+	k2, _ := idem.ParseClientKey(uniq("k2"))
 	req := idem.ClaimRequest{Scope: "s", Key: k2, Lease: 50 * time.Millisecond}
 	c, err := store.Claim(ctx, req)
 	if err != nil || c.Status != idem.Acquired {
