@@ -6,7 +6,7 @@
 // [New] wraps any Streamable HTTP handler, such as go-sdk's
 // mcp.NewStreamableHTTPHandler:
 //
-//	handler := mcphttp.New(store, mcphttp.Options{})(mcp.NewStreamableHTTPHandler(getServer, nil))
+//	handler := mcphttp.New(store, mcphttp.Options{Principal: userOf})(mcp.NewStreamableHTTPHandler(getServer, nil))
 //
 // # What is touched
 //

@@ -3,7 +3,7 @@
 // runs its handler at most once, and every retry gets the original response.
 //
 //	mux := http.NewServeMux()
-//	protect := middleware.New(store, middleware.Options{})
+//	protect := middleware.New(store, middleware.Options{Principal: userOf}) // the user your auth found
 //	mux.Handle("POST /invoices", protect(http.HandlerFunc(createInvoice)))
 //
 // # What a request gets
