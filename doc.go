@@ -43,7 +43,7 @@
 //
 // This root package is the domain: [Key] and its injective constructors,
 // [Claim] outcomes, [Token]s, [Result]s, typed errors, the [Store] and
-// [TxStore] ports, the [Event]s adapters report, and [Table], the pure
+// [TxStore] ports, the [Event]s adapters report, and [StateMachine], the pure
 // transition table (no lock, no I/O, no clock) every store is checked
 // against. It imports none of the packages above and starts no goroutine
 // ([Sweeper.Run] and [ClaimWait] block in the caller's).

@@ -19,7 +19,7 @@
 //		x := eng.Start(ctx, req, d)
 //		x.Do(func(ctx context.Context) engine.Verdict {
 //			res := doTheWork(ctx)
-//			return engine.Verdict{Action: engine.Record, Result: res}
+//			return engine.Verdict{Action: engine.Complete, Result: res}
 //		}, nil)
 //	case engine.Replay:
 //		// answer d.Claim.Result

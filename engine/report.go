@@ -36,7 +36,7 @@ func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
 	case InvalidKey:
 		ev.Kind, ev.Reason = idem.EventRefused, idem.RefusedInvalidKey
 		e.log(ctx, slog.LevelInfo, "the store rejected the idempotency key", req, slog.Any("err", d.Err))
-	default: // Gone: the client left, or the server ended the request
+	default: // RequestEnded: the client left, or the server ended the request
 		return
 	}
 	e.observe(req, ev)

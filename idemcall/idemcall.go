@@ -123,7 +123,7 @@ type Call struct {
 	// like any other.
 	Scope string
 	// Key is the idempotency key: 1 to [idem.MaxHeaderKeyLen] printable
-	// ASCII characters ([idem.ParseKey]); anything else fails the call
+	// ASCII characters ([idem.ParseClientKey]); anything else fails the call
 	// with an error that matches [idem.ErrInvalidKey].
 	Key string
 	// Fingerprint identifies the call's input: a later call with the same
@@ -268,7 +268,7 @@ func Do[T any](ctx context.Context, c *Caller, call Call, fn func(ctx context.Co
 // it is, and a later call gets it back with replayed true. A result fn
 // returns with Unreplayable set completes the key without a value to give.
 func (c *Caller) DoResult(ctx context.Context, call Call, fn func(ctx context.Context) (idem.Result, error)) (res idem.Result, replayed bool, err error) {
-	key, err := idem.ParseKey(call.Key)
+	key, err := idem.ParseClientKey(call.Key)
 	if err != nil {
 		return idem.Result{}, false, err
 	}
@@ -289,7 +289,7 @@ func (c *Caller) DoResult(ctx context.Context, call Call, fn func(ctx context.Co
 		return idem.Result{}, false, &InFlightError{RetryAfter: d.RetryAfter}
 	case engine.Mismatch, engine.InvalidKey:
 		return idem.Result{}, false, d.Err
-	case engine.Gone:
+	case engine.RequestEnded:
 		return idem.Result{}, false, context.Cause(ctx)
 	default: // Unavailable
 		return idem.Result{}, false, &UnavailableError{Err: d.Err, RetryAfter: d.RetryAfter}
@@ -300,7 +300,7 @@ func (c *Caller) DoResult(ctx context.Context, call Call, fn func(ctx context.Co
 		if err != nil {
 			return engine.Verdict{Action: engine.Release, Why: "the function failed: " + err.Error()}
 		}
-		return engine.Verdict{Action: engine.Record, Result: res}
+		return engine.Verdict{Action: engine.Complete, Result: res}
 	}, nil)
 	if err == nil && x.InTransaction() && !x.Committed() {
 		return idem.Result{}, false, &CommitError{Limit: x.TxLimitErr()}

@@ -6,7 +6,7 @@
 // [New] wraps any Streamable HTTP handler, such as go-sdk's
 // mcp.NewStreamableHTTPHandler:
 //
-//	handler := mcphttp.New(store, mcphttp.Options{})(mcp.NewStreamableHTTPHandler(getServer, nil))
+//	handler := mcphttp.New(store, mcphttp.Options{Principal: userOf})(mcp.NewStreamableHTTPHandler(getServer, nil))
 //
 // Only a POST whose body is one JSON-RPC request with an id, for a method in
 // [Options.Methods] (tools/call), is deduplicated; everything else passes
@@ -22,32 +22,32 @@
 // ([Options.Principal], else credentials and [Options.SessionCookies], plus
 // _meta.sessionId); the same key for another tool or arguments is
 // [CodeKeyReused]. A call without a key is keyed by session, id, tool and
-// arguments before [ModernProtocol] (not with [Options.Stateless]), and not
+// arguments before [SessionlessProtocol] (not with [Options.Stateless]), and not
 // deduplicated at it. [Options.NewKeyGuard] notices agents that mint a new
 // key per retry.
 //
 // A replay is the recorded response under the retry's id, with the
 // Idempotent-Replayed header and [ReplayedMetaKey] in the result's _meta. A
-// duplicate of a call in flight waits up to [Options.Wait], then gets
+// duplicate of a call in flight waits up to Options.Engine.Wait, then gets
 // [CodeInFlight]. What the inner handler would reject is never answered from
 // the store ([design.md, "Order of checks"]).
 //
 // # Cancellation
 //
 // A keyed call runs on when its client drops the stream, and is recorded
-// for the retry; [Options.CancelWithClient] cancels it and releases the key
+// for the retry; Options.Engine.CancelWithClient cancels it and releases the key
 // instead, for tools that stop cleanly ([design.md, "Cancellation and closed
 // streams"]).
 //
 // # Closed sessions
 //
-// A session's DELETE waits up to [Options.Wait] for its deduplicated calls,
+// A session's DELETE waits up to Options.Engine.Wait for its deduplicated calls,
 // so a retry from a new session replays their answers.
 //
 // # Cut off
 //
-// When a lost lease, the deadline ([Options.MaxExecution]) or
-// [Options.Shutdown] cuts a call off, the inner request is not ended (go-sdk
+// When a lost lease, the deadline (Options.Engine.MaxExecution) or
+// Options.Engine.Shutdown cuts a call off, the inner request is not ended (go-sdk
 // would drop the answer): the tool is told through notifications/cancelled
 // on a stateful session, [ToolCancellation] on a stateless server, or
 // [WorkContext]. What it still answers is recorded; a call that answers

@@ -3,7 +3,7 @@
 // runs its handler at most once, and every retry gets the original response.
 //
 //	mux := http.NewServeMux()
-//	protect := middleware.New(store, middleware.Options{})
+//	protect := middleware.New(store, middleware.Options{Principal: userOf}) // the user your auth found
 //	mux.Handle("POST /invoices", protect(http.HandlerFunc(createInvoice)))
 //
 // # What a request gets
@@ -28,7 +28,7 @@
 //	retry, same request                         the recorded response, plus
 //	                                            Idempotent-Replayed: true
 //	same key, different request                 422 (TypeMismatch), not run
-//	same key while the original runs            waits up to Options.Wait, then
+//	same key while the original runs            waits up to Options.Engine.Wait, then
 //	                                            409 (TypeInFlight), Retry-After
 //	store unreachable or full, or the server    503 (TypeStoreUnavailable),
 //	  cancels the request while it claims or    Retry-After; not run
@@ -54,7 +54,7 @@
 // The response goes to the client as it is written, flushes included, and
 // is captured on the way (status, Options.RecordHeaders, the body up to
 // MaxRecordBytes; never Set-Cookie, Authorization or hop-by-hop headers). A store failure
-// outlasting Options.StoreTimeout when it is recorded leaves the key
+// outlasting Options.Engine.StoreTimeout when it is recorded leaves the key
 // claimed until its lease runs out; [Commit], which records the response in
 // the handler's own transaction, or InTransaction close that window. Writes
 // to a gone client are dropped without failing the handler; a body cut
@@ -72,11 +72,12 @@
 //
 // # Observability
 //
-// Options.Logger gets logs (nil: none; keys as key_digest, [idem.KeyDigest],
-// unless at debug); Options.Observer gets an [idem.Event] per claim,
-// replay, 409, 422, completion, release, lost claim and store error, per
-// request refused before a claim ([idem.EventRefused], by reason) and per
-// request run unprotected ([idem.EventUnprotected]: KeyOptional, FailOpen).
+// Options.Engine.Logger gets logs (nil: none; keys as key_digest,
+// [idem.KeyDigest], unless at debug); Options.Observer gets an [idem.Event]
+// per claim, replay, 409, 422, completion, release, lost claim and store
+// error, per request refused before a claim ([idem.EventRefused], by reason)
+// and per request run unprotected ([idem.EventUnprotected]: KeyOptional,
+// FailOpen).
 //
 // [design.md, "Scopes"]: https://github.com/idemkit/idem/blob/main/docs/design.md#scopes-who-is-asking
 // [design.md, "Two ways to claim"]: https://github.com/idemkit/idem/blob/main/docs/design.md#two-ways-to-claim

@@ -61,7 +61,7 @@ func TestRefusalsReported(t *testing.T) {
 					events = append(events, e)
 				}
 			}
-			tc.opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			tc.opts.Engine.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			store := tc.store
 			if store == nil {
 				store = memstore.New(memstore.Options{})

@@ -85,7 +85,7 @@ func TestUpDownSchemaQualified(t *testing.T) {
 	if comments != 0 {
 		t.Errorf("%d columns without a comment", comments)
 	}
-	for range 4 { // version 5, 3, 2, then 1
+	for range 4 { // version 4, 3, 2, then 1
 		if err := migrations.Down(ctx, pool, opts); err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +292,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 }
 
-// TestRequestLabelsUpAndDown: migration 5 adds the request labels to a
+// TestRequestLabelsUpAndDown: migration 4 adds the request labels to a
 // table with rows, which keep theirs (null: not recorded), and rolling it
 // back drops them and keeps the rows.
 func TestRequestLabelsUpAndDown(t *testing.T) {

@@ -7,8 +7,7 @@
 //	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil { ... }
 //	store, err := pgstore.New(pool, pgstore.Options{})
 //	if err != nil { ... }
-//	defer store.Close()
-//	go store.Run(ctx, time.Minute) // the sweeper, in every instance
+//	defer store.Close() // stops the store's sweeper (Options.SweepInterval)
 //
 // One row per present (scope, key); every time is the database's, so
 // instances with skewed clocks agree. The database must be UTF8 (else
@@ -60,7 +59,8 @@
 //
 // [Store.Sweep] deletes abandoned claims, then expired results, up to limit
 // rows, FOR UPDATE SKIP LOCKED: sweepers never wait for each other.
-// [Store.Run] sweeps on a jittered interval.
+// The store sweeps on a jittered interval from [New] until [Store.Close]
+// (Options.SweepInterval; negative: none, for a service that sweeps elsewhere).
 //
 // # Errors
 //

@@ -43,7 +43,7 @@ func Example() {
 	}
 
 	createInvoice := func(idempotencyKey, customer string, amountCents int64) (idem.Result, error) {
-		key, err := idem.ParseKey(idempotencyKey)
+		key, err := idem.ParseClientKey(idempotencyKey)
 		if err != nil {
 			return idem.Result{}, err
 		}

@@ -19,10 +19,10 @@ func TestKeys(t *testing.T) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Hour})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Hour})
 
 	claim := func(scope, k string, lease time.Duration) idem.Claim {
-		hk, err := idem.ParseKey(k)
+		hk, err := idem.ParseClientKey(k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,8 +102,8 @@ func TestLabelsFindAKeyAcrossScopes(t *testing.T) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now})
-	key, err := idem.ParseKey("pay-1")
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{})
+	key, err := idem.ParseClientKey("pay-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestLabelsFindAKeyAcrossScopes(t *testing.T) {
 	if c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-b", Key: key, Labels: bob}, idem.Acquired); !c.Takeover {
 		t.Fatal("the second claim of scope-b's key did not take it over")
 	}
-	other, _ := idem.ParseKey("pay-2")
+	other, _ := idem.ParseClientKey("pay-2")
 	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-a", Key: other}, idem.Acquired)
 
 	e, ok, err := s.Inspect(ctx, "scope-a", key)

@@ -114,13 +114,13 @@ func TestUnresolvableHost(t *testing.T) {
 // applied says so and leaves nothing behind.
 func TestMigrateDownSaysWhatItDoes(t *testing.T) {
 	t.Parallel()
-	dbURL, pool := schemaURL(t)
+	dbURL, pool := freshSchema(t)
 	allPending := `table idem_keys
 VERSION  STATE    APPLIED AT
 1        pending  -
 2        pending  -
 3        pending  -
-5        pending  -
+4        pending  -
 `
 	for _, args := range [][]string{{"migrate", "down"}, {"migrate", "down", "--yes"}} {
 		checkOutput(t, strings.Join(args, " ")+" with nothing applied", mustRun(t, dbURL, args...),
@@ -133,24 +133,24 @@ VERSION  STATE    APPLIED AT
 	mustRun(t, dbURL, "migrate", "up")
 	for _, step := range []struct{ confirm, done, status string }{
 		{
-			"idem: migrate down would roll back migration 5 (request_labels) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
-			"rolled back migration 5 (request_labels) of table idem_keys\n",
-			"1        applied  <time>\n2        applied  <time>\n3        applied  <time>\n5        pending  -\n",
+			"idem: migrate down would roll back migration 4 (request_labels) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
+			"rolled back migration 4 (request_labels) of table idem_keys\n",
+			"1        applied  <time>\n2        applied  <time>\n3        applied  <time>\n4        pending  -\n",
 		},
 		{
 			"idem: migrate down would roll back migration 3 (complete_by_primary_key) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
 			"rolled back migration 3 (complete_by_primary_key) of table idem_keys\n",
-			"1        applied  <time>\n2        applied  <time>\n3        pending  -\n5        pending  -\n",
+			"1        applied  <time>\n2        applied  <time>\n3        pending  -\n4        pending  -\n",
 		},
 		{
 			"idem: migrate down would roll back migration 2 (notify_waiters) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
 			"rolled back migration 2 (notify_waiters) of table idem_keys\n",
-			"1        applied  <time>\n2        pending  -\n3        pending  -\n5        pending  -\n",
+			"1        applied  <time>\n2        pending  -\n3        pending  -\n4        pending  -\n",
 		},
 		{
 			"idem: migrate down would roll back migration 1 (create_table) of table idem_keys: it DROPS the table, every recorded result and the version table; add --yes to confirm (see idem migrate --help)",
 			"rolled back migration 1 (create_table) of table idem_keys: dropped the table, its recorded results and its version table\n",
-			"1        pending  -\n2        pending  -\n3        pending  -\n5        pending  -\n",
+			"1        pending  -\n2        pending  -\n3        pending  -\n4        pending  -\n",
 		},
 	} {
 		r := idemCLI(t.Context(), dbURL, "migrate", "down")

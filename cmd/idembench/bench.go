@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net"
 	"net/http"
@@ -188,10 +189,10 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	mux.Handle("POST "+pathDemoFloor, workHandler(func(ctx context.Context, key string) error { return floorWork(ctx, pool, fsql, key, true) }))
 	mux.Handle("POST "+pathInsert, workHandler(func(ctx context.Context, _ string) error { return insertWork(ctx, pool, fsql) }))
 	mux.Handle("POST "+pathOnetxFloor, workHandler(func(ctx context.Context, key string) error { return onetxFloorWork(ctx, pool, fsql, key) }))
-	mw := middleware.New(store, middleware.Options{Owner: "idembench"})
+	mw := middleware.New(store, middleware.Options{Engine: engine.Options{Owner: "idembench"}})
 	mux.Handle("POST "+pathIdem, mw(http.HandlerFunc(handler)))
 	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))
-	mwTx := middleware.New(store, middleware.Options{Owner: "idembench", InTransaction: true})
+	mwTx := middleware.New(store, middleware.Options{Engine: engine.Options{Owner: "idembench"}, InTransaction: true})
 	mux.Handle("POST "+pathDemoOnetx, mwTx(demoTxHandler(fsql)))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
@@ -236,5 +237,7 @@ func randomHex(n int) string {
 
 // storeOptions is the store's configuration.
 func storeOptions(cfg config, table string) pgstore.Options {
-	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache}
+	// No sweeper: the table the bench fills is dropped after the run, and
+	// a sweep in the middle of a measurement would be measured.
+	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache, SweepInterval: -1}
 }

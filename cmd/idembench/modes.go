@@ -96,7 +96,7 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		}, nil
 	case modeStore:
 		return func(ctx context.Context, w *worker) error {
-			key, err := idem.ParseKey(b.newKey(mode, w))
+			key, err := idem.ParseClientKey(b.newKey(mode, w))
 			if err != nil {
 				return err
 			}

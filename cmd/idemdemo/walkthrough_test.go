@@ -1,7 +1,7 @@
 package main
 
-// TestWalkthrough runs every console block of docs/demo.md and the README,
-// and those of the section "From a customer's key" of docs/operations.md,
+// TestWalkthrough runs every console block of docs/demo.md, and those of
+// the section "From a customer's key" of docs/operations.md,
 // in order, against fresh demos, and compares what each command prints with
 // what the page says it prints. A page that drifts from the product fails
 // it, and so does a page edited without running its commands.
@@ -86,7 +86,7 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md and README.md")
+var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md")
 
 func TestWalkthrough(t *testing.T) {
 	t.Parallel()
@@ -102,7 +102,6 @@ func TestWalkthrough(t *testing.T) {
 	}
 	for _, page := range []struct{ file, section string }{
 		{"../../docs/demo.md", ""},
-		{"../../README.md", ""},
 		{"../../docs/operations.md", "### From a customer's key"},
 	} {
 		t.Run(filepath.Base(page.file), func(t *testing.T) {
