@@ -42,9 +42,10 @@
 // Complete's and CompleteTx's (in two forms, the second for bodies of 64 KiB
 // or more; and sql/stale.sql), then renew, release,
 // sweep, wait_check and poll_check (Wait), inspect, forget, stats, channel
-// and heartbeat (the LISTEN connection). BeginClaim sends claim.sql and
-// takeover.sql between tx_limits.sql and tx_restore.sql, and completes with
-// complete.sql's third form (.Tx). Each file starts with a comment
+// and heartbeat (the LISTEN connection); claim_wait.sql is a two-phase
+// claim's wait for a key held in a transaction. BeginClaim sends
+// tx_limits.sql, tx_lock.sql and tx_claim.sql, and completes with
+// tx_complete.sql (in two forms too). Each file starts with a comment
 // explaining the statement; the comment is not sent.
 // The files are embedded in the binary and rendered once, by New, with the
 // names of the table's objects ({{.Table}} and the others) by the template
@@ -157,19 +158,22 @@
 //	err = tx.Commit(ctx, result) // or tx.Rollback(ctx): nothing is left
 //
 // A new key costs three round trips, as BEGIN, INSERT, COMMIT alone would:
-// the BEGIN travels with the claim statement's bounds, the claim and the
-// statement setting the work's bounds (one pipeline), the completion with
-// the COMMIT (TestTxRoundTrips counts them). Until the commit the claim is
-// invisible: a duplicate's INSERT waits, on the primary key, for the
-// holder's transaction to end, bounded by TxLimits.Wait alone (lock_timeout,
-// with statement_timeout off, for the claim statement only: neither
-// TxLimits.Execution nor a role's or session's statement_timeout cuts the
-// wait short); then it finds the result (the look that follows the wait
-// goes with its ROLLBACK), or, after a rollback, takes the key. No NOTIFY
+// the BEGIN travels with the claim (its bounds, the key's lock and the look
+// at the key's row, one pipeline), the completion with the COMMIT
+// (TestTxRoundTrips counts them). The claim is a transaction-scoped
+// advisory lock on a hash of the key (mixed with the table's oid), not a
+// row: the key's row is written once, at the completion, in its final
+// state with its result, just before the COMMIT. Until the commit the
+// claim is invisible; a crash, a lost connection or any rollback leaves no
+// row at all: no lease to wait out, nothing to sweep. A duplicate waits
+// for the lock in PostgreSQL, bounded by TxLimits.Wait alone
+// (lock_timeout, with statement_timeout off, for the lock's statement only:
+// neither TxLimits.Execution nor a role's or session's statement_timeout
+// cuts the wait short); then its look, on a newer snapshot, finds the
+// result, or, after a rollback, no row, and the key is its own. No NOTIFY
 // and no polling is involved, and a duplicate holds a connection while it
-// waits. A crash, a lost connection or any rollback leaves no row at all:
-// no lease to wait out, nothing to sweep. TxLimits bound the transaction on
-// the server too, for a process frozen with it open: TxLimits.Idle is its
+// waits. TxLimits bound the transaction on the server too, for a process
+// frozen with it open: TxLimits.Idle is its
 // idle_in_transaction_session_timeout, TxLimits.Execution the
 // statement_timeout of the work's statements (unless the session has one).
 // When PostgreSQL ends the transaction at the first (25P03), or cancels a
@@ -178,15 +182,20 @@
 // [*idem.TxLimitError] that says which bound and its value: the work's
 // statements go through [TxFrom]'s view, which notes their errors. Keys
 // claimed or completed by Claim are answered as Claim answers them (a live
-// two-phase claim is InFlight with its lease end, at once), an expired row
-// is taken over inside the transaction, and a two-phase Claim of a key
-// held in a transaction waits for it too, up to its ClaimRequest.Wait: the
-// two never hold a key at once.
-// Under REPEATABLE READ and SERIALIZABLE (Options.TxOptions) a duplicate
-// that waited fails with a serialization error instead of finding the row;
-// BeginClaim begins a new transaction and finds it there
+// two-phase claim is InFlight with its lease end, at once). An expired row
+// is taken over at the completion, which updates it only if it is still
+// the generation the claim found, and still expired (its owner may have
+// completed it meanwhile: then the completion raises the stale-claim error
+// and nothing commits). A two-phase Claim takes the key's lock shared,
+// without waiting: a key held in a transaction is InFlight, waited for up
+// to its ClaimRequest.Wait on the lock, so the two never hold a key at
+// once. Under REPEATABLE READ and SERIALIZABLE (Options.TxOptions) the
+// transaction's snapshot is older than a duplicate's wait, so a duplicate
+// that waited begins a new transaction and finds the result there
 // (TestBeginClaimStrictIsolation). It works through a transaction-mode
-// pooler: everything is in one transaction.
+// pooler: the lock lasts for the transaction, which the pooler keeps on
+// one server connection. Engines without advisory locks (CockroachDB)
+// cannot serve BeginClaim.
 //
 // # Exactly once, with CompleteTx
 //

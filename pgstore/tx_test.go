@@ -625,21 +625,24 @@ func TestTxFromBelongsToTheClaim(t *testing.T) {
 	}
 }
 
-// TestBeginClaimGuardsTheCompletion: a work that deletes its own claim's
-// row cannot commit its writes without a result: the completion, matching
-// nothing, raises the stale-claim error, and the COMMIT sent behind it
-// does not run.
+// TestBeginClaimGuardsTheCompletion: a work that writes its own claim's
+// row cannot commit its writes without the claim's result: the completion,
+// finding a row it did not take over, raises the stale-claim error, and
+// the COMMIT sent behind it does not run.
 func TestBeginClaimGuardsTheCompletion(t *testing.T) {
 	t.Parallel()
 	f := newTxFixture(t, pgstore.Options{})
 	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
 	insertInvoice(t, f.ctx, tx, "inv-1")
-	if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `DELETE FROM idem_keys WHERE key = $1`, key("a").String()); err != nil {
+	if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `
+		INSERT INTO idem_keys (scope, key, generation, state, result, created_at, completed_at)
+		VALUES ('s'::bytea, $1, nextval('idem_keys_generation_seq'), 'completed', '{"status":200}', now(), now())`,
+		key("a").String()); err != nil {
 		t.Fatal(err)
 	}
 	var se *idem.StaleClaimError
 	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) || se.Token != c.Token {
-		t.Fatalf("Commit after the row was deleted = %v, want a stale claim", err)
+		t.Fatalf("Commit after the work wrote the key's row = %v, want a stale claim", err)
 	}
 	if n := f.invoices(t); n != 0 {
 		t.Errorf("%d invoices committed without a result", n)
