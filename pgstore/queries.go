@@ -56,7 +56,7 @@ func (p claimParams) args() []any {
 }
 
 // claimRow is sql/claim.sql's: the claim inserted, or the row as the
-// statement's snapshot saw it (state '' if none), and whether a claim in a
+// statement's snapshot saw it (state ” if none), and whether a claim in a
 // transaction holds the key's lock.
 type claimRow struct {
 	inserted, held      bool

@@ -91,10 +91,10 @@ func cmp0(d, def time.Duration) time.Duration {
 
 // txBegin is one BeginClaim in progress.
 type txBegin struct {
-	s       *Store
-	conn    *pgxpool.Conn
-	req     idem.ClaimRequest
-	lease   time.Duration
+	s      *Store
+	conn   *pgxpool.Conn
+	req    idem.ClaimRequest
+	lease  time.Duration
 	limits txLimitsParams // sql/tx_limits.sql's parameters
 	lock   txLockParams   // sql/tx_lock.sql's
 	look   txClaimParams  // sql/tx_claim.sql's
@@ -191,7 +191,7 @@ func (b *txBegin) rollback(ctx context.Context) {
 }
 
 // claimed hands the open transaction over to a claim of tok, whose look found
-// the key's row found (state '' if none).
+// the key's row found (state ” if none).
 func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
 		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
