@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -71,5 +72,82 @@ func testClaimWaitsOutALock(t *testing.T, partitions int, lock string) {
 		t.Fatalf("claim of a new key behind a table lock: %v", err)
 	case c.Status != idem.Acquired:
 		t.Fatalf("claim of a new key behind a table lock = %v (%+v), want Acquired once the lock is released", c.Status, c)
+	}
+}
+
+// TestBeginClaimWritesTheRowOnce: a new key on the one-commit path writes
+// one tuple, the row in its final state: no claimed row, no update. In a
+// fresh table the row is the first tuple of the first page.
+func TestBeginClaimWritesTheRowOnce(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+	var rows int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM idem_keys`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("rows while the claim is open: %d, %v; want none", rows, err)
+	}
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	if err := tx.Commit(f.ctx, txResult); err != nil {
+		t.Fatal(err)
+	}
+	var ctid string
+	if err := f.pool.QueryRow(f.ctx, `SELECT ctid::text FROM idem_keys WHERE key = $1`, key("a").String()).Scan(&ctid); err != nil {
+		t.Fatal(err)
+	}
+	if ctid != "(0,1)" {
+		t.Errorf("the row is tuple %s, want (0,1): more than one version was written", ctid)
+	}
+	if e := mustInspect(t, f.ctx, f.s, "a"); e.State != idem.StateCompleted || e.Generation != c.Token.Generation {
+		t.Errorf("the row: %+v, want completed by generation %d", e, c.Token.Generation)
+	}
+}
+
+// TestBeginClaimTakeoverIsFenced: a claim in a transaction that takes over
+// an expired two-phase claim holds the key against other claims (a
+// two-phase claim finds it in flight, not expired), and its completion
+// takes the row only if it is still what the claim found: when the old
+// owner completes meanwhile, the transaction's Commit fails with a stale
+// claim, and nothing of it commits.
+func TestBeginClaimTakeoverIsFenced(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	old := mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("k"), Lease: time.Millisecond}, idem.Acquired)
+	time.Sleep(5 * time.Millisecond)
+	c, tx := beginClaim(t, f.ctx, f.s, "k", txLimits, idem.Acquired)
+	rollbackAtEnd(t, tx)
+	if !c.Takeover || c.Token.Generation == old.Token.Generation {
+		t.Fatalf("takeover claim %+v", c)
+	}
+	if got, err := f.s.Claim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("k")}); err != nil || got.Status != idem.InFlight {
+		t.Fatalf("a two-phase claim of the key taken over in a transaction: %+v, %v; want in flight", got, err)
+	}
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	late := idem.Result{Status: 200, Body: []byte("late")}
+	if err := f.s.Complete(f.ctx, old.Token, late); err != nil {
+		t.Fatalf("the old owner's completion: %v", err)
+	}
+	var se *idem.StaleClaimError
+	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) || se.Token != c.Token {
+		t.Fatalf("Commit after the old owner completed = %v, want a stale claim", err)
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices committed with a stale claim", n)
+	}
+	if got := mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("k")}, idem.Completed); !got.Result.Equal(late) {
+		t.Errorf("replay %+v, want the old owner's result", got.Result)
+	}
+}
+
+// TestKeyLocksAreTheTables: the same scope and key in two tables (here in
+// two schemas) are two locks: a claim in a transaction on one table does
+// not hold the key of the other.
+func TestKeyLocksAreTheTables(t *testing.T) {
+	t.Parallel()
+	one, other := newTxFixture(t, pgstore.Options{}), newTxFixture(t, pgstore.Options{})
+	_, tx := beginClaim(t, one.ctx, one.s, "k", txLimits, idem.Acquired)
+	rollbackAtEnd(t, tx)
+	mustClaim(t, other.ctx, other.s, idem.ClaimRequest{Scope: "s", Key: key("k"), Fingerprint: "fp"}, idem.Acquired)
+	if got, err := one.s.Claim(one.ctx, idem.ClaimRequest{Scope: "s", Key: key("k")}); err != nil || got.Status != idem.InFlight {
+		t.Fatalf("a two-phase claim on the holder's table: %+v, %v; want in flight", got, err)
 	}
 }
