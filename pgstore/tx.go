@@ -125,9 +125,14 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 		case err != nil:
 			b.rollback(ctx)
 			return idem.Claim{}, nil, unavailable("claim", err)
-		case waited && strict:
-			// The transaction's snapshot was taken before the wait: it
-			// cannot see what the holder committed. Begin again.
+		case waited && (strict || row.next != nil):
+			// The claim waited, and holds the key's lock shared only:
+			// the key is free (the holder rolled back), or, at the
+			// stricter levels, the transaction's snapshot was taken
+			// before the wait and cannot see what the holder
+			// committed. Begin again. (pgx queues a batch's BEGIN
+			// first, so the ROLLBACK takes a round trip of its own:
+			// this is the rare case.)
 			b.rollback(ctx)
 			continue
 		case row.next != nil:
@@ -191,7 +196,7 @@ func (b *txBegin) rollback(ctx context.Context) {
 }
 
 // claimed hands the open transaction over to a claim of tok, whose look found
-// the key's row found (state ” if none).
+// the key's row found (with an empty state if the key has none).
 func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
 		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",

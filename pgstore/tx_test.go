@@ -754,9 +754,11 @@ func TestTxRoundTrips(t *testing.T) {
 }
 
 // TestTxWaitedDuplicateRoundTrips: a duplicate that waited for a
-// transaction that committed looks again together with its ROLLBACK, so it
-// learns the result one round trip after the wake; after a rollback, its
-// INSERT, which waited, goes ahead: the key is its own at the wake.
+// transaction that committed learns the result at the wake, in the round
+// trip it waited in (its look follows the lock), then rolls back; after a
+// rollback of the holder, it finds the key free holding its lock shared
+// only, rolls back and claims again: two round trips after the wake, in
+// this rare case.
 func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
 	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
@@ -791,9 +793,11 @@ func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
 			}
 		}()
 		tr.reset()
-		want, trips := idem.Completed, int64(2) // the claim that waited | the look and ROLLBACK
+		want, trips := idem.Completed, int64(2) // the claim that waited and its look | ROLLBACK
 		if !commit {
-			want, trips = idem.Acquired, 1
+			// The claim that waited, holding the key's lock shared,
+			// finds it free | ROLLBACK | a new claim.
+			want, trips = idem.Acquired, 3
 		}
 		_, dtx := beginClaim(t, f.ctx, dups, k, txLimits, want)
 		if got := tr.trips.Load(); got != trips || tr.prepares.Load() != 0 {

@@ -11,10 +11,16 @@
 -- transaction-scoped: released at commit or rollback, and safe behind a
 -- transaction-mode pooler.
 --
--- It answers whether the claim waited for the lock: at REPEATABLE READ
--- and SERIALIZABLE the transaction's snapshot was taken before the wait,
--- so the look cannot see what the holder committed, and BeginClaim
--- begins again.
+-- A duplicate waits for the lock shared: when the holder's transaction
+-- ends, every duplicate waiting for it is granted at once and looks (a
+-- replay, in the common case, needs nothing more), instead of taking the
+-- key one after the other, each for a round trip. It answers whether the
+-- claim waited, and so holds the lock shared only: if the look then finds
+-- the key free (the holder rolled back), the claim does not hold it, and
+-- BeginClaim rolls back and begins again. At
+-- REPEATABLE READ and SERIALIZABLE the transaction's snapshot was taken
+-- before the wait, so the look cannot see what the holder committed, and
+-- a claim that waited begins again too.
 SELECT CASE WHEN pg_try_advisory_xact_lock($1::bigint # '{{.Table}}'::regclass::oid::bigint) THEN false
-            ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock($1::bigint # '{{.Table}}'::regclass::oid::bigint)) AS waited)
+            ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock_shared($1::bigint # '{{.Table}}'::regclass::oid::bigint)) AS waited)
        END

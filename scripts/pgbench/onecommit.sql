@@ -17,7 +17,7 @@ SELECT set_config('idem.lock_timeout',
        set_config('statement_timeout', '0', true),
        set_config('idle_in_transaction_session_timeout', '30000'::text, true);
 SELECT CASE WHEN pg_try_advisory_xact_lock((:k)::bigint # 'idem_keys'::regclass::oid::bigint) THEN false
-            ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock((:k)::bigint # 'idem_keys'::regclass::oid::bigint)) AS waited)
+            ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock_shared((:k)::bigint # 'idem_keys'::regclass::oid::bigint)) AS waited)
        END;
 SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coalesce(t.state, ''),
        coalesce(t.fingerprint, ''), t.expires_at, t.result, coalesce(NULL::timestamptz, statement_timestamp()),
