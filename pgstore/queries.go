@@ -301,7 +301,9 @@ type txClaimRow struct {
 }
 
 func (r *txClaimRow) targets() []any {
-	return append(r.claimRow.targets(), &r.next, &r.statementTimeoutMillis, &r.sessions)
+	c := &r.claimRow
+	return []any{&c.inserted, &c.held, &c.generation, &c.leaseEnd, &c.state, &c.fingerprint, &c.expiresAt, &c.result, &c.now,
+		&r.next, &r.statementTimeoutMillis, &r.sessions}
 }
 
 // txCompleteParams are sql/tx_complete.sql's: the completion's, then what
@@ -316,5 +318,6 @@ type txCompleteParams struct {
 }
 
 func (p txCompleteParams) args() []any {
-	return append(p.completeParams.args(), p.fingerprint, p.owner, p.takeover, p.createdAt, p.takenOver)
+	return []any{p.scope, p.key, p.generation, p.result, p.retentionMicros, p.now,
+		p.fingerprint, p.owner, p.takeover, p.createdAt, p.takenOver}
 }
