@@ -1,12 +1,17 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -149,5 +154,35 @@ func TestKeyLocksAreTheTables(t *testing.T) {
 	mustClaim(t, other.ctx, other.s, idem.ClaimRequest{Scope: "s", Key: key("k"), Fingerprint: "fp"}, idem.Acquired)
 	if got, err := one.s.Claim(one.ctx, idem.ClaimRequest{Scope: "s", Key: key("k")}); err != nil || got.Status != idem.InFlight {
 		t.Fatalf("a two-phase claim on the holder's table: %+v, %v; want in flight", got, err)
+	}
+}
+
+// TestBeginClaimLargeResults: a result of 64 KiB or more, text or binary,
+// is written with the key's row at the commit (sql/tx_complete.sql with
+// .Large) and replayed as it was, whatever the connection's query exec
+// mode.
+func TestBeginClaimLargeResults(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, schema := migrated(t)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		cfg := testdb.Config(t, schema)
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{})
+		for name, body := range map[string][]byte{
+			"text":   bytes.Repeat([]byte("0123456789abcdef"), 8<<10),
+			"binary": bytes.Repeat([]byte{0, 0xff, 'a', 'b'}, 32<<10),
+		} {
+			k := fmt.Sprint(mode, "-", name)
+			_, tx := beginClaim(t, ctx, s, k, txLimits, idem.Acquired)
+			res := idem.Result{Status: 201, Body: body}
+			if err := tx.Commit(ctx, res); err != nil {
+				t.Fatalf("%s: %v", k, err)
+			}
+			got := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, idem.Completed)
+			if !got.Result.Equal(res) {
+				t.Errorf("%s: replayed %d bytes, not the %d recorded", k, len(got.Result.Body), len(body))
+			}
+		}
 	}
 }
