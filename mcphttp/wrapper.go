@@ -194,7 +194,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
-	// the inner handler has accepted the request: see "Order of checks".
+	// the inner handler has accepted the request: see "Order of checks: the probe" in docs/design.md.
 	probe, accepted := m.probe(r, c)
 	if !accepted {
 		probe.writeTo(w)

@@ -35,6 +35,7 @@ type bench struct {
 	base    string // http://127.0.0.1:port
 	client  *http.Client
 	nonce   string // makes keys unique across invocations on one table
+	doors   *doors // the door modes' servers and clients, once one is set up
 }
 
 // run is the whole command (a cmdmain.Run).
@@ -48,6 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer cleanup()
+	defer b.closeDoors()
 
 	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, replay cache %d bytes, warmup %v, duration %v per mode in %d round(s)\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.replayCache, cfg.warmup, cfg.duration, cfg.rounds)

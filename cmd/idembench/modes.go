@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -145,6 +146,9 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 			w.recent = append(w.recent, key)
 			return nil
 		}, nil
+	}
+	if slices.Contains(doorModes, mode) {
+		return b.doorOp(ctx, mode)
 	}
 	return nil, fmt.Errorf("unknown mode %q", mode)
 }

@@ -142,16 +142,20 @@ func run(ctx context.Context, cfg config) error {
 		Observer:     observe,
 	})
 	inTx := middleware.New(txStore{s, logged, pg}, middleware.Options{
-		Lease:          cfg.lease,
-		Wait:           cfg.wait,
-		StoreTimeout:   cfg.storeTimeout,
-		MaxExecution:   txMaxExecution(cfg.lease),
-		MaxRecordBytes: txMaxRecord,
-		Shutdown:       svc.cutOff,
-		Owner:          cfg.instance,
-		Logger:         logger,
-		Observer:       observe,
-		InTransaction:  true,
+		Lease:        cfg.lease,
+		Wait:         cfg.wait,
+		StoreTimeout: cfg.storeTimeout,
+		MaxExecution: txMaxExecution(cfg.lease),
+		// The idle bound is the lease (not MaxExecution, the default):
+		// wire.MisbehaveOvertime works past MaxExecution within it, and
+		// only wire.MisbehaveIdle outlasts it.
+		IdleInTransaction: cfg.lease,
+		MaxRecordBytes:    txMaxRecord,
+		Shutdown:          svc.cutOff,
+		Owner:             cfg.instance,
+		Logger:            logger,
+		Observer:          observe,
+		InTransaction:     true,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /ext", protect(http.HandlerFunc(svc.ext)))
