@@ -258,8 +258,8 @@ func TestBeginClaimRollbackLeavesNothing(t *testing.T) {
 }
 
 // TestBeginClaimDuplicateWaitsInPostgres: a duplicate of a key whose
+// transaction is open waits in PostgreSQL for that transaction (a lock
 // wait on the key's advisory lock, not a notification nor a poll), then finds what
-// wait on the primary key, not a notification nor a poll), then finds what
 // it recorded; after a rollback it takes the key. A two-phase claim of the
 // key meanwhile waits too, and never acquires it alongside.
 func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
