@@ -34,12 +34,13 @@ const (
 	modeDemo          = "demo"
 	modeHTTPInsert    = "http-insert"
 	modeHTTPOnetxFlr  = "http-onetx-floor"
+	modeHTTPMinimum   = "http-minimum"
 	modeDemoOnetx     = "demo-onetx"
 	modeWait          = "wait"
 )
 
 var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed,
-	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx}
+	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx}
 
 // The request every HTTP mode sends, and the response the handler gives.
 const (
@@ -52,6 +53,7 @@ const (
 	pathDemoFloor  = "/demo-floor"
 	pathInsert     = "/insert"
 	pathOnetxFloor = "/onetx-floor"
+	pathMinimum    = "/minimum"
 	pathDemoOnetx  = "/demo-onetx"
 )
 
@@ -84,9 +86,9 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		return b.floorOp(false), nil
 	case modeDemoFloor:
 		return b.floorOp(true), nil
-	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx:
+	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx:
 		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor,
-			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeDemoOnetx: pathDemoOnetx}[mode]
+			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeHTTPMinimum: pathMinimum, modeDemoOnetx: pathDemoOnetx}[mode]
 		return func(ctx context.Context, w *worker) error {
 			return b.post(ctx, path, b.newKey(mode, w), false)
 		}, nil

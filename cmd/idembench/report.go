@@ -48,6 +48,7 @@ var insertRatioBase = map[string]string{
 	modeHTTPDemoFloor: modeHTTPInsert,
 	modeDemo:          modeHTTPInsert,
 	modeHTTPOnetxFlr:  modeHTTPInsert,
+	modeHTTPMinimum:   modeHTTPInsert,
 	modeDemoOnetx:     modeHTTPInsert,
 }
 

@@ -4,6 +4,13 @@
 -- if the row changed since (completed, renewed, or taken over by
 -- someone else), nothing is updated and Claim looks again.
 --
+-- The key's lock is taken shared, without waiting, as by the claim
+-- statement (see sql/claim.sql), $8 the key's hash: if a claim in a
+-- transaction holds it, nothing is updated, and Claim looks again (and
+-- finds the key held).
+--
+-- $9 to $11 are the request's labels, as in sql/claim.sql.
+--
 -- takeover reports a claim taken from an owner that did not finish
 -- (against a result whose retention ran out, which is a new request
 -- like any other). On "state <> 'completed'": see renew.sql.
@@ -19,10 +26,11 @@ UPDATE {{.Table}} AS t
        created_at = {{now "$6"}},
        completed_at = NULL,
        expires_at = NULL,
-       method = nullif($8::text, ''),
-       route = nullif($9::text, ''),
-       caller = nullif($10::text, '')
+       method = nullif($9::text, ''),
+       route = nullif($10::text, ''),
+       caller = nullif($11::text, '')
  WHERE scope = $1 AND key = $2 AND generation = $7
    AND CASE WHEN state <> 'completed' THEN lease_end <= {{now "$6"}}
             ELSE expires_at <= {{now "$6"}} END
+   AND pg_try_advisory_xact_lock_shared($8::bigint # '{{.Table}}'::regclass::oid::bigint)
 RETURNING generation, lease_end, takeover
