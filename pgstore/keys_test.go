@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,30 @@ func TestLabelsFindAKeyAcrossScopes(t *testing.T) {
 	e, _, err = s.Inspect(ctx, "scope-c", key)
 	if err != nil || e.Labels.Route != long.Clip().Route || len(e.Labels.Route) > idem.MaxLabelLen || !utf8.ValidString(e.Labels.Route) {
 		t.Fatalf("a long route stored as %q (%v)", e.Labels.Route, err)
+	}
+}
+
+// TestLabelsOfAClaimInATransaction: a claim in a transaction, whose row is
+// written once at its commit, stores the request's labels there, with a
+// result sent as JSON and with a large body sent on its own.
+func TestLabelsOfAClaimInATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{})
+	labels := idem.Labels{Method: "POST", Route: "POST /invoices", Caller: "acct-7"}
+	for name, body := range map[string][]byte{"small": []byte(`{"id":"inv-1"}`), "large": bytes.Repeat([]byte("x"), 100<<10)} {
+		k, _ := idem.ParseClientKey("inv-" + name)
+		c, tx, err := s.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: k, Fingerprint: "fp", Labels: labels}, idem.TxLimits{})
+		if err != nil || c.Status != idem.Acquired {
+			t.Fatalf("%s: BeginClaim = %v, %v", name, c.Status, err)
+		}
+		if err := tx.Commit(ctx, idem.Result{Status: 201, Body: body}); err != nil {
+			t.Fatalf("%s: Commit: %v", name, err)
+		}
+		e, ok, err := s.Inspect(ctx, "s", k)
+		if err != nil || !ok || e.Labels != labels {
+			t.Errorf("%s: Inspect after the commit: labels %+v (%v, %v), want %+v", name, e.Labels, ok, err, labels)
+		}
 	}
 }
