@@ -76,8 +76,9 @@ const (
 	// EventRefused: the adapter answered the request itself, instead of
 	// the handler, because it cannot be deduplicated as sent: Reason says
 	// why (one of the Refused* reasons), Status is the HTTP status the
-	// adapter answered with (zero when the engine reports it: a key the
-	// store rejected). The handler did not run. Scope and Key are empty
+	// adapter answered with (zero when the engine reports it, a key the
+	// store rejected, and from an RPC door, which answers with a status
+	// code). The handler did not run. Scope and Key are empty
 	// when the request got no further than them.
 	EventRefused
 	// EventUnprotected: the request ran without deduplication: Reason
