@@ -55,6 +55,8 @@ type claimTx struct {
 	sessionStatementTimeout bool
 	// limit is the first bound a statement of the work met (see note).
 	limit atomic.Pointer[idem.TxLimitError]
+	// sql is the work's database/sql view of the transaction (SQLTxFrom).
+	sql claimSQL
 }
 
 // SQLSTATEs of PostgreSQL ending a transaction, or cancelling one of its
@@ -153,6 +155,7 @@ func TxFrom(ctx context.Context) pgx.Tx {
 // work, at one of its bounds, or ends it now (the work paused longer than
 // the idle bound before it returned).
 func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
+	c.closeSQL()
 	c.lock()
 	defer c.mu.Unlock()
 	switch c.state.Load() {
@@ -220,6 +223,7 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 // when PostgreSQL had ended the transaction, or cancelled a statement of
 // the work it did not get over, at one of its bounds.
 func (c *claimTx) Rollback(ctx context.Context) error {
+	c.closeSQL()
 	c.lock()
 	defer c.mu.Unlock()
 	if c.state.Load() != txOpen {
