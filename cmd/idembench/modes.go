@@ -34,11 +34,12 @@ const (
 	modeHTTPInsert    = "http-insert"
 	modeHTTPOnetxFlr  = "http-onetx-floor"
 	modeDemoOnetx     = "demo-onetx"
+	modeDemoOnetxSQL  = "demo-onetx-sql"
 	modeWait          = "wait"
 )
 
 var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed,
-	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx}
+	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx, modeDemoOnetxSQL}
 
 // The request every HTTP mode sends, and the response the handler gives.
 const (
@@ -52,6 +53,7 @@ const (
 	pathInsert     = "/insert"
 	pathOnetxFloor = "/onetx-floor"
 	pathDemoOnetx  = "/demo-onetx"
+	pathDemoOnetxS = "/demo-onetx-sql"
 )
 
 // handler is the service's side effect: a small JSON 201, the same bare and
@@ -83,9 +85,10 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		return b.floorOp(false), nil
 	case modeDemoFloor:
 		return b.floorOp(true), nil
-	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx:
+	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx, modeDemoOnetxSQL:
 		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor,
-			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeDemoOnetx: pathDemoOnetx}[mode]
+			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeDemoOnetx: pathDemoOnetx,
+			modeDemoOnetxSQL: pathDemoOnetxS}[mode]
 		return func(ctx context.Context, w *worker) error {
 			return b.post(ctx, path, b.newKey(mode, w), false)
 		}, nil
