@@ -94,8 +94,8 @@
 // With Options.InTransaction (and a store that is an [idem.TxStore], such
 // as pgstore) the middleware claims the key inside a transaction of the
 // store's database and runs the handler in it: the handler writes its rows
-// through that transaction (pgstore.TxFrom(r.Context())) and answers as
-// usual. A response the record policy records is recorded in the same
+// through that transaction (pgstore.TxFrom(r.Context()), a pgx.Tx, or
+// pgstore.SQLTxFrom(r.Context()), a *sql.Tx) and answers as usual. A response the record policy records is recorded in the same
 // transaction, which then commits: the claim, the rows and the response
 // commit in one commit. The response is held back until then, and sent
 // only if the commit succeeded; a recorded answer that did not commit is

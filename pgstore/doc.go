@@ -147,7 +147,9 @@
 // A handler whose side effect is a write to the same database can take the
 // claim inside the transaction that writes it: [Store.BeginClaim] (the
 // [idem.TxStore] the adapters' InTransaction option uses) begins a
-// transaction and claims the key in it; the work writes through [TxFrom];
+// transaction and claims the key in it; the work writes through [TxFrom]
+// (a pgx.Tx), or [SQLTxFrom] (the same transaction as a *sql.Tx, for
+// database/sql and the layers on it: sqlc, GORM, sqlx, bun);
 // [idem.TxClaim].Commit records the result and commits. The claim, the
 // business rows and the result commit in one commit, or nothing does:
 //
