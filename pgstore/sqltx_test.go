@@ -37,7 +37,7 @@ func TestSQLTxFromCommitsTogether(t *testing.T) {
 	_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
 	rollbackAtEnd(t, tx)
 	insertInvoiceSQL(t, f.ctx, tx, "inv-1")
-	if pgstore.SQLTxFrom(tx.Context(f.ctx)) != pgstore.SQLTxFrom(tx.Context(f.ctx)) {
+	if first, second := pgstore.SQLTxFrom(tx.Context(f.ctx)), pgstore.SQLTxFrom(tx.Context(f.ctx)); first != second {
 		t.Error("two calls of SQLTxFrom for one claim returned two transactions")
 	}
 	// The work reads its own write, through database/sql and through pgx:
