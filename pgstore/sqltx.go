@@ -90,12 +90,14 @@ func (c *claimTx) sqlTx() *sql.Tx {
 func (c *claimTx) closeSQL() {
 	c.sql.mu.Lock()
 	defer c.sql.mu.Unlock()
-	if c.sql.ended.Swap(true) {
+	if c.sql.ended.Swap(true) || c.sql.tx == nil {
 		return
 	}
-	if c.sql.tx != nil {
-		c.closeSQLLocked()
-	}
+	// A statement in progress holds the claim's mu: wait for it here, as
+	// the end does (lock), then for database/sql to let go of the *sql.Tx.
+	c.lock()
+	c.mu.Unlock()
+	c.closeSQLLocked()
 }
 
 func (c *claimTx) closeSQLLocked() {
