@@ -10,6 +10,10 @@
 // idem's. The tests (datalayers_test.go) run each layer against
 // PostgreSQL: a retry replayed, a failure after the insert leaving
 // nothing, and 20 concurrent duplicates leaving one row. The sqlc code in
-// sqlc/ is generated from schema.sql and query.sql by sqlc.yaml (sqlc
-// v1.31.0: sqlc generate).
+// sqlc/ is generated from schema.sql and query.sql as sqlc.yaml says, by
+// sqlc v1.31.0 (`sqlc generate` here). Its module has replace directives,
+// so `go install` and `go run` of it at a version refuse; build it in its
+// own module's directory:
+//
+//	cd "$(go mod download -json github.com/sqlc-dev/sqlc@v1.31.0 | jq -r .Dir)" && go build -o /tmp/sqlc ./cmd/sqlc
 package datalayers
