@@ -16,7 +16,7 @@ import (
 )
 
 // ErrTxOwned is returned by Commit and Rollback of the transaction a claim
-// was taken in ([TxFrom]) when the work calls them: the transaction belongs
+// was taken in ([TxFrom], [SQLTxFrom]) when the work calls them: the transaction belongs
 // to the claim, and is committed with the recorded result (or rolled back)
 // by whoever took it, the adapter or [Store.BeginClaim]'s caller. Nothing
 // happens. A savepoint (Begin on the transaction) is the work's to commit
