@@ -99,7 +99,7 @@ images: ## Build PostgreSQL and Go images from Debian packages (no registry need
 	@bash scripts/images.sh
 
 .PHONY: demo
-demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL). The first run compiles it (two minutes or more with empty Go caches, see README).
+demo: ## Run the demo service (in-memory store; set DATABASE_URL for PostgreSQL). The first run compiles it (two minutes or more with empty Go caches).
 	@$(GO) run ./cmd/idemdemo
 
 .PHONY: test-mcp-sdk

@@ -35,45 +35,24 @@
 //
 // # How it works
 //
-// A client whose connection dropped cannot tell "the server never ran my
-// request" from "the server ran it and the answer was lost", so it retries.
-// idem makes that retry safe by putting a claim in front of the side effect:
+// A client whose connection dropped cannot tell "never ran" from "ran, and
+// the answer was lost", so it retries. idem puts a claim in front of the
+// side effect: claim the key atomically (claiming and checking are one
+// operation), execute only if the claim is yours, record the result so every
+// later retry replays it. [design.md] is the whole account.
 //
-//  1. claim the key, atomically, so exactly one caller owns it;
-//  2. execute, only if the claim came back as yours;
-//  3. record the result under the same key, so every later retry replays it.
+// This root package is the domain: [Key] and its injective constructors,
+// [Claim] outcomes, [Token]s, [Result]s, typed errors, the [Store] and
+// [TxStore] ports, the [Event]s adapters report, and [StateMachine], the pure
+// transition table (no lock, no I/O, no clock) every store is checked
+// against. It imports none of the packages above and starts no goroutine
+// ([Sweeper.Run] and [ClaimWait] block in the caller's).
 //
-// Claiming and checking are one operation on purpose: a check that does not
-// also claim leaves a window in which a second retry reads the same absence
-// and runs the side effect as well.
+// Every claim carries a generation, never issued twice for a (scope, key),
+// not after a release, sweep or restart. A [Token] holds it and fences the
+// claim: completing, renewing or releasing with a token whose generation is
+// no longer current fails with [*StaleClaimError] and changes nothing, so a
+// slow owner whose lease ran out cannot overwrite its successor's result.
 //
-// # The pieces
-//
-// This root package is the domain and nothing else: [Key] and its
-// constructors, [Claim] outcomes, [Token]s, [Result]s, typed errors, the
-// [Store] and [TxStore] ports, the [Event]s adapters report, and [Table], the
-// pure transition table every store implements. Table has no
-// lock, no I/O and no clock (callers pass the time), so it can be tested as a
-// state machine and used as the model the stores are checked against.
-//
-// The packages above depend on this one, never the reverse; the root
-// imports nothing of theirs and starts no goroutine ([Sweeper.Run] and
-// [ClaimWait] block in the caller's).
-//
-// # Generations
-//
-// Every claim carries a generation, a number never issued twice for the same
-// (scope, key): not after a release, a sweep or a restart. A [Token] holds the
-// generation it was issued under and is the fencing token of the claim:
-// completing, renewing or releasing with a token whose generation is no
-// longer current fails with a [*StaleClaimError] and changes nothing. That is
-// what keeps a slow owner whose lease ran out from overwriting the result of
-// the caller that took its key over.
-//
-// # Keys
-//
-// A [Key] is what is being asked within a scope. Keys are built by
-// constructors whose encoding is injective: distinct inputs never give equal
-// keys, whatever bytes a client-chosen id contains. See [Key] for the
-// encoding.
+// [design.md]: https://github.com/idemkit/idem/blob/main/docs/design.md
 package idem

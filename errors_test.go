@@ -8,7 +8,7 @@ import (
 // Errors end up in logs: they must not carry a client's key in clear.
 func TestErrorsDoNotDiscloseKeys(t *testing.T) {
 	t.Parallel()
-	k, _ := ParseKey("SECRET-KEY")
+	k, _ := ParseClientKey("SECRET-KEY")
 	for _, err := range []error{
 		&StaleClaimError{Token: Token{Scope: "s", Key: k, Generation: 1}},
 		&StaleClaimError{Token: Token{Scope: "s", Key: k, Generation: 1}, Current: 2},

@@ -15,9 +15,9 @@ import (
 // a claim whose owner died (its lease ran out) is taken over under a new
 // generation, so the old owner can no longer record anything.
 func Example() {
-	table := idem.NewTable(idem.TableConfig{})
+	table := idem.NewStateMachine(idem.StateMachineConfig{})
 	now := time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
-	key, err := idem.ParseKey("order-42") // what the client sent as Idempotency-Key
+	key, err := idem.ParseClientKey("order-42") // what the client sent as Idempotency-Key
 	if err != nil {
 		panic(err)
 	}
@@ -57,7 +57,7 @@ func Example() {
 // client chose, a request id, a request within a session, an MCP method
 // call.
 func ExampleKey() {
-	clientKey, _ := idem.ParseKey("order/42")
+	clientKey, _ := idem.ParseClientKey("order/42")
 	fmt.Println(clientKey)
 	fmt.Println(idem.KeyFromRequestID(idem.IntRequestID(7)))
 	fmt.Println(idem.KeyForRequest("sess-1", idem.StringRequestID("7")))

@@ -16,7 +16,7 @@ const MaxKeyLen = 1024
 // keeps a (scope, key) within what a database index can hold.
 const MaxScopeLen = 1024
 
-// MaxHeaderKeyLen is the longest key [ParseKey] accepts, in characters.
+// MaxHeaderKeyLen is the longest key [ParseClientKey] accepts, in characters.
 const MaxHeaderKeyLen = 255
 
 // Key is what is being asked, within a scope: the thing a side effect is
@@ -30,7 +30,7 @@ const MaxHeaderKeyLen = 255
 //	KeyFromRequestID(id)                     id/<id>
 //	KeyForRequest(session, id)               req/<session>/<id>
 //	KeyForMethodCall(session, id, m, target) call/<session>/<id>/<m>/<target>
-//	ParseKey(k)                              key/<k>
+//	ParseClientKey(k)                        key/<k>
 //
 // Escaping replaces '%', '/', and every byte outside the printable ASCII
 // range 0x21–0x7E with %XX (upper-case hex). Because '%' itself is escaped,
@@ -73,13 +73,13 @@ func KeyForMethodCall(session SessionID, id RequestID, method, target string) Ke
 	return buildKey("call", string(session), id.String(), method, target)
 }
 
-// ParseKey validates a client-supplied idempotency key, such as the value of
+// ParseClientKey validates a client-supplied idempotency key, such as the value of
 // an Idempotency-Key header or an MCP _meta.idempotencyKey, and returns it as
 // a Key. It must be 1 to [MaxHeaderKeyLen] characters of printable ASCII
 // (0x20–0x7E); anything else is an [*InvalidKeyError]. It is for keys a
 // client chose; to read back a key already encoded (from a log, the
-// database or [Key.String]) use [KeyFromString].
-func ParseKey(s string) (Key, error) {
+// database or [Key.String]) use [ParseStoredKey].
+func ParseClientKey(s string) (Key, error) {
 	switch {
 	case s == "":
 		return Key{}, &InvalidKeyError{Reason: "empty"}
@@ -94,26 +94,26 @@ func ParseKey(s string) (Key, error) {
 	return buildKey("key", s), nil
 }
 
-// ParseRoundKey is [ParseKey] for one round of a multi round-trip call
+// ParseClientRoundKey is [ParseClientKey] for one round of a multi round-trip call
 // (MCP 2026-07-28, [SEP-2322]): a client sends the same key s on every round,
 // and round (a digest of what it sent back, the round's requestState and
 // inputResponses) tells the rounds apart, so each is its own claim. Keys of
-// rounds never equal keys from ParseKey or from each other's rounds.
+// rounds never equal keys from ParseClientKey or from each other's rounds.
 //
 // [SEP-2322]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2322
-func ParseRoundKey(s, round string) (Key, error) {
-	if _, err := ParseKey(s); err != nil {
+func ParseClientRoundKey(s, round string) (Key, error) {
+	if _, err := ParseClientKey(s); err != nil {
 		return Key{}, err
 	}
 	return buildKey("round", s, round), nil
 }
 
-// KeyFromString returns the key whose encoding is s, as [Key.String]
+// ParseStoredKey returns the key whose encoding is s, as [Key.String]
 // rendered it: for tools that read keys back, such as an operator's CLI.
 // It checks only that s has a known form tag and is not longer than
-// [MaxKeyLen]. A key a client sent is [ParseKey]'s, never this one's: "id/x"
+// [MaxKeyLen]. A key a client sent is [ParseClientKey]'s, never this one's: "id/x"
 // from a client is a key of its own, not the request-id key it spells.
-func KeyFromString(s string) (Key, error) {
+func ParseStoredKey(s string) (Key, error) {
 	if len(s) > MaxKeyLen {
 		return Key{}, &InvalidKeyError{Reason: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
 	}

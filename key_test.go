@@ -104,31 +104,31 @@ func TestParseKey(t *testing.T) {
 	t.Parallel()
 	good := []string{"a", strings.Repeat("k", MaxHeaderKeyLen), "8e03978e-40d5-43e8-bc93-6894a57f9324", "with space", `"quoted"`, "%/"}
 	for _, s := range good {
-		if _, err := ParseKey(s); err != nil {
-			t.Errorf("ParseKey(%q): %v", s, err)
+		if _, err := ParseClientKey(s); err != nil {
+			t.Errorf("ParseClientKey(%q): %v", s, err)
 		}
 	}
 	bad := []string{"", strings.Repeat("k", MaxHeaderKeyLen+1), "tab\there", "nl\n", "del\x7f", "é", "\x00"}
 	for _, s := range bad {
-		_, err := ParseKey(s)
+		_, err := ParseClientKey(s)
 		var ik *InvalidKeyError
 		if !errors.As(err, &ik) || !errors.Is(err, ErrInvalidKey) {
-			t.Errorf("ParseKey(%q) = %v, want *InvalidKeyError", s, err)
+			t.Errorf("ParseClientKey(%q) = %v, want *InvalidKeyError", s, err)
 		}
 	}
 }
 
-func TestKeyFromString(t *testing.T) {
+func TestParseStoredKey(t *testing.T) {
 	t.Parallel()
 	for _, k := range []Key{KeyFromRequestID(IntRequestID(1)), KeyForMethodCall("s", IntRequestID(1), "m", "t/x")} {
-		got, err := KeyFromString(k.String())
+		got, err := ParseStoredKey(k.String())
 		if err != nil || got != k {
-			t.Errorf("KeyFromString(%q) = %q, %v", k, got, err)
+			t.Errorf("ParseStoredKey(%q) = %q, %v", k, got, err)
 		}
 	}
 	for _, s := range []string{"", "nokey", "other/x", strings.Repeat("a", MaxKeyLen+1)} {
-		if _, err := KeyFromString(s); !errors.Is(err, ErrInvalidKey) {
-			t.Errorf("KeyFromString(%q) = %v, want ErrInvalidKey", s, err)
+		if _, err := ParseStoredKey(s); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ParseStoredKey(%q) = %v, want ErrInvalidKey", s, err)
 		}
 	}
 }
@@ -157,13 +157,13 @@ func FuzzKeyInjective(f *testing.F) {
 			k, tag, want = KeyForMethodCall(SessionID(session), StringRequestID(id), method, target), "call", []string{session, id, method, target}
 		case 3:
 			var err error
-			if k, err = ParseKey(id); err != nil {
+			if k, err = ParseClientKey(id); err != nil {
 				return
 			}
 			tag, want = "key", []string{id}
 		case 4:
 			var err error
-			if k, err = ParseRoundKey(id, target); err != nil {
+			if k, err = ParseClientRoundKey(id, target); err != nil {
 				return
 			}
 			tag, want = "round", []string{id, target}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/memclock"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -19,7 +20,7 @@ import (
 func abandon(t *testing.T, s idem.Store, clock *idemtest.Clock, n int) {
 	t.Helper()
 	for i := range n {
-		k, err := idem.ParseKey(string(rune('a' + i)))
+		k, err := idem.ParseClientKey(string(rune('a' + i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +53,7 @@ func (c *countingStore) Sweep(ctx context.Context, limit int) (idem.SweepStats, 
 func TestSweeperSweepOnceBatchesUntilShort(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock()
-	s := &countingStore{Store: memstore.New(memstore.Options{Now: clock.Now})}
+	s := &countingStore{Store: memclock.New(memstore.Options{}, clock.Now)}
 	abandon(t, s, clock, 5)
 	var reported idem.SweepStats
 	sw := idem.Sweeper{Store: s, Batch: 2, OnSweep: func(_ context.Context, st idem.SweepStats) { reported = st }}
@@ -71,7 +72,7 @@ func TestSweeperSweepOnceBatchesUntilShort(t *testing.T) {
 func TestSweeperRunSweepsAtOnceRetriesAndStops(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock()
-	s := &countingStore{Store: memstore.New(memstore.Options{Now: clock.Now}), failFirst: 1}
+	s := &countingStore{Store: memclock.New(memstore.Options{}, clock.Now), failFirst: 1}
 	abandon(t, s, clock, 1)
 	var logs bytes.Buffer
 	var mu sync.Mutex

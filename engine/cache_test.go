@@ -44,8 +44,8 @@ func (s *cachingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.C
 // Claim, under the store timeout.
 func TestClaimFromCache(t *testing.T) {
 	t.Parallel()
-	cached, _ := idem.ParseKey("cached")
-	other, _ := idem.ParseKey("other")
+	cached, _ := idem.ParseClientKey("cached")
+	other, _ := idem.ParseClientKey("other")
 	store := &cachingStore{Store: memstore.New(memstore.Options{}), cached: cached, result: idem.Result{Status: 201}}
 	eng := engine.New(store, engine.Options{})
 	ctx := t.Context()

@@ -65,8 +65,9 @@ var ErrExecutionTimeout = errors.New("engine: the work ran past its deadline")
 // what its zero value means. Invalid values make [New] panic.
 type Options struct {
 	// Adapter names the adapter in every [idem.Event] the engine reports
-	// (middleware.AdapterName, mcphttp.AdapterName, or a third party's name).
-	// Empty means the events do not say.
+	// (middleware.AdapterName, mcphttp.AdapterName, or a third party's
+	// name); the adapters set it themselves ([Options.ForAdapter]). Empty
+	// means the events do not say.
 	Adapter string
 
 	// Lease is the lease of every claim, renewed every third of it while
@@ -75,8 +76,10 @@ type Options struct {
 	Lease time.Duration
 
 	// Wait bounds how long a duplicate of a request still in flight waits
-	// for the original's result in [Engine.Claim]. Zero or negative means
-	// no wait: the duplicate is answered in flight at once.
+	// for the original's result in [Engine.Claim]. Negative means no
+	// wait: the duplicate is answered in flight at once. Zero means no
+	// wait too, except in an adapter, which takes it as its own DefaultWait
+	// (middleware.DefaultWait, mcphttp.DefaultWait).
 	Wait time.Duration
 
 	// StoreTimeout bounds each store call made once the work runs (renew,
@@ -143,6 +146,8 @@ type Options struct {
 	// releases. Keys appear as digests ([idem.KeyDigest]), in clear only
 	// when the logger is enabled for debug. Nil discards.
 	Logger *slog.Logger
+
+	idleSet bool // IdleInTransaction was set, not defaulted: a short one is worth a warning
 }
 
 // Engine runs protected work for an adapter: claim, run under a context the
@@ -174,33 +179,58 @@ func New(store idem.Store, opts Options) *Engine {
 	if store == nil {
 		panic("engine: New with a nil store")
 	}
+	opts = opts.withDefaults()
 	e := &Engine{
 		store: store, adapter: opts.Adapter, wait: max(opts.Wait, 0),
-		cancelWithCl: opts.CancelWithClient, shutdown: opts.Shutdown,
+		lease: opts.Lease, renewEvery: opts.Lease / 3, margin: min(opts.Lease/5, MaxLeaseMargin),
+		storeTimeout: opts.StoreTimeout, retryAfter: opts.RetryAfter,
+		cancelWithCl: opts.CancelWithClient, maxExecution: max(opts.MaxExecution, 0),
+		idle: opts.IdleInTransaction, shutdown: opts.Shutdown,
 		owner: opts.Owner, logger: opts.Logger,
 	}
 	e.cache, _ = store.(CacheClaimer)
 	e.txs, _ = store.(idem.TxStore)
-	e.lease = orDefault("Lease", opts.Lease, idem.DefaultLease)
-	if e.lease < time.Millisecond {
-		panic(fmt.Sprintf("engine: Options.Lease %v is shorter than a millisecond", e.lease))
-	}
-	e.renewEvery = e.lease / 3
-	e.margin = min(e.lease/5, MaxLeaseMargin)
-	e.storeTimeout = orDefault("StoreTimeout", opts.StoreTimeout, DefaultStoreTimeout)
-	e.retryAfter = orDefault("RetryAfter", opts.RetryAfter, DefaultRetryAfter)
-	e.maxExecution = max(cmp.Or(opts.MaxExecution, DefaultMaxExecution), 0)
-	if e.logger == nil {
-		e.logger = slog.New(slog.DiscardHandler)
-	}
-	e.idle = orDefault("IdleInTransaction", opts.IdleInTransaction, cmp.Or(e.maxExecution, DefaultMaxExecution))
-	if short := e.idle < MinIdleInTransaction && (e.maxExecution == 0 || e.idle < e.maxExecution); e.txs != nil && opts.IdleInTransaction > 0 && short {
+	if short := e.idle < MinIdleInTransaction && (e.maxExecution == 0 || e.idle < e.maxExecution); e.txs != nil && opts.idleSet && short {
 		// Shorter than the work may run, and than healthy work may
 		// pause: a misconfiguration to say at start, not per request.
 		e.logger.Warn(fmt.Sprintf("Options.IdleInTransaction (%v) is short: the database ends the transaction of a claim in a transaction whose work pauses that long between two statements, and the request fails, retries included", e.idle),
 			slog.String("adapter", e.adapter), slog.Duration("idle_in_transaction", e.idle), slog.Duration("min", MinIdleInTransaction))
 	}
 	return e
+}
+
+// ForAdapter returns o as an adapter passes it to [New], with Adapter set
+// to name, a zero Wait replaced by defaultWait (a negative one by zero: no
+// wait) and every other default applied, so that the adapter reads the
+// settings the engine uses (its Logger, its Wait). An invalid value panics
+// as in New.
+func (o Options) ForAdapter(name string, defaultWait time.Duration) Options {
+	o.Adapter = name
+	switch {
+	case o.Wait == 0:
+		o.Wait = defaultWait
+	case o.Wait < 0:
+		o.Wait = 0
+	}
+	return o.withDefaults()
+}
+
+// withDefaults validates o and applies the default of every zero field but
+// Wait (zero: no wait). Applying it twice changes nothing.
+func (o Options) withDefaults() Options {
+	o.Lease = orDefault("Lease", o.Lease, idem.DefaultLease)
+	if o.Lease < time.Millisecond {
+		panic(fmt.Sprintf("engine: Options.Lease %v is shorter than a millisecond", o.Lease))
+	}
+	o.StoreTimeout = orDefault("StoreTimeout", o.StoreTimeout, DefaultStoreTimeout)
+	o.RetryAfter = orDefault("RetryAfter", o.RetryAfter, DefaultRetryAfter)
+	o.MaxExecution = cmp.Or(o.MaxExecution, DefaultMaxExecution)
+	o.idleSet = o.idleSet || o.IdleInTransaction > 0
+	o.IdleInTransaction = orDefault("IdleInTransaction", o.IdleInTransaction, cmp.Or(max(o.MaxExecution, 0), DefaultMaxExecution))
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
 }
 
 func orDefault(name string, v, def time.Duration) time.Duration {
@@ -269,12 +299,12 @@ const (
 	// chose to fail open); tell the client to retry after
 	// Decision.RetryAfter.
 	Unavailable
-	// Gone: the request's context ended while claiming or waiting. Nothing
+	// RequestEnded: the request's context ended while claiming or waiting. Nothing
 	// was claimed. Usually the client left; but a server that cancels its
 	// requests (a shutdown past its bound) ends it too, with the client
 	// still there, so answer it as Unavailable (the answer is lost if the
 	// client is gone).
-	Gone
+	RequestEnded
 )
 
 func (o Outcome) String() string {
@@ -291,8 +321,8 @@ func (o Outcome) String() string {
 		return "invalid key"
 	case Unavailable:
 		return "unavailable"
-	case Gone:
-		return "gone"
+	case RequestEnded:
+		return "request ended"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -313,7 +343,7 @@ type Decision struct {
 }
 
 // Claim claims req's key, waiting up to Options.Wait for a duplicate still
-// in flight, and reports the outcome as an [idem.Event] (none for Gone). The
+// in flight, and reports the outcome as an [idem.Event] (none for RequestEnded). The
 // claim runs under ctx, the client's context, bounded by Wait plus
 // StoreTimeout.
 func (e *Engine) Claim(ctx context.Context, req *Request) Decision {
@@ -376,7 +406,7 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 		d := Decision{Claim: claim, Err: err}
 		switch {
 		case ctx.Err() != nil:
-			d.Outcome = Gone
+			d.Outcome = RequestEnded
 		case errors.Is(err, idem.ErrFingerprintMismatch):
 			d.Outcome = Mismatch
 		case errors.Is(err, idem.ErrInvalidKey):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +43,41 @@ func TestNewPanics(t *testing.T) {
 	}()
 }
 
+// TestForAdapter: an adapter's options come back with every default
+// applied, its own default Wait for zero, and the panics of New, naming the
+// field.
+func TestForAdapter(t *testing.T) {
+	t.Parallel()
+	o := engine.Options{}.ForAdapter("http", 5*time.Second)
+	if o.Lease != idem.DefaultLease || o.Wait != 5*time.Second || o.StoreTimeout != engine.DefaultStoreTimeout ||
+		o.RetryAfter != engine.DefaultRetryAfter || o.MaxExecution != engine.DefaultMaxExecution ||
+		o.IdleInTransaction != engine.DefaultMaxExecution || o.Logger == nil || o.Adapter != "http" {
+		t.Fatalf("defaults: %+v", o)
+	}
+	if o := (engine.Options{Wait: -1}).ForAdapter("http", 5*time.Second); o.Wait != 0 {
+		t.Errorf("a negative Wait gave %v, want no wait", o.Wait)
+	}
+	if o := (engine.Options{Wait: time.Second, Lease: time.Minute}).ForAdapter("http", 5*time.Second); o.Wait != time.Second || o.Lease != time.Minute {
+		t.Errorf("set values not kept: %+v", o)
+	}
+	for field, o := range map[string]engine.Options{
+		"Lease":             {Lease: -time.Second},
+		"StoreTimeout":      {StoreTimeout: -1},
+		"RetryAfter":        {RetryAfter: -1},
+		"IdleInTransaction": {IdleInTransaction: -1},
+		"Lease ":            {Lease: time.Microsecond},
+	} {
+		func() {
+			defer func() {
+				if p, _ := recover().(string); !strings.HasPrefix(p, "engine: Options."+strings.TrimSpace(field)) {
+					t.Errorf("%s: panic %q", field, p)
+				}
+			}()
+			o.ForAdapter("http", time.Second)
+		}()
+	}
+}
+
 // fixedStore answers every claim with claim, err.
 type fixedStore struct {
 	idem.Store
@@ -57,7 +93,7 @@ func (s fixedStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error
 func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	const lease = 10 * time.Second
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	for _, tc := range []struct {
 		name     string
 		claim    idem.Claim
@@ -88,7 +124,7 @@ func TestRetryAfter(t *testing.T) {
 func TestGoneClient(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(memstore.Options{})
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	if _, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +133,7 @@ func TestGoneClient(t *testing.T) {
 	defer cancel()
 	var events idemtest.Events
 	d := eng.Claim(ctx, &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe})
-	if d.Outcome != engine.Gone || len(events.All()) != 0 {
+	if d.Outcome != engine.RequestEnded || len(events.All()) != 0 {
 		t.Fatalf("%v with events %v, want gone and none", d.Outcome, events.Kinds())
 	}
 }
@@ -106,16 +142,16 @@ func TestGoneClient(t *testing.T) {
 // the adapter's verdict.
 func TestPanics(t *testing.T) {
 	t.Parallel()
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	for _, tc := range []struct {
 		name    string
 		p       any
 		aborted func() engine.Verdict
 		want    idem.EventKind
 	}{
-		{"panic", "boom", func() engine.Verdict { return engine.Verdict{Action: engine.Record} }, idem.EventReleased},
+		{"panic", "boom", func() engine.Verdict { return engine.Verdict{Action: engine.Complete} }, idem.EventReleased},
 		{"abort, whole", http.ErrAbortHandler, func() engine.Verdict {
-			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201}}
+			return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 201}}
 		}, idem.EventCompleted},
 		{"abort, no verdict", http.ErrAbortHandler, nil, idem.EventReleased},
 	} {
@@ -144,7 +180,7 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 	t.Parallel()
 	const lease = 300 * time.Millisecond
 	store := memstore.New(memstore.Options{})
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	holder, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +200,7 @@ func TestLeaseFromTheClaimThatAcquired(t *testing.T) {
 			t.Errorf("the work's context ended (%v) right after a waited claim acquired", context.Cause(ctx))
 		case <-time.After(lease / 4):
 		}
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 200}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 200}}
 	}, nil)
 	if len(kinds) != 2 || kinds[1] != idem.EventCompleted {
 		t.Fatalf("events %v, want claimed, completed", kinds)
@@ -181,7 +217,7 @@ func TestShutdownAsTheWorkReturns(t *testing.T) {
 		shutdown, stop := context.WithCancel(context.Background())
 		store := memstore.New(memstore.Options{})
 		eng := engine.New(store, engine.Options{Shutdown: shutdown})
-		k, _ := idem.ParseKey(fmt.Sprintf("k%d", i))
+		k, _ := idem.ParseClientKey(fmt.Sprintf("k%d", i))
 		var kinds []idem.EventKind
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: func(e idem.Event) { kinds = append(kinds, e.Kind) }}
 		d := eng.Claim(t.Context(), req)
@@ -190,7 +226,7 @@ func TestShutdownAsTheWorkReturns(t *testing.T) {
 			if i%2 == 0 {
 				<-ctx.Done() // the cancellation arrived before the work returned
 			}
-			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+			return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 		}, nil)
 		stop()
 		if len(kinds) != 2 || kinds[1] != idem.EventCompleted {

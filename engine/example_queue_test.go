@@ -82,7 +82,7 @@ func Example_queueConsumer() {
 	// handle processes one delivery and reports whether to acknowledge it
 	// (false: let the queue deliver it again later).
 	handle := func(ctx context.Context, m message) (ack bool) {
-		key, err := idem.ParseKey(m.ID)
+		key, err := idem.ParseClientKey(m.ID)
 		if err != nil {
 			fmt.Println(m.ID, "unusable id:", err) // dead-letter it
 			return true
@@ -111,7 +111,7 @@ func Example_queueConsumer() {
 			}
 			fmt.Printf("%s: %s\n", m.ID, res.Body)
 			ack = true
-			return engine.Verdict{Action: engine.Recorded, Result: res}
+			return engine.Verdict{Action: engine.CompletedByWork, Result: res}
 		}, nil)
 		return ack
 	}

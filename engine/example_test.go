@@ -13,7 +13,7 @@ import (
 // replay a retry.
 func Example() {
 	eng := engine.New(memstore.New(memstore.Options{}), engine.Options{Adapter: "queue"})
-	key, _ := idem.ParseKey("order-42")
+	key, _ := idem.ParseClientKey("order-42")
 	runs := 0
 
 	handle := func(ctx context.Context) string {
@@ -28,7 +28,7 @@ func Example() {
 			eng.Start(ctx, req, d).Do(func(ctx context.Context) engine.Verdict {
 				runs++
 				answer = fmt.Sprintf("charged (run %d)", runs)
-				return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 200, Body: []byte(answer)}}
+				return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 200, Body: []byte(answer)}}
 			}, nil)
 			return answer
 		case engine.Replay:

@@ -33,7 +33,7 @@ func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
 	case Unavailable:
 		ev.Kind, ev.Op, ev.Err = idem.EventStoreError, "claim", d.Err
 		e.log(ctx, slog.LevelWarn, "idempotency store failed; the request was not run", req, slog.Any("err", d.Err))
-	default: // InvalidKey, Gone: the request never got as far as a key
+	default: // InvalidKey, RequestEnded: the request never got as far as a key
 		return
 	}
 	e.observe(req, ev)

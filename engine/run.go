@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -23,30 +22,30 @@ const (
 	// policy does not record). The zero Action, and the safe one: nothing
 	// unconfirmed is ever recorded.
 	Release Action = iota
-	// Record completes the key with Verdict.Result.
-	Record
-	// Recorded reports that the work recorded its result itself (inside
+	// Complete completes the key with Verdict.Result.
+	Complete
+	// CompletedByWork reports that the work recorded its result itself (inside
 	// its own transaction); the engine only reports the completion.
-	Recorded
-	// Leave keeps the claim, unrenewed, until its lease runs out: the
+	CompletedByWork
+	// LeaveToLease keeps the claim, unrenewed, until its lease runs out: the
 	// work may still be going on elsewhere, or may have answered where
 	// the adapter could not see it (an MCP stream that ended before the
 	// call's response), so neither a result nor a release would be true.
 	// Until then a retry waits or is told to retry. It holds even for
 	// work whose context ended.
-	Leave
+	LeaveToLease
 )
 
 func (a Action) String() string {
 	switch a {
 	case Release:
 		return "release"
-	case Record:
-		return "record"
-	case Recorded:
-		return "recorded"
-	case Leave:
-		return "leave"
+	case Complete:
+		return "complete"
+	case CompletedByWork:
+		return "completed by the work"
+	case LeaveToLease:
+		return "leave to lease"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -57,10 +56,10 @@ func (a Action) String() string {
 // documentation).
 type Verdict struct {
 	Action Action
-	// Result is what Record completes the key with, and, for Recorded,
+	// Result is what Complete completes the key with, and, for CompletedByWork,
 	// what was recorded (its Status is reported).
 	Result idem.Result
-	// Why says, for the logs, why a Release or Leave.
+	// Why says, for the logs, why a Release or LeaveToLease.
 	Why string
 }
 
@@ -207,12 +206,12 @@ func (x *Execution) Do(work func(ctx context.Context) Verdict, aborted func() Ve
 // Finish ends the execution: it stops the lease renewal (waiting for one in
 // progress), then applies v, unless the engine's own rules say otherwise
 // (see "What is recorded" in the package documentation). A whole answer the
-// adapter's policy records (Action Record) is recorded even if the work's
+// adapter's policy records (Action Complete) is recorded even if the work's
 // context ended first (its lease was lost, Options.Shutdown, its client with
 // Options.CancelWithClient): the work did its side effect, and the
 // completion is fenced by the generation, so it records nothing if another
 // request took the key over. Work whose adapter cannot tell whether it
-// answered (Action Leave) is left to its lease, cut off or not. Other work
+// answered (Action LeaveToLease) is left to its lease, cut off or not. Other work
 // whose context ended without a whole answer to record is released (fenced
 // too), whatever v says. Work whose renewal found the claim taken over is
 // neither recorded nor released: the key is the new owner's. Call Finish
@@ -246,18 +245,18 @@ func (x *Execution) Finish(v Verdict) {
 	x.stopDeadline()
 
 	switch {
-	case v.Action == Recorded:
+	case v.Action == CompletedByWork:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: v.Result.Status, Duration: ran})
 	case lostStale:
 		// A renewal found the key taken over (or forgotten): completing
 		// or releasing would find it stale too, and the new owner's
 		// outcome is the key's.
 		x.e.log(x.logCtx, slog.LevelInfo, "the work of a claim taken over ended; nothing recorded", x.req)
-	case v.Action == Record && !(mutantReleaseAfterAnswer() && (lost || cause != nil)):
+	case v.Action == Complete && !(mutantReleaseAfterAnswer() && (lost || cause != nil)):
 		// Reported as lost already, if it was: a completion that finds
 		// the key taken over is not reported again.
 		x.complete(v.Result, ran, !lost, leaseEnd)
-	case v.Action == Leave:
+	case v.Action == LeaveToLease:
 		// The adapter cannot tell whether the work answered (cut off or
 		// not): a release would let a retry run it again beside, or
 		// after, a work that did its effect.
@@ -309,7 +308,7 @@ func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale boo
 	}
 	err := attempt()
 	attempts := 1
-	for ; errors.Is(err, idem.ErrUnavailable) && pauseBeforeRetry(ctx, attempts-1); attempts++ {
+	for ; errors.Is(err, idem.ErrUnavailable) && pauseBeforeStoreRetry(ctx, attempts-1); attempts++ {
 		if attempts == 1 {
 			x.e.log(x.logCtx, slog.LevelWarn, "could not record the result; retrying while the claim is held", x.req,
 				slog.Any("err", err), slog.Duration("until", time.Until(until).Round(time.Millisecond)))
@@ -341,12 +340,11 @@ func (x *Execution) complete(res idem.Result, ran time.Duration, reportStale boo
 	}
 }
 
-// pauseBeforeRetry waits before the attempt-th retry of a store call: 10 ms, doubling
-// up to a second, jittered so that instances that failed together do not
-// retry in step. It reports false if ctx ends first.
-func pauseBeforeRetry(ctx context.Context, attempt int) bool {
-	d := min(10*time.Millisecond<<min(attempt, 7), time.Second)
-	return pause.For(ctx, d/2+rand.N(d/2))
+// pauseBeforeStoreRetry waits before retry number retry of a store call
+// that found the store unavailable: 10 ms, doubling up to a second,
+// jittered. It reports false if ctx ends first.
+func pauseBeforeStoreRetry(ctx context.Context, retry int) bool {
+	return pause.Backoff(ctx, retry, 10*time.Millisecond, time.Second)
 }
 
 // release releases the key; cause is the reason the work was cut off, if it

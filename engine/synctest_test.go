@@ -104,7 +104,7 @@ func (e *events) of(kind idem.EventKind) []time.Duration {
 // nil if it did not end while the work ran.
 func execute(t *testing.T, eng *engine.Engine, ev *events, work func(ctx context.Context) engine.Verdict) {
 	t.Helper()
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: ev.Observe}
 	d := eng.Claim(t.Context(), req)
 	if d.Outcome != engine.Run {
@@ -124,7 +124,7 @@ func waitEnd(start time.Time, bound time.Duration, ended *time.Duration, cause *
 			return engine.Verdict{Action: engine.Release, Why: "cut off"}
 		case <-time.After(bound):
 		}
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 200}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 200}}
 	}
 }
 
@@ -383,7 +383,7 @@ func TestSynctestShutdown(t *testing.T) {
 		if !errors.Is(cause, engine.ErrShutdown) || ended != 1500*time.Millisecond {
 			t.Errorf("the work's context ended at %v (%v), want at 1.5s with engine.ErrShutdown", ended, cause)
 		}
-		k, _ := idem.ParseKey("later")
+		k, _ := idem.ParseClientKey("later")
 		if d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}}); d.Outcome != engine.Unavailable || !errors.Is(d.Err, engine.ErrShutdown) {
 			t.Errorf("a claim after shutdown: %v (%v), want unavailable with engine.ErrShutdown", d.Outcome, d.Err)
 		}
@@ -391,7 +391,7 @@ func TestSynctestShutdown(t *testing.T) {
 }
 
 // TestSynctestLeftAfterACutOff: work cut off (Shutdown, its lease lost)
-// whose adapter cannot tell whether it answered (Verdict Leave: mcphttp saw
+// whose adapter cannot tell whether it answered (Verdict LeaveToLease: mcphttp saw
 // the call's stream end without its response, which the tool may yet have
 // sent) is left to its lease, not released: a release would let a retry
 // run the work again at once, beside or after the work that may have done
@@ -414,7 +414,7 @@ func TestSynctestLeftAfterACutOff(t *testing.T) {
 				ev := &events{start: store.start}
 				execute(t, engine.New(store, opts), ev, func(ctx context.Context) engine.Verdict {
 					<-ctx.Done()
-					return engine.Verdict{Action: engine.Leave, Why: "the stream ended without the call's response"}
+					return engine.Verdict{Action: engine.LeaveToLease, Why: "the stream ended without the call's response"}
 				})
 				if len(store.calls) != 0 {
 					t.Errorf("the engine called %v, want nothing: the claim left to its lease", store.calls)
@@ -435,7 +435,7 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New(memstore.Options{})
-		k, _ := idem.ParseKey("held")
+		k, _ := idem.ParseClientKey("held")
 		holder, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)

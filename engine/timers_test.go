@@ -30,7 +30,7 @@ func newDeadlineEnv(t *testing.T, opts engine.Options) *deadlineEnv {
 	t.Helper()
 	e := &deadlineEnv{store: memstore.New(memstore.Options{})}
 	e.eng = engine.New(e.store, opts)
-	e.key, _ = idem.ParseKey("k")
+	e.key, _ = idem.ParseClientKey("k")
 	e.req = &engine.Request{Claim: idem.ClaimRequest{Key: e.key}, Observe: e.events.Observe}
 	if e.d = e.eng.Claim(t.Context(), e.req); e.d.Outcome != engine.Run {
 		t.Fatalf("claim: %v, want run", e.d.Outcome)
@@ -62,7 +62,7 @@ func TestHungWorkDoesNotHoldItsKeyForever(t *testing.T) {
 			defer close(done)
 			e.eng.Start(context.Background(), e.req, e.d).Do(func(context.Context) engine.Verdict {
 				<-hung
-				return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte("late")}}
+				return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 201, Body: []byte("late")}}
 			}, nil)
 		}()
 		time.Sleep(time.Hour)
@@ -181,7 +181,7 @@ func TestWorkPastItsDeadlineFinishes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &countRenew{Store: memstore.New(memstore.Options{})}
 		eng := engine.New(store, engine.Options{Lease: 30 * time.Second, MaxExecution: time.Minute})
-		k, _ := idem.ParseKey("k")
+		k, _ := idem.ParseClientKey("k")
 		var events idemtest.Events
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
 		d := eng.Claim(t.Context(), req)
@@ -192,7 +192,7 @@ func TestWorkPastItsDeadlineFinishes(t *testing.T) {
 			if n := store.n.Load() - before; n != 0 {
 				t.Errorf("%d renewals after the deadline, want none", n)
 			}
-			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+			return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 		}, nil)
 		c, err := store.Claim(t.Context(), idem.ClaimRequest{Key: k})
 		if err != nil || c.Status != idem.Completed || string(c.Result.Body) != `{"charge":1}` {
@@ -258,14 +258,14 @@ func TestCompleteRetried(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := &flakyComplete{Store: memstore.New(memstore.Options{}), fails: tc.fails, committed: tc.committed}
 				eng := engine.New(store, engine.Options{StoreTimeout: storeTimeout})
-				k, _ := idem.ParseKey("k")
+				k, _ := idem.ParseClientKey("k")
 				var events idemtest.Events
 				req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
 				d := eng.Claim(t.Context(), req)
 				var returned time.Time
 				eng.Start(t.Context(), req, d).Do(func(context.Context) engine.Verdict {
 					returned = time.Now()
-					return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+					return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 				}, nil)
 				took := time.Since(returned)
 				if kinds := events.Kinds(); len(kinds) != 2 || kinds[1] != tc.want.String() {
@@ -299,13 +299,13 @@ func TestCompleteRetriedThroughAFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &teststore.CompleteFailsUntil{Store: memstore.New(memstore.Options{})}
 		eng := engine.New(store, engine.Options{Lease: 30 * time.Second, StoreTimeout: 10 * time.Second})
-		k, _ := idem.ParseKey("k")
+		k, _ := idem.ParseClientKey("k")
 		var events idemtest.Events
 		req := &engine.Request{Claim: idem.ClaimRequest{Key: k}, Observe: events.Observe}
 		d := eng.Claim(t.Context(), req)
 		eng.Start(t.Context(), req, d).Do(func(context.Context) engine.Verdict {
 			store.Up = time.Now().Add(15 * time.Second)
-			return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
+			return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 201, Body: []byte(`{"charge":1}`)}}
 		}, nil)
 		if kinds := events.Kinds(); len(kinds) != 2 || kinds[1] != idem.EventCompleted.String() {
 			t.Fatalf("events %v after %d completion attempts, want claimed, completed", kinds, store.Attempts.Load())

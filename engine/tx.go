@@ -120,7 +120,7 @@ func (x *Execution) Committed() bool { return x.committed }
 // once its answer is committed (middleware.Commit). It fails without
 // committing if the work's context already ended (the claim can no longer
 // be trusted, or Shutdown), and for a claim not taken in a transaction.
-// After a nil error the verdict must be [Recorded]; after an error,
+// After a nil error the verdict must be [CompletedByWork]; after an error,
 // [Release] (the transaction rolled back).
 func (x *Execution) Commit(res idem.Result) error {
 	if x.tx == nil {
@@ -151,14 +151,14 @@ func (x *Execution) commitTx(res idem.Result) error {
 }
 
 // txVerdict adapts v to a claim in a transaction: there is no lease to
-// leave a claim to, so Leave rolls back (the work's writes go with it, so
-// a retry running it again is safe); and a Recorded that did not commit
+// leave a claim to, so LeaveToLease rolls back (the work's writes go with it, so
+// a retry running it again is safe); and a CompletedByWork that did not commit
 // (the adapter did not call Commit, or it failed) is a release.
 func (x *Execution) txVerdict(v Verdict) Verdict {
 	switch {
-	case v.Action == Leave:
+	case v.Action == LeaveToLease:
 		return Verdict{Action: Release, Why: v.Why + "; rolled back, as a claim in a transaction has no lease to leave it to"}
-	case v.Action == Recorded && !x.committed:
+	case v.Action == CompletedByWork && !x.committed:
 		return Verdict{Action: Release, Why: "the work's transaction did not commit"}
 	}
 	return v

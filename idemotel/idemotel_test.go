@@ -14,12 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemotel"
-	"github.com/idemkit/idem/idemtest"
-	"github.com/idemkit/idem/mcphttp"
-	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/middleware"
+	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/memclock"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -31,6 +28,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/mcphttp"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,7 +67,7 @@ func setup(t *testing.T, mwOpts middleware.Options, work http.HandlerFunc) *fixt
 	f := newFixture(t)
 	mwOpts.Scope = func(*http.Request) string { return secretScope }
 	mwOpts.Observer = f.observe
-	store := memstore.New(memstore.Options{Now: f.clock.Now})
+	store := memclock.New(memstore.Options{}, f.clock.Now)
 	f.handler = f.serverSpan(middleware.New(store, mwOpts)(work))
 	return f
 }
@@ -428,7 +432,7 @@ func TestMismatch(t *testing.T) {
 func TestWaitThenReplay(t *testing.T) {
 	t.Parallel()
 	running, finish := make(chan struct{}), make(chan struct{})
-	f := setup(t, middleware.Options{Wait: 10 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+	f := setup(t, middleware.Options{Engine: engine.Options{Wait: 10 * time.Second}}, func(w http.ResponseWriter, r *http.Request) {
 		close(running)
 		<-finish
 		ok(w, r)
@@ -492,7 +496,7 @@ func TestLeaseLoss(t *testing.T) {
 	running, finish := make(chan struct{}), make(chan struct{})
 	var calls sync.Mutex
 	n := 0
-	f := setup(t, middleware.Options{Lease: lease, Wait: -1}, func(w http.ResponseWriter, r *http.Request) {
+	f := setup(t, middleware.Options{Engine: engine.Options{Lease: lease, Wait: -1}}, func(w http.ResponseWriter, r *http.Request) {
 		calls.Lock()
 		n++
 		slow := n == 1
@@ -542,7 +546,7 @@ func TestLeaseLostWhileRunning(t *testing.T) {
 	const lease = 300 * time.Millisecond // renewals every lease/3, in real time
 	running := make(chan struct{})
 	var calls atomic.Int32
-	f := setup(t, middleware.Options{Lease: lease, Wait: -1}, func(w http.ResponseWriter, r *http.Request) {
+	f := setup(t, middleware.Options{Engine: engine.Options{Lease: lease, Wait: -1}}, func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
 			close(running)
 			<-r.Context().Done() // until the engine cancels it

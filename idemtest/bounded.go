@@ -14,7 +14,7 @@ import (
 // bounded to.
 const BoundedCapacity = 3
 
-// RunBounded runs the bounded-resource contract of [idem.TableConfig]
+// RunBounded runs the bounded-resource contract of [idem.StateMachineConfig]
 // against the stores newStore makes, which must be bounded to
 // [BoundedCapacity] keys (and otherwise configured as for [Run]): a claim
 // for a new key in a full store reclaims results past retention and claims

@@ -1,13 +1,13 @@
 // Package idemtest is the contract suite every [idem.Store] must pass: each
 // row of the transition table, the six invariants of [idem.Store], and a
 // model-based randomized test that applies random operations and clock steps
-// to a store and to the pure [idem.Table] and compares every outcome.
+// to a store and to the pure [idem.StateMachine] and compares every outcome.
 //
 // A store's tests call [Run] with a factory:
 //
 //	func TestContract(t *testing.T) {
 //		idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
-//			return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention})
+//			return newStore(clock.Now) // a store that reads time from clock.Now
 //		})
 //	}
 //

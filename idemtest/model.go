@@ -12,7 +12,7 @@ import (
 )
 
 // RunModel applies steps random operations and clock steps, drawn from seed,
-// to s and to an [idem.Table] configured like the suite's stores, and fails t
+// to s and to an [idem.StateMachine] configured like the suite's stores, and fails t
 // at the first outcome where they differ. s must be empty and read its time
 // from clock.
 //
@@ -22,27 +22,27 @@ import (
 // report stale claims against the same current generation.
 func RunModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps int) {
 	t.Helper()
-	runModel(t, ctx, s, clock, seed, steps, idem.TableConfig{Retention: Retention})
+	runModel(t, ctx, s, clock, seed, steps, idem.StateMachineConfig{Retention: Retention})
 }
 
 // RunBoundedModel is [RunModel] for a store bounded to capacity keys, as
-// [idem.TableConfig.Capacity] bounds a table: a claim for a new key in a
+// [idem.StateMachineConfig.Capacity] bounds a table: a claim for a new key in a
 // full store reclaims expired results and abandoned claims, and fails with
 // [idem.ErrCapacity] if that frees no room, never evicting a retained
 // result. The model uses six keys, so a capacity under six is reached.
 func RunBoundedModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps, capacity int) {
 	t.Helper()
-	runModel(t, ctx, s, clock, seed, steps, idem.TableConfig{Retention: Retention, Capacity: capacity})
+	runModel(t, ctx, s, clock, seed, steps, idem.StateMachineConfig{Retention: Retention, Capacity: capacity})
 }
 
-func runModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps int, cfg idem.TableConfig) {
+func runModel(t *testing.T, ctx context.Context, s idem.Store, clock *Clock, seed uint64, steps int, cfg idem.StateMachineConfig) {
 	t.Helper()
 	m := &model{
 		t:       t,
 		ctx:     ctx,
 		s:       s,
 		clock:   clock,
-		table:   idem.NewTable(cfg),
+		table:   idem.NewStateMachine(cfg),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		toModel: map[int64]int64{},
 		toStore: map[int64]int64{},
@@ -70,7 +70,7 @@ type model struct {
 	ctx     context.Context
 	s       idem.Store
 	clock   *Clock
-	table   *idem.Table
+	table   *idem.StateMachine
 	rng     *rand.Rand
 	step    int
 	history string

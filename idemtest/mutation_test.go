@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/memclock"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -66,7 +67,7 @@ func TestSuiteUnderMutant(t *testing.T) {
 	name := os.Getenv(mutantEnv)
 	factory := func(capacity int) idemtest.Factory {
 		return func(t *testing.T, clock *idemtest.Clock) idem.Store {
-			s := memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention, Capacity: capacity})
+			s := memclock.New(memstore.Options{Retention: idemtest.Retention, Capacity: capacity}, clock.Now)
 			if name == "" {
 				return s
 			}

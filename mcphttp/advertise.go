@@ -13,7 +13,7 @@ import (
 
 // The wrapper advertises itself ([ExtensionID]) in the answers to the
 // requests with which a client learns what a server can do: initialize
-// (before ModernProtocol, in capabilities.experimental) and server/discover
+// (before SessionlessProtocol, in capabilities.experimental) and server/discover
 // (from it on, in capabilities.extensions). It adds its member to the inner
 // handler's answer and changes nothing else.
 const methodInitialize = "initialize"

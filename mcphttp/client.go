@@ -23,7 +23,7 @@ const (
 )
 
 // Meta is what a tool handler forwards to the upstream API it calls, so the
-// upstream can dedupe the call too (see the package doc, "_meta upstream").
+// upstream can dedupe the call too (see docs/design.md, "Forwarding credentials upstream").
 // The zero Meta forwards nothing.
 type Meta struct {
 	// SessionID is the call's _meta.sessionId. Empty means the call

@@ -18,7 +18,7 @@ import (
 )
 
 // The tests in this file cut a call off while its tool runs, the three ways
-// the engine does (Options.Shutdown, a lost lease, Options.MaxExecution),
+// the engine does (Options.Engine.Shutdown, a lost lease, Options.Engine.MaxExecution),
 // on go-sdk's server as it is deployed behind the wrapper: stateful, and
 // stateless (2026-07-28) with SSE or JSON responses.
 
@@ -85,7 +85,7 @@ func cutOffs() []func() cutOff {
 		func() cutOff {
 			ctx, cancel := context.WithCancel(context.Background())
 			return cutOff{name: "shutdown",
-				setup: func(o *mcphttp.Options, s idem.Store) idem.Store { o.Shutdown = ctx; return s },
+				setup: func(o *mcphttp.Options, s idem.Store) idem.Store { o.Engine.Shutdown = ctx; return s },
 				happen: func(t *testing.T, cut <-chan struct{}) {
 					cancel()
 					waitCut(t, cut) // the engine cancels the work from an AfterFunc
@@ -96,7 +96,7 @@ func cutOffs() []func() cutOff {
 			var once sync.Once
 			return cutOff{name: "lease-lost",
 				setup: func(o *mcphttp.Options, s idem.Store) idem.Store {
-					o.Lease = leaseLostLease
+					o.Engine.Lease = leaseLostLease
 					o.Observer = func(_ *http.Request, e idem.Event) {
 						if e.Kind == idem.EventLeaseLost {
 							once.Do(func() { close(lost) })
@@ -115,7 +115,7 @@ func cutOffs() []func() cutOff {
 		func() cutOff {
 			return cutOff{name: "deadline",
 				setup: func(o *mcphttp.Options, s idem.Store) idem.Store {
-					o.MaxExecution, o.Lease = 100*time.Millisecond, 3*time.Second
+					o.Engine.MaxExecution, o.Engine.Lease = 100*time.Millisecond, 3*time.Second
 					return s
 				},
 				happen: waitCut}
@@ -177,10 +177,10 @@ func newCutOffServer(t *testing.T, mode cutOffMode, c cutOff) *cutOffServer {
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &httpOpts)
 	store := idem.Store(memstore.New(memstore.Options{}))
 	wrap := mode.wrap
-	wrap.Wait = -1
+	wrap.Engine.Wait = -1
 	cutStore := c.setup(&wrap, store)
 	plain := mode.wrap
-	plain.Wait = -1
+	plain.Engine.Wait = -1
 	cutSrv := httptest.NewServer(mcphttp.New(cutStore, wrap)(watchCut(s.workCut, inner)))
 	plainSrv := httptest.NewServer(mcphttp.New(store, plain)(inner))
 	t.Cleanup(func() {
@@ -303,7 +303,7 @@ func TestCutOffWithoutAnswerIsRetryable(t *testing.T) {
 				setup := c.setup
 				c.setup = func(o *mcphttp.Options, s idem.Store) idem.Store {
 					s = setup(o, s)
-					o.Lease = leaseLostLease
+					o.Engine.Lease = leaseLostLease
 					return s
 				}
 				s := newCutOffServer(t, mode, c)

@@ -2,6 +2,7 @@ package mcphttp_test
 
 import (
 	"context"
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -44,7 +45,11 @@ func TestMaxExecutionEndsGoSDKTool(t *testing.T) {
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
 	var events idemtest.Events
 	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{
-		Lease: 3 * time.Second, MaxExecution: 200 * time.Millisecond, Wait: -1, Observer: events.ObserveHTTP,
+		Engine: engine.Options{
+			Lease:        3 * time.Second,
+			MaxExecution: 200 * time.Millisecond,
+			Wait:         -1,
+		}, Observer: events.ObserveHTTP,
 	})(inner))
 	defer srv.Close()
 	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil)

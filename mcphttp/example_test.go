@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -33,7 +34,7 @@ func Example() {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{})(inner))
+	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Principal: userOf})(inner))
 	defer srv.Close()
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
@@ -69,7 +70,7 @@ func Example() {
 func ExampleTransport() {
 	// The upstream invoice API, protected by the idem middleware.
 	invoices := 0
-	api := httptest.NewServer(middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(
+	api := httptest.NewServer(middleware.New(memstore.New(memstore.Options{}), middleware.Options{Principal: userOf})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			invoices++
 			fmt.Fprintf(w, "invoice %d (session %s)", invoices, r.Header.Get("X-Session-Id"))
@@ -98,7 +99,7 @@ func ExampleTransport() {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text.String()}}}, nil, nil
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{})(inner))
+	srv := httptest.NewServer(mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Principal: userOf})(inner))
 	defer srv.Close()
 
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(),
@@ -143,9 +144,9 @@ func ExampleToolCancellation() {
 		&mcp.StreamableHTTPOptions{Stateless: true})
 	store := memstore.New(memstore.Options{})
 	shutdown, shutDown := context.WithCancel(context.Background())
-	stopping := httptest.NewServer(mcphttp.New(store, mcphttp.Options{Shutdown: shutdown})(inner))
+	stopping := httptest.NewServer(mcphttp.New(store, mcphttp.Options{Principal: userOf, Engine: engine.Options{Shutdown: shutdown}})(inner))
 	defer stopping.Close()
-	other := httptest.NewServer(mcphttp.New(store, mcphttp.Options{})(inner))
+	other := httptest.NewServer(mcphttp.New(store, mcphttp.Options{Principal: userOf})(inner))
 	defer other.Close()
 	go func() {
 		<-running
@@ -172,4 +173,15 @@ func ExampleToolCancellation() {
 	// invoice 1 (the tool was told: engine: the server is shutting down), replayed: false
 	// invoice 1 (the tool was told: engine: the server is shutting down), replayed: true
 	// invoices created: 1
+}
+
+// userKey is the context key the server's authentication middleware, run
+// before the wrapper, stores the user under.
+type userKey struct{}
+
+// userOf is the examples' Principal: the user that authentication found,
+// so that a retry sent with a refreshed token finds its key.
+func userOf(r *http.Request) string {
+	user, _ := r.Context().Value(userKey{}).(string)
+	return user
 }

@@ -14,7 +14,7 @@ import (
 func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string) {
 	x := m.eng.Start(r.Context(), req, d)
 	// The inner request outlives the client (unless
-	// Options.CancelWithClient): a client that drops its connection after
+	// Options.Engine.CancelWithClient): a client that drops its connection after
 	// sending the call is exactly the one that will retry it, and its
 	// retry must find the response recorded, not a second execution. It
 	// outlives the engine's cut-off of the work too (lease lost, deadline,
@@ -48,7 +48,7 @@ func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *e
 		defer end()
 		m.next.ServeHTTP(rec, ir)
 		final = rec.verdict()
-		if final.Action == engine.Leave && x.Err() != nil {
+		if final.Action == engine.LeaveToLease && x.Err() != nil {
 			// Cut off, and no answer came: the client must not take the
 			// silence for one.
 			rec.cutOff(c.rawID, x.Err(), m.eng.RetryAfter())

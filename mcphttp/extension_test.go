@@ -2,6 +2,7 @@ package mcphttp_test
 
 import (
 	"encoding/json"
+	"github.com/idemkit/idem/engine"
 	"testing"
 
 	"github.com/idemkit/idem/mcphttp"
@@ -18,7 +19,7 @@ func TestExtensionAdvertised(t *testing.T) {
 	forEachVersion(t, func(t *testing.T, h *vharness) {
 		caps := h.client(t, nil).InitializeResult().Capabilities
 		where := caps.Experimental
-		if h.v.protocol >= mcphttp.ModernProtocol {
+		if h.v.protocol >= mcphttp.SessionlessProtocol {
 			where = caps.Extensions
 		}
 		raw, err := json.Marshal(where[mcphttp.ExtensionID])
@@ -57,7 +58,7 @@ func TestErrorTypesAndCodes(t *testing.T) {
 			t.Errorf("code %d is in the JSON-RPC reserved range", code)
 		}
 	}
-	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Wait: -1}})
+	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Engine: engine.Options{Wait: -1}}})
 	s1, s2 := h.initialize(t), h.initialize(t)
 	meta := map[string]any{"idempotencyKey": "typed"}
 	done := make(chan []rpcMessage, 1)

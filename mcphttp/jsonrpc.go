@@ -133,7 +133,7 @@ func parseCall(body []byte, methods map[string]bool) (call, bool) {
 		if k, ok := meta["idempotencyKey"]; ok {
 			c.hasKey = true
 			if json.Unmarshal(k, &c.idemKey) != nil {
-				c.idemKey = "" // not a string: ParseKey rejects it as empty
+				c.idemKey = "" // not a string: ParseClientKey rejects it as empty
 			}
 		}
 	}

@@ -166,9 +166,9 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 			// Each round of a multi round-trip call is its own claim: see
 			// rounds.go.
 			if c.round == "" {
-				req.Key, err = idem.ParseKey(key)
+				req.Key, err = idem.ParseClientKey(key)
 			} else {
-				req.Key, err = idem.ParseRoundKey(key, c.round)
+				req.Key, err = idem.ParseClientRoundKey(key, c.round)
 			}
 		}
 		if err != nil {
@@ -180,7 +180,7 @@ func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forw
 	if session == "" || m.stateless || modern(r, c) {
 		// Request ids are unique per session only: without one, two
 		// clients' id 1 would be one key, and one would be answered with
-		// the other's result. From ModernProtocol on there are no sessions
+		// the other's result. From SessionlessProtocol on there are no sessions
 		// (a server ignores the header, so any client can send any value)
 		// and a retry has a new id anyway.
 		return req, "", "", false, nil

@@ -97,7 +97,7 @@ func callUntilLeaseLost(t *testing.T, httpOpts *mcp.StreamableHTTPOptions, wrap 
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, httpOpts)
 	noticed := make(chan struct{}, 8)
-	wrap.Lease = leaseLostLease
+	wrap.Engine.Lease = leaseLostLease
 	srv := httptest.NewServer(mcphttp.New(hangingRenew{memstore.New(memstore.Options{})}, wrap)(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			body, _ := io.ReadAll(r.Body)

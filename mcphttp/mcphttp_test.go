@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -302,7 +303,7 @@ func TestInFlightDuplicateWaits(t *testing.T) {
 // says to retry; the retry then gets the result.
 func TestInFlightNoWait(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Wait: -1}})
+	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Engine: engine.Options{Wait: -1}}})
 	s1, s2 := h.initialize(t), h.initialize(t)
 	meta := map[string]any{"idempotencyKey": "key-4"}
 	done := make(chan rpcMessage)
@@ -620,7 +621,7 @@ func TestMetaForwarded(t *testing.T) {
 // still be running; the claim stays, and a retry does not run it again.
 func TestStreamClosedKeepsClaim(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Wait: -1}})
+	h := newHarness(t, harnessOptions{wrap: mcphttp.Options{Engine: engine.Options{Wait: -1}}})
 	session := h.initialize(t)
 	meta := map[string]any{"idempotencyKey": "key-10"}
 	resp := h.post(t, session, callBody(1, "close_stream", nil, meta), nil)

@@ -17,7 +17,7 @@ func TestKeyMemoryWindowAndBound(t *testing.T) {
 	m := newKeyMemory(&NewKeyGuard{Window: time.Minute, MaxCalls: 2})
 	m.now = func() time.Time { return now }
 	key := func(s string) idem.Key {
-		k, err := idem.ParseKey(s)
+		k, err := idem.ParseClientKey(s)
 		if err != nil {
 			t.Fatal(err)
 		}

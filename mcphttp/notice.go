@@ -45,11 +45,11 @@ func sibling(ctx context.Context, r *http.Request, body []byte, method string) *
 // stream when its request's context ends and drops the answer the tool
 // gives after that, and a tool cut off after its effect must still have
 // its answer recorded. So the tool is told its own way. Before
-// ModernProtocol, on a stateful server, that is a notifications/cancelled
+// SessionlessProtocol, on a stateful server, that is a notifications/cancelled
 // for the call's id on the same session, as a client sends it: go-sdk runs
 // a stateful session's tools on the session's context, and the
 // notification cancels the tool. On a stateless server, and from
-// ModernProtocol on, the call's request is its own session (a notification
+// SessionlessProtocol on, the call's request is its own session (a notification
 // would land in a fresh one): there [ToolCancellation], if the server has
 // it, ends the tool's context (tool.work), and nothing else can without
 // ending the request.

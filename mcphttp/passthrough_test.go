@@ -3,6 +3,7 @@ package mcphttp_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,7 +35,7 @@ func TestPassThrough(t *testing.T) {
 		{"tools/call without name", http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}`},
 		{"params not an object", http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]}`},
 		{"not JSON-RPC 2.0", http.MethodPost, `{"id":1,"method":"tools/call","params":{"name":"echo"}}`},
-		{"longer than MaxInspectBytes", http.MethodPost, big},
+		{"longer than MaxBodyBytes", http.MethodPost, big},
 		{"GET", http.MethodGet, ""},
 		{"DELETE", http.MethodDelete, ""},
 		{"empty POST", http.MethodPost, ""},
@@ -48,7 +49,7 @@ func TestPassThrough(t *testing.T) {
 				got, _ = io.ReadAll(r.Body)
 				w.WriteHeader(http.StatusTeapot)
 			})
-			h := mcphttp.New(failingStore{memstore.New(memstore.Options{})}, mcphttp.Options{MaxInspectBytes: 1024})(inner)
+			h := mcphttp.New(failingStore{memstore.New(memstore.Options{})}, mcphttp.Options{MaxBodyBytes: 1024})(inner)
 			for range 2 {
 				req := httptest.NewRequest(tt.method, "/mcp", strings.NewReader(tt.body))
 				req.Header.Set("Mcp-Session-Id", "s")
@@ -125,11 +126,11 @@ func TestStreamsAsWritten(t *testing.T) {
 func TestNewPanicNamesField(t *testing.T) {
 	t.Parallel()
 	for field, opts := range map[string]mcphttp.Options{
-		"Options.Lease":           {Lease: -1},
-		"Options.StoreTimeout":    {StoreTimeout: -1},
-		"Options.MaxInspectBytes": {MaxInspectBytes: -1},
-		"Options.MaxRecordBytes":  {MaxRecordBytes: -1},
-		"Options.Methods":         {Methods: []string{""}},
+		"Options.Lease":          {Engine: engine.Options{Lease: -1}},
+		"Options.StoreTimeout":   {Engine: engine.Options{StoreTimeout: -1}},
+		"Options.MaxBodyBytes":   {MaxBodyBytes: -1},
+		"Options.MaxRecordBytes": {MaxRecordBytes: -1},
+		"Options.Methods":        {Methods: []string{""}},
 	} {
 		t.Run(field, func(t *testing.T) {
 			defer func() {
@@ -147,11 +148,15 @@ func TestNewPanicNamesField(t *testing.T) {
 func TestNewPanics(t *testing.T) {
 	t.Parallel()
 	for name, f := range map[string]func(){
-		"nil store":      func() { mcphttp.New(nil, mcphttp.Options{}) },
-		"negative lease": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: -1}) },
+		"nil store": func() { mcphttp.New(nil, mcphttp.Options{}) },
+		"negative lease": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Engine: engine.Options{Lease: -1}})
+		},
 		// A lease of 2ns renews every 0ns: time.NewTicker(0) would panic
 		// in the renewal goroutine of the first call, killing the process.
-		"lease under a millisecond": func() { mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Lease: 2}) },
+		"lease under a millisecond": func() {
+			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{Engine: engine.Options{Lease: 2}})
+		},
 		"session cookie name with a space": func() {
 			mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{SessionCookies: []string{"my session"}})
 		},

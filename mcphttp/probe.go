@@ -8,7 +8,7 @@ import (
 )
 
 // Probe methods: the one request every MCP server answers without effect,
-// by protocol revision. ModernProtocol removed ping and made server/discover
+// by protocol revision. SessionlessProtocol removed ping and made server/discover
 // mandatory.
 const (
 	probePing     = "ping"
@@ -27,7 +27,7 @@ func probeMethod(r *http.Request, c call) string {
 // probe asks the inner handler whether it accepts the request, without
 // running the call: it sends the same HTTP request (method, URL, headers,
 // session, credentials, context) with the body replaced by a probe under
-// the same id and _meta: ping, or server/discover from ModernProtocol on
+// the same id and _meta: ping, or server/discover from SessionlessProtocol on
 // (with Mcp-Method saying so). Both have no effect and every server of
 // their revision answers them, so the inner handler's answer is its verdict
 // on everything but the call itself: Host and Origin checks,

@@ -2,7 +2,7 @@ package mcphttp
 
 import "net/http"
 
-// ModernProtocol is the first MCP protocol revision without sessions and
+// SessionlessProtocol is the first MCP protocol revision without sessions and
 // without initialize ([SEP-2575], [SEP-2567]): every request carries its
 // version in the MCP-Protocol-Version header and in
 // _meta["io.modelcontextprotocol/protocolVersion"], the Mcp-Method and
@@ -13,12 +13,12 @@ import "net/http"
 // [SEP-2322]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2322
 // [SEP-2567]: https://github.com/modelcontextprotocol/modelcontextprotocol/pull/2567
 // [SEP-2575]: https://github.com/modelcontextprotocol/modelcontextprotocol/issues/2575
-const ModernProtocol = "2026-07-28"
+const SessionlessProtocol = "2026-07-28"
 
 // ExtensionID names the extension the wrapper advertises, so that a client
 // can tell that the server deduplicates calls before it sends a key: in
 // capabilities.extensions of the server/discover result (from
-// [ModernProtocol] on), and in capabilities.experimental of the initialize
+// [SessionlessProtocol] on), and in capabilities.experimental of the initialize
 // result (before). Its settings are an object:
 //
 //	{
@@ -41,16 +41,16 @@ const ExtensionID = "io.github.idemkit/idempotency"
 const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 
 // modernHeader reports whether the request's MCP-Protocol-Version header
-// names ModernProtocol or later.
+// names SessionlessProtocol or later.
 func modernHeader(r *http.Request) bool {
-	return r.Header.Get("Mcp-Protocol-Version") >= ModernProtocol
+	return r.Header.Get("Mcp-Protocol-Version") >= SessionlessProtocol
 }
 
-// modern reports whether a call is made at ModernProtocol or later, by
+// modern reports whether a call is made at SessionlessProtocol or later, by
 // either the header or its _meta: there, neither Mcp-Session-Id (which the
 // server ignores) nor the request id (new on every retry) can key it.
 func modern(r *http.Request, c call) bool {
-	return modernHeader(r) || c.metaVersion >= ModernProtocol
+	return modernHeader(r) || c.metaVersion >= SessionlessProtocol
 }
 
 // routedAround reports whether a modern request's Mcp-Method header says
@@ -58,14 +58,14 @@ func modern(r *http.Request, c call) bool {
 // wrapper adds its extension to), so the wrapper passes it through without
 // reading its body. A body that disagrees with its Mcp-Method header is
 // the inner handler's to refuse (the spec requires servers to), and the
-// wrapper never runs or answers it. Before ModernProtocol the headers are
+// wrapper never runs or answers it. Before SessionlessProtocol the headers are
 // optional and unchecked, so the body decides.
 func (m *wrapper) routedAround(r *http.Request) bool {
 	method := r.Header.Get("Mcp-Method")
 	return modernHeader(r) && !m.methods[method] && method != probeDiscover
 }
 
-// ByVersion returns a handler that sends requests made at [ModernProtocol]
+// ByVersion returns a handler that sends requests made at [SessionlessProtocol]
 // or later (by their MCP-Protocol-Version header) to modern, and every
 // other request to legacy. go-sdk serves 2026-07-28 only on a stateless
 // handler, and earlier revisions' sessions only on a stateful one; with

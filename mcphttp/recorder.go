@@ -31,7 +31,7 @@ type recorder struct {
 	work context.Context
 	// inner is the inner request's context, which ends before the
 	// recorder is done only when the wrapper ends it (errInnerCutOff) or,
-	// with Options.CancelWithClient, when the client goes away; nil means
+	// with Options.Engine.CancelWithClient, when the client goes away; nil means
 	// it never does.
 	inner context.Context
 }
@@ -62,7 +62,7 @@ func (r *recorder) Capture(p []byte) bool {
 	return true
 }
 
-// Holding is false: a held response (Options.InTransaction) is held by
+// Holding is false: a held response (Options.InTransactionTools) is held by
 // the writer the recorder writes to.
 func (r *recorder) Holding() bool { return false }
 
@@ -71,7 +71,7 @@ func (r *recorder) Holding() bool { return false }
 func (r *recorder) verdict() engine.Verdict {
 	if r.inner != nil && r.inner.Err() != nil && !errors.Is(context.Cause(r.inner), errInnerCutOff) &&
 		(r.scan == nil || r.scan.final == nil && !r.scan.oversize) {
-		// Options.CancelWithClient, and the client went away: the
+		// Options.Engine.CancelWithClient, and the client went away: the
 		// cancellation it asked for, of a tool that stops cleanly, ended
 		// the call before it answered, so the retry runs it again.
 		return engine.Verdict{Action: engine.Release, Why: "the call's client went away before it answered, which cancelled it"}
@@ -86,23 +86,23 @@ func (r *recorder) verdict() engine.Verdict {
 		// that ended early; releasing it would let the retry run the tool
 		// again at once. A handler that refuses a call says so with a
 		// status.
-		return engine.Verdict{Action: engine.Leave, Why: "the inner handler answered nothing: the call may have run"}
+		return engine.Verdict{Action: engine.LeaveToLease, Why: "the inner handler answered nothing: the call may have run"}
 	}
 	r.scan.finish()
 	switch s := r.scan; {
 	case s.final != nil && !s.finalError && r.work != nil && r.work.Err() != nil && isToolError(s.final):
-		// The call was cut off (Options.CancelWithClient) and its tool
+		// The call was cut off (Options.Engine.CancelWithClient) and its tool
 		// answered with an error: go-sdk makes a tool's returned error,
 		// such as its context's, a result with isError. That is an
 		// artefact of the cancellation, not the call's result: the retry
 		// runs the tool again.
 		return engine.Verdict{Action: engine.Release, Why: "the call was cut off and its tool answered with an error"}
 	case s.final != nil && !s.finalError:
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.Status, Body: s.final}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: r.Status, Body: s.final}}
 	case s.final == nil && s.oversize && r.Status == http.StatusOK:
 		// The response was seen, and was too large to record: the tool
 		// ran, and must not run again.
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: r.Status, Unreplayable: true}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: r.Status, Unreplayable: true}}
 	case s.final == nil && r.Status == http.StatusOK && s.sse:
 		// The call's SSE stream ended without its response: the session
 		// closed, or the server closed the stream for the client to
@@ -110,7 +110,7 @@ func (r *recorder) verdict() engine.Verdict {
 		// so the claim is kept, unrenewed, until its lease runs out:
 		// until then a retry waits or is told to retry, and never runs
 		// the tool alongside. Releasing would invite exactly that.
-		return engine.Verdict{Action: engine.Leave, Why: "the call's stream ended without its response"}
+		return engine.Verdict{Action: engine.LeaveToLease, Why: "the call's stream ended without its response"}
 	}
 	// A JSON-RPC error, or a status and no answer to the call (the inner
 	// handler rejected the request): the call produced no result, and a

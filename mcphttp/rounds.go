@@ -9,14 +9,14 @@ import (
 	"github.com/idemkit/idem/agentkey"
 )
 
-// Multi round-trip calls (MCP 2026-07-28, SEP-2322, see [ModernProtocol]
+// Multi round-trip calls (MCP 2026-07-28, SEP-2322, see [SessionlessProtocol]
 // for the link). A tool that needs input answers round 1 with resultType
 // "input_required", inputRequests and a requestState; the client retries
 // the original call, under a new id, with inputResponses and the
 // requestState echoed. Every round carries the
 // call's key. The rounds are told apart by what the client sent back: each
 // round is its own claim, keyed by the call's key and a digest of the
-// round's requestState and inputResponses ([idem.ParseRoundKey]). So the
+// round's requestState and inputResponses ([idem.ParseClientRoundKey]). So the
 // input_required answer of round 1 is round 1's recorded result (a lost
 // round-1 response retried replays it), round 2 runs once, and the final
 // round's result is what a retry of that round gets.

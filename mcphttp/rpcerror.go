@@ -23,7 +23,7 @@ const (
 	// "idempotency_key_conflict". The tool was not run.
 	CodeKeyReused = -31090
 	// CodeInFlight: the call is a duplicate of one still running, which
-	// did not finish within [Options.Wait] (data.reason "in_flight"), or
+	// did not finish within Options.Engine.Wait (data.reason "in_flight"), or
 	// the call itself was cut off before it answered (data.reason
 	// "cut_off": its lease was lost, its deadline passed, the server is
 	// shutting down) and may still be running. data.type is

@@ -2,6 +2,7 @@ package mcphttp_test
 
 import (
 	"context"
+	"github.com/idemkit/idem/engine"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestServerCancelledWait(t *testing.T) {
 	t.Parallel()
 	store := &signalStore{Store: memstore.New(memstore.Options{}), waiting: make(chan struct{}, 1), completed: make(chan struct{}, 1)}
 	shutdown, cancelRequests := context.WithCancel(context.Background())
-	h := newHarness(t, harnessOptions{store: store, wrap: mcphttp.Options{Wait: time.Minute}, cancelRequests: shutdown})
+	h := newHarness(t, harnessOptions{store: store, wrap: mcphttp.Options{Engine: engine.Options{Wait: time.Minute}}, cancelRequests: shutdown})
 	session := h.initialize(t)
 	open := sync.OnceFunc(func() { close(h.gate) })
 	t.Cleanup(open) // before the session's DELETE, which waits for the tool

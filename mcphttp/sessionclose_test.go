@@ -1,6 +1,7 @@
 package mcphttp_test
 
 import (
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func (h *harness) deleteSession(t *testing.T, session string) int {
 // but drops its result: the POST ends without a byte written. The wrapper
 // must not turn that into a second execution, as it would by taking the
 // silence for a rejection ("the inner handler answered nothing") and
-// releasing the key. The session's DELETE waits (up to Options.Wait) for
+// releasing the key. The session's DELETE waits (up to Options.Engine.Wait) for
 // the calls the wrapper runs on it to answer, so the result is recorded and
 // the retry from the new session is its replay.
 //
@@ -55,14 +56,14 @@ func TestSessionClosedWhileCallRuns(t *testing.T) {
 	}
 }
 
-// TestSessionClosedWhileCallRunsNoWait: with Options.Wait negative the
+// TestSessionClosedWhileCallRunsNoWait: with Options.Engine.Wait negative the
 // DELETE is not held, and go-sdk drops the answer of the call still running
 // on the closed session. The tool may have run, so its claim is left to its
 // lease: the retry from a new session is told the call is in flight, and
 // does not run the tool again.
 func TestSessionClosedWhileCallRunsNoWait(t *testing.T) {
 	t.Parallel()
-	h, deleting := newHarnessSignallingDelete(t, mcphttp.Options{Wait: -1})
+	h, deleting := newHarnessSignallingDelete(t, mcphttp.Options{Engine: engine.Options{Wait: -1}})
 	first, _, retry := closeSessionMidCall(t, h, deleting, "n")
 	for _, m := range first {
 		if m.Method == "" {

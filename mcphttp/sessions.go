@@ -16,7 +16,7 @@ import (
 // call from a new session; the retry must get the tool's answer, not run the
 // tool again. So the wrapper passes a session's DELETE to the inner handler
 // only once the calls it runs on that session answered (their answers are
-// then recorded), for at most Options.Wait.
+// then recorded), for at most Options.Engine.Wait.
 type sessionCalls struct {
 	mu    sync.Mutex
 	calls map[string]map[*runningCall]struct{}

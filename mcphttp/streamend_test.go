@@ -2,6 +2,7 @@ package mcphttp_test
 
 import (
 	"encoding/json"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,7 @@ func TestLargeNotificationThenStreamEnds(t *testing.T) {
 		// The stream ends here: the session closed, or the server
 		// closed it for the client to resume.
 	})
-	h := mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{MaxRecordBytes: 1024, Wait: -1})(inner)
+	h := mcphttp.New(memstore.New(memstore.Options{}), mcphttp.Options{MaxRecordBytes: 1024, Engine: engine.Options{Wait: -1}})(inner)
 	call := func(id int) string {
 		body := `{"jsonrpc":"2.0","id":` + string(rune('0'+id)) + `,"method":"tools/call","params":{"name":"t","_meta":{"idempotencyKey":"big-notification"}}}`
 		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))

@@ -9,18 +9,18 @@ import (
 
 // ToolCancellation is go-sdk server middleware through which the wrapper
 // cancels a deduplicated call's tool when it cuts the call off (its lease
-// was lost, its deadline passed, [Options.Shutdown]) without ending the
+// was lost, its deadline passed, Options.Engine.Shutdown) without ending the
 // call's HTTP request, on which go-sdk writes the tool's answer. Add it to
 // a stateless server behind the wrapper:
 //
 //	server.AddReceivingMiddleware(mcphttp.ToolCancellation)
 //
-// A stateless go-sdk server (and every call at [ModernProtocol]) ties a
+// A stateless go-sdk server (and every call at [SessionlessProtocol]) ties a
 // tool's context to its HTTP request's alone, and drops the answer of a
 // request whose context ended: cancelling the one loses the other. With
 // this middleware the tool's context ends at the cut-off, and an answer it
 // still gives (its effect done) reaches the wrapper and is recorded. Without
-// it, the wrapper leaves the tool running for up to [Options.Lease] after
+// it, the wrapper leaves the tool running for up to Options.Engine.Lease after
 // the cut-off, then ends the request (see "Cut off" in the package
 // documentation). On a stateful server it does nothing: there the wrapper
 // cancels the tool with notifications/cancelled. It passes every other
@@ -41,7 +41,7 @@ var _ mcp.Middleware = ToolCancellation
 
 // WorkContext returns a context with ctx's values that ends when ctx does
 // and when the wrapper cuts off the deduplicated call ctx belongs to (its
-// lease was lost, its deadline passed, [Options.Shutdown]), with the
+// lease was lost, its deadline passed, Options.Engine.Shutdown), with the
 // cut-off's cause ([idem.ErrLeaseLost], [engine.ErrExecutionTimeout],
 // [engine.ErrShutdown]); stop releases it. ctx is the context of the
 // request the wrapper hands the inner handler, or one derived from it: an

@@ -27,7 +27,7 @@ const txHeader = "Idem-Transaction"
 var inTx sync.Map // string -> *engine.Execution
 
 // TxContext returns ctx carrying the transaction the call req was claimed
-// in, when it runs in one (Options.InTransaction); ctx itself otherwise.
+// in, when it runs in one (Options.InTransactionTools); ctx itself otherwise.
 // A go-sdk tool handler calls it first, then writes through the
 // transaction the store's package finds there (pgstore.TxFrom, a pgx.Tx;
 // pgstore.SQLTxFrom, the same transaction as a *sql.Tx for database/sql
@@ -56,7 +56,7 @@ func TxContext(ctx context.Context, req *mcp.CallToolRequest) context.Context {
 }
 
 // inTransaction reports whether call c is claimed inside a transaction of
-// the store's database (Options.InTransaction).
+// the store's database (Options.InTransactionTools).
 func (m *wrapper) inTransaction(c call) bool {
 	return m.inTx != nil && c.method == "tools/call" && m.inTx(c.name)
 }
@@ -165,7 +165,7 @@ func (h *heldResponse) verdict(v engine.Verdict) engine.Verdict {
 	if h == nil || !h.x.Committed() {
 		return v
 	}
-	return engine.Verdict{Action: engine.Recorded, Result: idem.Result{Status: h.status, Unreplayable: true}}
+	return engine.Verdict{Action: engine.CompletedByWork, Result: idem.Result{Status: h.status, Unreplayable: true}}
 }
 
 // release sends what was held and ends the hold.
@@ -196,7 +196,7 @@ func (h *heldResponse) release() {
 func (h *heldResponse) send(v engine.Verdict) {
 	switch {
 	case h == nil || h.sent:
-	case !h.failed && (h.x.Committed() || (v.Action == engine.Release || v.Action == engine.Leave) && h.x.TxLimitErr() == nil):
+	case !h.failed && (h.x.Committed() || (v.Action == engine.Release || v.Action == engine.LeaveToLease) && h.x.TxLimitErr() == nil):
 		h.status = cmp.Or(h.status, http.StatusOK)
 		h.release()
 	default:
@@ -216,7 +216,7 @@ func (h *heldResponse) send(v engine.Verdict) {
 // ReasonTransactionLimit is the data.reason of the [CodeInternalError]
 // answered for a call of a tool in InTransaction whose transaction
 // PostgreSQL ended at one of its bounds (the tool paused between two
-// statements longer than Options.IdleInTransaction, or a statement ran
+// statements longer than Options.Engine.IdleInTransaction, or a statement ran
 // longer than its statement_timeout): nothing of the call took effect,
 // and the message names the bound and the setting to raise. A retry runs
 // the tool again, and ends the same way if it takes as long.

@@ -3,6 +3,7 @@ package mcphttp_test
 import (
 	"context"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -47,7 +48,7 @@ func newTxStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgstore.Store) {
 }
 
 // TestInTransaction: a tool whose side effect is a row in the store's
-// database (Options.InTransaction) writes it in the transaction its call
+// database (Options.InTransactionTools) writes it in the transaction its call
 // was claimed in, and the row and the call's response commit together: a
 // retry replays the response and finds one row; a call that answers a
 // JSON-RPC error leaves nothing, and its retry runs the tool again. A tool
@@ -119,7 +120,7 @@ func testInTransaction(t *testing.T, write func(ctx context.Context, customer st
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("transaction %v", pgstore.TxFrom(mcphttp.TxContext(ctx, req)) != nil)}}}, nil, nil
 	})
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	wrapped := mcphttp.New(store, mcphttp.Options{InTransaction: func(tool string) bool { return tool != "elsewhere" }})(inner)
+	wrapped := mcphttp.New(store, mcphttp.Options{InTransactionTools: func(tool string) bool { return tool != "elsewhere" }})(inner)
 	srv := httptest.NewServer(wrapped)
 	defer srv.Close()
 
@@ -265,7 +266,7 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				misbehave(w, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"invoice %d"}]}}`, id))
 			})
-			h := mcphttp.New(store, mcphttp.Options{InTransaction: func(string) bool { return true }})(inner)
+			h := mcphttp.New(store, mcphttp.Options{InTransactionTools: func(string) bool { return true }})(inner)
 			before := invoices()
 			client := &statusLog{header: http.Header{}, committed: invoices}
 			h.ServeHTTP(client, callRequest(fmt.Sprintf("%s-%v", name, broken)))
@@ -327,14 +328,14 @@ func TestInTransactionSpillReported(t *testing.T) {
 			}
 		})
 		h := mcphttp.New(store, mcphttp.Options{
-			MaxRecordBytes: 1024,
-			InTransaction:  func(string) bool { return true },
+			MaxRecordBytes:     1024,
+			InTransactionTools: func(string) bool { return true },
 			Observer: func(_ *http.Request, e idem.Event) {
 				mu.Lock()
 				kinds = append(kinds, e.Kind)
 				mu.Unlock()
 			},
-			Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil)),
+			Engine: engine.Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))},
 		})(inner)
 		key := "spill-" + name
 		first := httptest.NewRecorder()

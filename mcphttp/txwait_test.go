@@ -3,6 +3,7 @@ package mcphttp_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,7 @@ import (
 )
 
 // txHarness is a harness whose store is pgstore on a fresh, migrated
-// schema, with every tool claimed in a transaction (Options.InTransaction).
+// schema, with every tool claimed in a transaction (Options.InTransactionTools).
 func txHarness(t *testing.T, wrap mcphttp.Options) (*harness, *pgxpool.Pool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -35,7 +36,7 @@ func txHarness(t *testing.T, wrap mcphttp.Options) (*harness, *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	wrap.InTransaction = func(string) bool { return true }
+	wrap.InTransactionTools = func(string) bool { return true }
 	return newHarness(t, harnessOptions{store: store, wrap: wrap}), pool
 }
 
@@ -100,7 +101,7 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	const maxExecution, idle = 100 * time.Millisecond, 30 * time.Second
 	t.Run("the original commits", func(t *testing.T) {
 		t.Parallel()
-		h, pool := txHarness(t, mcphttp.Options{MaxExecution: maxExecution, IdleInTransaction: idle})
+		h, pool := txHarness(t, mcphttp.Options{Engine: engine.Options{MaxExecution: maxExecution, IdleInTransaction: idle}})
 		session := h.initialize(t)
 		first := h.callAsync(t, session, 1, "gate", "k")
 		<-h.entered
@@ -119,7 +120,7 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	t.Run("the wait runs out", func(t *testing.T) {
 		t.Parallel()
 		const wait = 4 * maxExecution
-		h, _ := txHarness(t, mcphttp.Options{MaxExecution: maxExecution, IdleInTransaction: idle, Wait: wait})
+		h, _ := txHarness(t, mcphttp.Options{Engine: engine.Options{MaxExecution: maxExecution, IdleInTransaction: idle, Wait: wait}})
 		session := h.initialize(t)
 		first := h.callAsync(t, session, 1, "gate", "k")
 		defer func() { close(h.gate); <-first }()
@@ -182,8 +183,8 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 	mcp.AddTool(server, &mcp.Tool{Name: "pause_tool_error"}, pause(true))
 	mcp.AddTool(server, &mcp.Tool{Name: "pause_rpc_error"}, pause(false))
 	wrapped := mcphttp.New(store, mcphttp.Options{
-		InTransaction:     func(string) bool { return true },
-		IdleInTransaction: idle,
+		InTransactionTools: func(string) bool { return true },
+		Engine:             engine.Options{IdleInTransaction: idle},
 	})(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
 	srv := httptest.NewServer(wrapped)
 	t.Cleanup(srv.Close) // after the session's DELETE, which initialize registers

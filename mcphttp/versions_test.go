@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -267,12 +268,12 @@ func TestModernStreamCloseWithoutKey(t *testing.T) {
 	}
 }
 
-// TestCancelWithClient: with Options.CancelWithClient, a client that goes
+// TestCancelWithClient: with Options.Engine.CancelWithClient, a client that goes
 // away cancels the tool (MCP 2026-07-28: a closed stream is cancellation),
 // nothing is recorded, and the retry runs the tool again.
 func TestCancelWithClient(t *testing.T) {
 	t.Parallel()
-	h := newVHarness(t, versions[0], mcphttp.Options{CancelWithClient: true})
+	h := newVHarness(t, versions[0], mcphttp.Options{Engine: engine.Options{CancelWithClient: true}})
 	lossy := h.client(t, &http.Client{Transport: dropToolCall{after: 100 * time.Millisecond}})
 	if _, err := lossy.CallTool(t.Context(), keyed("charge", 5, "cancel-1")); err == nil {
 		t.Fatal("the first call got its answer; the drop did not happen")

@@ -25,7 +25,7 @@ type wrapper struct {
 	next       http.Handler
 	eng        *engine.Engine
 	methods    map[string]bool
-	wait       time.Duration // Options.Wait, the default applied; zero: no wait
+	wait       time.Duration // Options.Engine.Wait, the default applied; zero: no wait
 	maxInspect int64
 	maxRecord  int
 	scope      *adapter.Scoper
@@ -33,7 +33,7 @@ type wrapper struct {
 	observer   func(*http.Request, idem.Event)
 	// stateless is Options.Stateless.
 	stateless bool
-	// cancelWithClient is Options.CancelWithClient.
+	// cancelWithClient is Options.Engine.CancelWithClient.
 	cancelWithClient bool
 	// sessions holds the calls running on each session, for a DELETE of
 	// the session to wait for (see sessionCalls).
@@ -43,7 +43,7 @@ type wrapper struct {
 	extension json.RawMessage
 	// newKeys is Options.NewKeyGuard at work; nil without one.
 	newKeys *keyMemory
-	// inTx is Options.InTransaction.
+	// inTx is Options.InTransactionTools.
 	inTx func(tool string) bool
 }
 
@@ -58,13 +58,12 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 	// Misconfiguration panics here, at construction, never per request, as
 	// net/http's constructors do (and package middleware's New).
 	opts.validate()
-	if _, ok := store.(idem.TxStore); opts.InTransaction != nil && !ok {
-		panic(fmt.Sprintf("mcphttp: Options.InTransaction with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
+	if _, ok := store.(idem.TxStore); opts.InTransactionTools != nil && !ok {
+		panic(fmt.Sprintf("mcphttp: Options.InTransactionTools with a %T, which cannot claim in a transaction (not an idem.TxStore)", store))
 	}
-	common := opts.common()
 	// A call cut off by its client is recorded if the recorder saw its
 	// whole response and records it (recorder.verdict); released otherwise.
-	eopts := common.Engine("mcphttp", AdapterName, DefaultWait)
+	eopts := opts.Engine.ForAdapter(AdapterName, DefaultWait)
 	methods := map[string]bool{}
 	if opts.Methods == nil {
 		methods["tools/call"] = true
@@ -73,17 +72,17 @@ func New(store idem.Store, opts Options) func(http.Handler) http.Handler {
 		methods[m] = true
 	}
 	eng := engine.New(store, eopts)
-	scope := common.Scoper("mcphttp", eopts.Logger)
+	scope := adapter.NewScoper("mcphttp", opts.scoping(), opts.Engine.Logger)
 	return func(next http.Handler) http.Handler {
 		return &wrapper{
 			next: next, eng: eng, methods: methods, wait: eopts.Wait,
-			maxInspect: cmp.Or(opts.MaxInspectBytes, DefaultMaxInspectBytes),
+			maxInspect: cmp.Or(opts.MaxBodyBytes, DefaultMaxBodyBytes),
 			maxRecord:  cmp.Or(opts.MaxRecordBytes, DefaultMaxRecordBytes),
 			scope:      scope, log: eopts.Logger, observer: opts.Observer,
-			stateless: opts.Stateless, cancelWithClient: opts.CancelWithClient,
+			stateless: opts.Stateless, cancelWithClient: eopts.CancelWithClient,
 			extension: extensionSettings(methods, store),
 			newKeys:   newKeyMemory(opts.NewKeyGuard),
-			inTx:      opts.InTransaction,
+			inTx:      opts.InTransactionTools,
 		}
 	}
 }
@@ -184,7 +183,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	case engine.Run:
 		m.execute(w, r, c, ereq, d, forward)
 		return
-	case engine.Gone:
+	case engine.RequestEnded:
 		// Too late to probe (the request's context ended): a JSON body,
 		// which every client accepts.
 		body := m.cancelledBody(c)
@@ -194,7 +193,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
-	// the inner handler has accepted the request: see "Order of checks".
+	// the inner handler has accepted the request: see "Order of checks: the probe" in docs/design.md.
 	probe, accepted := m.probe(r, c)
 	if !accepted {
 		probe.writeTo(w)
@@ -205,7 +204,7 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 		case engine.Run:
 			m.execute(w, r, c, ereq, d, forward)
 			return
-		case engine.Gone:
+		case engine.RequestEnded:
 			m.answer(w, r, c, m.cancelledBody(c), false, probe)
 			return
 		}

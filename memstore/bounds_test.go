@@ -39,8 +39,8 @@ func TestWaitersDoNotLeak(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clock := idemtest.NewClock()
-			s := New(Options{Now: clock.Now, PollInterval: 5 * time.Millisecond})
-			k, _ := idem.ParseKey("k")
+			s := newAt(Options{PollInterval: 5 * time.Millisecond}, clock.Now)
+			k, _ := idem.ParseClientKey("k")
 			if _, err := s.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: k, Lease: time.Second}); err != nil {
 				t.Fatal(err)
 			}
@@ -57,21 +57,21 @@ func TestWaitersDoNotLeak(t *testing.T) {
 	}
 }
 
-// TestRunInterval: a negative interval is an error, returned at once; zero
-// means idem.DefaultSweepInterval (it once made time.NewTicker panic), and
-// Run returns nil when ctx is cancelled.
-func TestRunInterval(t *testing.T) {
+// TestSweeperInterval: over a memstore, a negative interval is an error,
+// returned at once; zero means idem.DefaultSweepInterval (it once made
+// time.NewTicker panic), and Run returns nil when ctx is cancelled.
+func TestSweeperInterval(t *testing.T) {
 	t.Parallel()
 	s := New(Options{})
-	if err := s.Run(t.Context(), -time.Second); err == nil {
-		t.Errorf("Run(ctx, -1s) = nil, want an error")
+	if err := (idem.Sweeper{Store: s, Interval: -time.Second}).Run(t.Context()); err == nil {
+		t.Errorf("Run with Interval -1s = nil, want an error")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, 0) }()
+	go func() { done <- idem.Sweeper{Store: s}.Run(ctx) }()
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("Run(ctx, 0) = %v after cancel, want nil", err)
+		t.Errorf("Run with Interval 0 = %v after cancel, want nil", err)
 	}
 }
 
@@ -81,7 +81,7 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := New(Options{})
-	k, err := idem.ParseKey("k")
+	k, err := idem.ParseClientKey("k")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ func TestForget(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s := New(Options{Now: func() time.Time { return now }})
+	s := newAt(Options{}, func() time.Time { return now })
 	key := func(k string) idem.Key {
 		t.Helper()
-		parsed, err := idem.ParseKey(k)
+		parsed, err := idem.ParseClientKey(k)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-// Package memstore is the in-memory [idem.Store]: the [idem.Table] behind
+// Package memstore is the in-memory [idem.Store]: the [idem.StateMachine] behind
 // one lock, with leases on an injectable clock.
 //
 // It is the embedded default when no database is configured, and it is fully
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/clockreg"
 )
 
 var _ idem.Store = (*Store)(nil)
@@ -49,7 +50,7 @@ type Options struct {
 	// Capacity bounds the number of keys held. Zero means
 	// [DefaultCapacity]; negative means no bound on the count.
 	Capacity int
-	// MaxBytes bounds the bytes held, as [idem.Table.Bytes] counts them:
+	// MaxBytes bounds the bytes held, as [idem.StateMachine.Bytes] counts them:
 	// keys, scopes, fingerprints and recorded results. It is checked when a
 	// new key is claimed, so completions admitted before the store filled
 	// may exceed it by their results. Zero means [DefaultMaxBytes];
@@ -62,8 +63,6 @@ type Options struct {
 	// Lease is the lease of a claim that asks for none. Zero means
 	// [idem.DefaultLease].
 	Lease time.Duration
-	// Now is the clock. Nil means time.Now. Tests inject a fake clock.
-	Now func() time.Time
 	// PollInterval bounds how long [Store.Wait] sleeps before returning
 	// for the caller to look again, so a waiter notices a lease running out
 	// on any clock. Zero or negative means [DefaultPollInterval].
@@ -77,7 +76,7 @@ type Store struct {
 	retention time.Duration // zero: until forgotten
 
 	mu    sync.Mutex
-	table *idem.Table
+	table *idem.StateMachine
 	// waiters holds the keys someone waits on. An entry lives exactly as
 	// long as it has waiters: its last waiter deletes it on leaving, so a
 	// claim that ends without a wake (its lease runs out and it is taken
@@ -98,13 +97,17 @@ type waitKey struct {
 }
 
 // New returns an empty store.
-func New(opts Options) *Store {
+func New(opts Options) *Store { return newAt(opts, time.Now) }
+
+// newAt is New with now as the store's clock: for tests, through package
+// internal/memclock.
+func newAt(opts Options, now func() time.Time) *Store {
 	opts = opts.withDefaults()
 	return &Store{
-		now:       opts.Now,
+		now:       now,
 		poll:      opts.PollInterval,
 		retention: opts.Retention,
-		table: idem.NewTable(idem.TableConfig{
+		table: idem.NewStateMachine(idem.StateMachineConfig{
 			Capacity: opts.Capacity, MaxBytes: opts.MaxBytes,
 			Retention: opts.Retention, DefaultLease: opts.Lease,
 		}),
@@ -127,9 +130,6 @@ func (o Options) withDefaults() Options {
 	o.Capacity = int(orNone(int64(o.Capacity), DefaultCapacity))
 	o.MaxBytes = orNone(o.MaxBytes, DefaultMaxBytes)
 	o.Retention = time.Duration(orNone(int64(o.Retention), int64(DefaultRetention)))
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
@@ -246,15 +246,6 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	return s.table.Sweep(s.now(), limit), nil
 }
 
-// Run is shorthand for an [idem.Sweeper] over s with the given interval
-// (zero means [idem.DefaultSweepInterval], negative is an error): it sweeps
-// at once and then every interval ±50% until ctx is done, then returns nil.
-// Memory is bounded without Run (a full store reclaims what a sweep would
-// before it refuses a key); Run frees it sooner.
-func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	return idem.Sweeper{Store: s, Interval: interval}.Run(ctx)
-}
-
 // Inspect returns the entry of (scope, key) as stored, whatever its state,
 // for operators: the same shape as pgstore's Inspect, so that an operator
 // tool can be written against either. It fails only for an invalid key or
@@ -329,3 +320,5 @@ func (s *Store) Retention() time.Duration {
 	}
 	return s.retention
 }
+
+func init() { clockreg.NewMemstore = newAt }

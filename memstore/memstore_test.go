@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/memclock"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -14,7 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestContract(t *testing.T) {
 	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
-		return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention})
+		return memclock.New(memstore.Options{Retention: idemtest.Retention}, clock.Now)
 	})
 }
 
@@ -22,6 +23,6 @@ func TestContract(t *testing.T) {
 // against a bounded table.
 func TestBoundedContract(t *testing.T) {
 	idemtest.RunBounded(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
-		return memstore.New(memstore.Options{Now: clock.Now, Retention: idemtest.Retention, Capacity: idemtest.BoundedCapacity})
+		return memclock.New(memstore.Options{Retention: idemtest.Retention, Capacity: idemtest.BoundedCapacity}, clock.Now)
 	})
 }

@@ -102,12 +102,12 @@ func (c *call) commitFailed(w http.ResponseWriter) {
 func (c *call) verdict() engine.Verdict {
 	switch c.commit {
 	case committed:
-		return engine.Verdict{Action: engine.Recorded, Result: idem.Result{Status: c.committedStatus}}
+		return engine.Verdict{Action: engine.CompletedByWork, Result: idem.Result{Status: c.committedStatus}}
 	case commitFailed:
 		return engine.Verdict{Action: engine.Release, Why: "in-transaction commit failed"}
 	}
 	if c.rec.Gone != nil && c.h.cfg.engine.CancelWithClient {
-		// The handler was told its writes failed (Options.CancelWithClient)
+		// The handler was told its writes failed (Options.Engine.CancelWithClient)
 		// and may have stopped short of its answer.
 		return engine.Verdict{Action: engine.Release, Why: "the client went away mid-response"}
 	}
@@ -118,9 +118,9 @@ func (c *call) verdict() engine.Verdict {
 	if !c.rec.whole() {
 		// The handler declared a length it did not write: the client got
 		// a broken response, and a replay must not pass it off as whole.
-		return engine.Verdict{Action: engine.Record, Result: idem.Result{Status: res.Status, Unreplayable: true}}
+		return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: res.Status, Unreplayable: true}}
 	}
-	return engine.Verdict{Action: engine.Record, Result: res}
+	return engine.Verdict{Action: engine.Complete, Result: res}
 }
 
 // aborted reads how a handler that panicked with http.ErrAbortHandler ended
@@ -135,7 +135,7 @@ func (c *call) aborted() engine.Verdict {
 		return engine.Verdict{Action: engine.Release, Why: "the handler aborted before answering"}
 	}
 	v := c.verdict()
-	if v.Action == engine.Record && !c.rec.declared() {
+	if v.Action == engine.Complete && !c.rec.declared() {
 		v.Result = idem.Result{Status: v.Result.Status, Unreplayable: true}
 	}
 	return v

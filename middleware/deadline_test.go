@@ -29,7 +29,7 @@ func TestTimeoutHandlerEndsTheWork(t *testing.T) {
 	first := make(chan ended, 1)
 	var runs atomic.Int64
 	var events idemtest.Events
-	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Lease: 3 * time.Second, Wait: -1, Scope: fixedScope, Observer: events.ObserveHTTP})(
+	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Engine: engine.Options{Lease: 3 * time.Second, Wait: -1}, Scope: fixedScope, Observer: events.ObserveHTTP})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) > 1 {
 				w.WriteHeader(http.StatusCreated)

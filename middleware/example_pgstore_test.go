@@ -48,7 +48,7 @@ func ExampleCommit() {
 		log.Fatal(err)
 	}
 
-	protect := middleware.New(store, middleware.Options{})
+	protect := middleware.New(store, middleware.Options{Principal: userOf})
 	mux := http.NewServeMux()
 	mux.Handle("POST /invoices", protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
@@ -146,7 +146,7 @@ func ExampleOptions_inTransaction() {
 		log.Fatal(err)
 	}
 
-	protect := middleware.New(store, middleware.Options{InTransaction: true})
+	protect := middleware.New(store, middleware.Options{InTransaction: true, Principal: userOf})
 	mux := http.NewServeMux()
 	mux.Handle("POST /invoices", protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in struct {

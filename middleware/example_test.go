@@ -16,7 +16,7 @@ import (
 // answer instead of creating a second invoice.
 func Example() {
 	store := memstore.New(memstore.Options{})
-	protect := middleware.New(store, middleware.Options{})
+	protect := middleware.New(store, middleware.Options{Principal: userOf})
 
 	invoices := 0
 	mux := http.NewServeMux()
@@ -54,4 +54,13 @@ func Example() {
 	// 422 replayed="" {"type":"https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeMismatch","title":"Idempotency-Key reused for a different request","status":422,"detail":"This Idempotency-Key was used for a different request (method, path, query, content type or body differ). Use a new key for a new request."}
 	// 400 replayed="" {"type":"https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeMissingKey","title":"Idempotency-Key required","status":400,"detail":"POST requests must carry an Idempotency-Key header, so that a retry does not run them twice."}
 	// invoices created: 1
+}
+
+// userOf is the examples' Principal: the user the service's authentication
+// middleware, run before idem's, stored in the request's context (see
+// ExampleOptions_principal), so that a retry sent with a refreshed token
+// finds its key.
+func userOf(r *http.Request) string {
+	user, _ := r.Context().Value(userKey{}).(string)
+	return user
 }

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"bytes"
 	"context"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"log"
 	"net/http"
@@ -261,7 +262,7 @@ func TestCancelWithClient(t *testing.T) {
 	var calls atomic.Int64
 	started := make(chan struct{}, 2)
 	var events idemtest.Events
-	front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{CancelWithClient: true, Observer: events.ObserveHTTP})(http.HandlerFunc(
+	front := quietServer(t, middleware.New(memstore.New(memstore.Options{}), middleware.Options{Engine: engine.Options{CancelWithClient: true}, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			n := calls.Add(1)
 			started <- struct{}{}

@@ -59,7 +59,7 @@ func parseKeyLines(name string, lines []string) (idem.Key, error) {
 	if err != nil {
 		return idem.Key{}, fmt.Errorf("%s: %w", name, err)
 	}
-	k, err := idem.ParseKey(s)
+	k, err := idem.ParseClientKey(s)
 	if err != nil {
 		return idem.Key{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -77,6 +77,6 @@ func parseKeyLines(name string, lines []string) (idem.Key, error) {
 // comma outside a string), parameters or other text after a string, control
 // characters, non-ASCII bytes, an unterminated string or a bad escape.
 //
-// It does not check the length or emptiness of the key; [idem.ParseKey]
+// It does not check the length or emptiness of the key; [idem.ParseClientKey]
 // does.
 func ParseKeyHeader(v string) (string, error) { return adapter.ParseKeyHeader(v) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -192,8 +193,8 @@ func TestInTransactionDuplicates(t *testing.T) {
 	release := make(chan struct{})
 	inside := make(chan struct{}, 1)
 	handler := k.gatedInvoice(inside, release)
-	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 20 * time.Second})(handler)
-	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 50 * time.Millisecond})(handler)
+	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 20 * time.Second}})(handler)
+	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 50 * time.Millisecond}})(handler)
 
 	firstDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { firstDone <- postTo(patient, "", "k") }()
@@ -259,7 +260,7 @@ func TestInTransactionCommit(t *testing.T) {
 func TestInTransactionBound(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxExecution: 300 * time.Millisecond})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{MaxExecution: 300 * time.Millisecond}})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
 	began := time.Now()
 	rec := postTo(h, "slow", "k")
 	wantStatus(t, rec, http.StatusServiceUnavailable)
@@ -322,7 +323,7 @@ func TestInTransactionIdleBound(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
 	const idle = 300 * time.Millisecond
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, IdleInTransaction: idle})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{IdleInTransaction: idle}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.TxFrom(r.Context())
 		body, _ := io.ReadAll(r.Body)
 		if _, err := tx.Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ($1)`, string(body)); err != nil {
@@ -490,7 +491,7 @@ func TestInTransactionFailedSpillOnce(t *testing.T) {
 	k := newTxKit(t)
 	var logs strings.Builder // written on the request's goroutine only: no lease to renew in a transaction
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 100, Logger: logger})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 100, Engine: engine.Options{Logger: logger}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = pgstore.TxFrom(r.Context()).Exec(r.Context(), `SELECT 1/0`) // ignored: COMMIT will roll back
 		for range 200 {
 			_, _ = io.WriteString(w, strings.Repeat("x", 50))

@@ -101,7 +101,7 @@ func TestCustomKeySource(t *testing.T) {
 		case "bad":
 			return idem.Key{}, errors.New("delivery ids are numbers")
 		default:
-			return idem.ParseKey(id)
+			return idem.ParseClientKey(id)
 		}
 	}})
 	post := func(query string) (*httptest.ResponseRecorder, string) {
@@ -144,7 +144,7 @@ func TestKeyFromHeaderPanicsOnABadName(t *testing.T) {
 
 func mustParse(t *testing.T, s string) idem.Key {
 	t.Helper()
-	k, err := idem.ParseKey(s)
+	k, err := idem.ParseClientKey(s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -124,7 +125,7 @@ func TestRenewalOutageCancelsHandler(t *testing.T) {
 	var events idemtest.Events
 	running := make(chan struct{})
 	cause := make(chan error, 1)
-	h := middleware.New(s, middleware.Options{Lease: 150 * time.Millisecond, Observer: events.ObserveHTTP})(http.HandlerFunc(
+	h := middleware.New(s, middleware.Options{Engine: engine.Options{Lease: 150 * time.Millisecond}, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			close(running)
 			<-r.Context().Done()
@@ -151,9 +152,9 @@ func TestNewPanics(t *testing.T) {
 		"empty method":          {Methods: []string{""}},
 		"negative body limit":   {MaxBodyBytes: -1},
 		"negative record":       {MaxRecordBytes: -1},
-		"negative lease":        {Lease: -time.Second},
-		"negative timeout":      {StoreTimeout: -time.Second},
-		"negative retry after":  {RetryAfter: -time.Second},
+		"negative lease":        {Engine: engine.Options{Lease: -time.Second}},
+		"negative timeout":      {Engine: engine.Options{StoreTimeout: -time.Second}},
+		"negative retry after":  {Engine: engine.Options{RetryAfter: -time.Second}},
 		"records Set-Cookie":    {RecordHeaders: []string{"set-cookie"}},
 		"records Authorization": {RecordHeaders: []string{"Authorization"}},
 		"records hop-by-hop":    {RecordHeaders: []string{"Transfer-Encoding"}},

@@ -128,7 +128,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			detail = "The server is shutting down, so the request was not processed. Retry with the same key."
 		}
 		writeProblem(w, problem{Type: TypeStoreUnavailable, Status: http.StatusServiceUnavailable, Detail: detail}, retryAfterSeconds(d.RetryAfter))
-	case engine.Gone:
+	case engine.RequestEnded:
 		// The request's context ended while it claimed or waited, and
 		// nothing was claimed. Its client left, and this answer goes
 		// nowhere; or the server ended it (a shutdown cancelling what

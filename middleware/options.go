@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,18 +20,8 @@ const (
 	// when Options.MaxRecordBytes is zero: 1 MiB.
 	DefaultMaxRecordBytes = 1 << 20
 	// DefaultWait is how long a duplicate of an in-flight request waits for
-	// the original's result when Options.Wait is zero.
+	// the original's result when Options.Engine.Wait is zero.
 	DefaultWait = 5 * time.Second
-	// DefaultRetryAfter is the Retry-After of a 503 when Options.RetryAfter
-	// is zero and the store gave no hint: [engine.DefaultRetryAfter].
-	DefaultRetryAfter = engine.DefaultRetryAfter
-	// DefaultStoreTimeout bounds each store call made after the handler
-	// started (renew, complete, release) when Options.StoreTimeout is zero:
-	// [engine.DefaultStoreTimeout].
-	DefaultStoreTimeout = engine.DefaultStoreTimeout
-	// DefaultMaxExecution bounds how long a handler runs under its claim
-	// when Options.MaxExecution is zero: [engine.DefaultMaxExecution].
-	DefaultMaxExecution = engine.DefaultMaxExecution
 )
 
 // DefaultMethods are the methods protected when Options.Methods is nil: the
@@ -121,7 +110,8 @@ type Options struct {
 	// the default: a keyed hash of the caller's identity (Principal, else
 	// the Authorization and X-Api-Key headers and the SessionCookies), the
 	// X-Session-Id header, the method and the route. Setting Scope together
-	// with Principal, SessionCookies or ScopeSecret panics.
+	// with Principal, ScopeByCredentials, SessionCookies or ScopeSecret
+	// panics.
 	Scope ScopeFunc
 
 	// Principal returns the authenticated principal of a request (a user
@@ -130,8 +120,16 @@ type Options struct {
 	// When it returns a non-empty string, the principal alone is the
 	// caller's identity: a credential refreshed between a client's retries
 	// still finds its key. Empty, or a nil Principal, means the identity
-	// is the credentials.
+	// is the credentials, so a retry sent with a refreshed bearer token is
+	// a new request and runs again; with a nil Principal and not
+	// ScopeByCredentials, the first request that carries credentials logs
+	// a warning that says so (to Engine.Logger, or [slog.Default] if nil).
 	Principal func(r *http.Request) string
+
+	// ScopeByCredentials declares that the credentials themselves are the
+	// caller's identity (long-lived API keys that every retry repeats) and
+	// silences the warning of a nil Principal. False means that warning.
+	ScopeByCredentials bool
 
 	// SessionCookies names the cookies whose values identify a user (the
 	// session cookie of a browser application); their values join
@@ -151,7 +149,8 @@ type Options struct {
 	// changes every scope, so a retry that straddles the change runs
 	// again. Nil means plain SHA-256: fine for high-entropy credentials
 	// (random bearer tokens, session ids), guessable for low-entropy ones
-	// by anyone who can read the table.
+	// by anyone who can read the table; the first request that carries
+	// credentials then logs a warning.
 	ScopeSecret []byte
 
 	// Fingerprint returns a request's fingerprint. Nil means
@@ -183,80 +182,6 @@ type Options struct {
 	// panics.
 	RecordPolicy RecordPolicy
 
-	// Lease is the lease of a claim, renewed about every third of it while
-	// the handler runs; if no renewal is confirmed in time, the handler's
-	// context ends shortly before the lease does (see the engine package).
-	// Zero means [idem.DefaultLease]. Negative or less than a millisecond
-	// panics.
-	Lease time.Duration
-
-	// Wait bounds how long a duplicate of an in-flight request waits for
-	// the original's result before it is answered 409 ([TypeInFlight]).
-	// Zero means [DefaultWait], 5 s: shorter than mcphttp's, because an
-	// HTTP client told 409 with Retry-After retries by itself, and a
-	// connection held longer runs into the gateway timeouts in front of the
-	// service (see docs/design.md, "Why the adapters wait for different
-	// times"). Negative means no wait.
-	Wait time.Duration
-
-	// StoreTimeout bounds each store call made once the handler runs
-	// (renew, complete, release), which must not hang on a store outage;
-	// a renewal is bounded further by the time left on the lease, and a
-	// claim by Wait plus StoreTimeout. A completion that fails with an
-	// unavailable store is tried again until StoreTimeout. Zero means [DefaultStoreTimeout].
-	// Negative panics.
-	StoreTimeout time.Duration
-
-	// RetryAfter is the Retry-After of a 503 when the store gave no hint,
-	// and of a 409 when the holder's lease end is unknown. Zero means
-	// [DefaultRetryAfter]. Negative panics.
-	RetryAfter time.Duration
-
-	// MaxExecution bounds how long the handler runs under its claim. When
-	// it has passed, or the request's own deadline has (one set by
-	// http.TimeoutHandler or an outer middleware), the handler's context
-	// ends with cause [engine.ErrExecutionTimeout] and the claim's lease
-	// is no longer renewed: a handler that answers a response the
-	// RecordPolicy does not record (it gave up: 5xx) has its key released
-	// when it returns; one that still answers a recorded response is
-	// recorded (its side effect happened); one that never returns keeps
-	// the key only until the lease runs out, and a retry then runs. The
-	// deadline itself never completes the key. The handler's context
-	// reports the deadline (context.Context.Deadline), so its database
-	// calls are bounded by it. Zero means [DefaultMaxExecution]; negative
-	// means no bound but the request's own deadline.
-	MaxExecution time.Duration
-
-	// IdleInTransaction bounds, under InTransaction, how long the
-	// request's transaction may stay idle between two statements of the
-	// handler before PostgreSQL ends it
-	// (idle_in_transaction_session_timeout): how the key of a process that
-	// froze or lost its network with its transaction open is freed. A
-	// handler that pauses longer (an outgoing call between two
-	// statements) loses its transaction: nothing commits, and the client
-	// is answered 500 [TypeTransactionLimit], naming this setting. Zero
-	// means MaxExecution (or [DefaultMaxExecution] if that is negative):
-	// a handler that heeds its context never pauses longer than it may
-	// run. The lease plays no part here. Shorter than both
-	// [engine.MinIdleInTransaction] and MaxExecution, New logs a warning;
-	// negative panics.
-	IdleInTransaction time.Duration
-
-	// CancelWithClient makes a client's hang-up end the handler's context
-	// and release its key. False means the handler runs to completion
-	// whatever the client does, its writes to a gone client are dropped
-	// silently, and its response is recorded for the retry. When true is
-	// safe: see [engine.Options].CancelWithClient.
-	CancelWithClient bool
-
-	// Shutdown, when done, ends every running handler's context (cause
-	// [engine.ErrShutdown]) and releases its key, unless the handler still
-	// answered a response the RecordPolicy records (it finished its side
-	// effect): that is recorded. Later requests are answered 503. Handlers do not end with their connections, so
-	// http.Server.Close does not end them: cancel Shutdown when a graceful
-	// shutdown gives up. Nil means never.
-	Shutdown context.Context
-
 	// FailOpen runs the handler, unprotected and unrecorded, when the
 	// store cannot be reached or is full. UNSAFE: during an outage every
 	// retry runs the side effect again, which is what this middleware
@@ -265,13 +190,15 @@ type Options struct {
 	// True with InTransaction panics.
 	FailOpen bool
 
-	// Owner names this instance in claims, for operators. Empty means
-	// none.
-	Owner string
-
-	// Logger receives the middleware's logs. Keys appear only as hashes,
-	// unless the logger is enabled for debug level. Nil means no logging.
-	Logger *slog.Logger
+	// Engine holds the settings of claims, leases and timeouts that both
+	// adapters share: Lease, Wait, StoreTimeout, RetryAfter, MaxExecution,
+	// IdleInTransaction, Shutdown, CancelWithClient, Owner and Logger, each
+	// documented on [engine.Options]. Here the engine's work is the
+	// handler, and a duplicate that waits longer than Wait is answered 409
+	// ([TypeInFlight]); a zero Wait means [DefaultWait], 5 s (see
+	// docs/design.md, "Why the adapters wait for different times"). The
+	// zero value is usable.
+	Engine engine.Options
 
 	// Observer is called on each [idem.Event], for metrics. It runs on the
 	// request's goroutine (or the lease renewal's) and must be fast and
@@ -294,7 +221,7 @@ type Options struct {
 
 // config is Options with the defaults applied and lookups precomputed.
 type config struct {
-	engine        engine.Options // the common options, defaults applied
+	engine        engine.Options // Options.Engine, defaults applied
 	methods       map[string]bool
 	keyOptional   bool
 	key           KeySource
@@ -312,15 +239,8 @@ type config struct {
 }
 
 func newConfig(o Options) *config {
-	common := adapter.Common{
-		Lease: o.Lease, Wait: o.Wait, StoreTimeout: o.StoreTimeout, RetryAfter: o.RetryAfter,
-		MaxExecution: o.MaxExecution, IdleInTransaction: o.IdleInTransaction,
-		Shutdown: o.Shutdown, CancelWithClient: o.CancelWithClient,
-		Owner: o.Owner, Logger: o.Logger,
-		Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret,
-	}
 	c := &config{
-		engine:      common.Engine("middleware", AdapterName, DefaultWait),
+		engine:      o.Engine.ForAdapter(AdapterName, DefaultWait),
 		keyOptional: o.KeyOptional,
 		key:         o.Key,
 		fingerprint: o.Fingerprint,
@@ -332,12 +252,14 @@ func newConfig(o Options) *config {
 	if o.Scope != nil {
 		// The options that configure the default scope would be silently
 		// ignored, and a secret believed in use would not be.
-		if o.Principal != nil || o.SessionCookies != nil || len(o.ScopeSecret) > 0 {
-			panic("middleware: Options.Scope replaces the default scope; Principal, SessionCookies and ScopeSecret configure the default and cannot be combined with it")
+		if o.Principal != nil || o.SessionCookies != nil || len(o.ScopeSecret) > 0 || o.ScopeByCredentials {
+			panic("middleware: Options.Scope replaces the default scope; Principal, ScopeByCredentials, SessionCookies and ScopeSecret configure the default and cannot be combined with it")
 		}
 		c.scope = o.Scope
 	} else {
-		c.scoper = common.Scoper("middleware", c.logger)
+		c.scoper = adapter.NewScoper("middleware", adapter.Scoping{
+			Principal: o.Principal, SessionCookies: o.SessionCookies, ScopeSecret: o.ScopeSecret, ScopeByCredentials: o.ScopeByCredentials,
+		}, o.Engine.Logger)
 	}
 	methods := o.Methods
 	if methods == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -162,10 +163,11 @@ func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Close)
 	admin := testdb.NewPool(t, testdb.DirectConfig(t, schema))
 	var events idemtest.Events
 	var runs atomic.Int64
-	h := middleware.New(store, middleware.Options{Wait: -1, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
+	h := middleware.New(store, middleware.Options{Engine: engine.Options{Wait: -1}, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			conn, err := pool.Acquire(r.Context())

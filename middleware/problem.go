@@ -48,7 +48,7 @@ const (
 	// TypeTransactionLimit (500): under Options.InTransaction, PostgreSQL
 	// ended the request's transaction at one of its bounds (the handler
 	// paused between two statements longer than
-	// Options.IdleInTransaction, or a statement ran longer than its
+	// Options.Engine.IdleInTransaction, or a statement ran longer than its
 	// statement_timeout), so nothing of the request took effect. The
 	// detail names the bound and the setting to raise. A retry runs the
 	// handler again, and meets the same bound if it takes as long: no

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -189,4 +191,50 @@ func TestEscapedPathIdentifies(t *testing.T) {
 // defaultFingerprintOf is DefaultFingerprint of a POST to target.
 func defaultFingerprintOf(target string) string {
 	return middleware.DefaultFingerprint(httptest.NewRequest("POST", target, nil), nil)
+}
+
+// TestScopingWarnings: a service whose requests carry credentials and that
+// set no Principal is told once, at the first such request, that a
+// refreshed token re-runs a retry, with the remedy; likewise for a missing
+// ScopeSecret. A Principal, or the opt-in ScopeByCredentials, and a secret
+// silence them; requests without credentials warn of nothing.
+func TestScopingWarnings(t *testing.T) {
+	t.Parallel()
+	const principalWarning, secretWarning = "Options.Principal is not set", "Options.ScopeSecret is not set"
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	for _, tc := range []struct {
+		name string
+		opts middleware.Options
+		want []string
+	}{
+		{"nothing set", middleware.Options{}, []string{principalWarning, secretWarning}},
+		{"secret only", middleware.Options{ScopeSecret: secret}, []string{principalWarning}},
+		{"principal", middleware.Options{ScopeSecret: secret, Principal: func(*http.Request) string { return "" }}, nil},
+		{"opted in", middleware.Options{ScopeByCredentials: true}, []string{secretWarning}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			tc.opts.Engine.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			h := middleware.New(memstore.New(memstore.Options{}), tc.opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+			}))
+			serve(h, newReq("POST", "/orders", `{}`, key("anonymous")))
+			if logs.String() != "" {
+				t.Errorf("a request without credentials logged %q", logs.String())
+			}
+			for i := range 3 {
+				serve(h, newReq("POST", "/orders", `{}`, hdr("Authorization", fmt.Sprintf("Bearer t%d", i)), key(fmt.Sprintf("k%d", i))))
+			}
+			got := logs.String()
+			for _, w := range tc.want {
+				if n := strings.Count(got, w); n != 1 {
+					t.Errorf("%q logged %d times, want once: %s", w, n, got)
+				}
+			}
+			if n := strings.Count(got, "level=WARN"); n != len(tc.want) {
+				t.Errorf("%d warnings, want %d: %s", n, len(tc.want), got)
+			}
+		})
+	}
 }

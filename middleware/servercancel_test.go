@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"testing"
@@ -37,11 +38,11 @@ func (s waitSignal) Wait(ctx context.Context, scope string, key idem.Key) error 
 func TestServerCancelledWait(t *testing.T) {
 	t.Parallel()
 	store := waitSignal{memstore.New(memstore.Options{}), make(chan struct{}, 1)}
-	key, _ := idem.ParseKey("k")
+	key, _ := idem.ParseClientKey("k")
 	if _, err := store.Claim(t.Context(), idem.ClaimRequest{Scope: "s", Key: key, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	protect := middleware.New(store, middleware.Options{Wait: time.Minute, Scope: func(*http.Request) string { return "s" }})
+	protect := middleware.New(store, middleware.Options{Engine: engine.Options{Wait: time.Minute}, Scope: func(*http.Request) string { return "s" }})
 	handler := protect(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		t.Error("the handler ran for a key held by another request")
 	}))

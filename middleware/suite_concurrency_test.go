@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +21,7 @@ func suiteConcurrency(t *testing.T, newStore newKit) {
 		t.Parallel()
 		release := make(chan struct{})
 		running := make(chan struct{})
-		f := setup(t, newStore, middleware.Options{Wait: -1}, func(f *fixture) http.HandlerFunc {
+		f := setup(t, newStore, middleware.Options{Engine: engine.Options{Wait: -1}}, func(f *fixture) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				if f.calls.Add(1) == 1 {
 					close(running)
@@ -47,7 +48,7 @@ func suiteConcurrency(t *testing.T, newStore newKit) {
 		t.Parallel()
 		release := make(chan struct{})
 		running := make(chan struct{})
-		f := setup(t, newStore, middleware.Options{Wait: time.Minute}, func(f *fixture) http.HandlerFunc {
+		f := setup(t, newStore, middleware.Options{Engine: engine.Options{Wait: time.Minute}}, func(f *fixture) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				f.calls.Add(1)
 				close(running)

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,14 +24,14 @@ func suiteLease(t *testing.T, newStore newKit) {
 		counting := &renewSignal{Store: kit.store, renewed: make(chan struct{}, 100)}
 		release := make(chan struct{})
 		const lease = 600 * time.Millisecond
-		h := middleware.New(counting, middleware.Options{Lease: lease, Scope: fixedScope})(http.HandlerFunc(
+		h := middleware.New(counting, middleware.Options{Engine: engine.Options{Lease: lease}, Scope: fixedScope})(http.HandlerFunc(
 			func(w http.ResponseWriter, r *http.Request) { <-release; io.WriteString(w, "slow") }))
 		done := make(chan *httptest.ResponseRecorder)
 		go func() { done <- serve(h, newReq("POST", "/a", `{}`, key("k"))) }()
 		for range 4 { // four renewals: longer than one lease
 			<-counting.renewed
 		}
-		k, _ := idem.ParseKey("k")
+		k, _ := idem.ParseClientKey("k")
 		c, err := kit.store.Claim(t.Context(), idem.ClaimRequest{Scope: "tenant", Key: k})
 		if err != nil || c.Status != idem.InFlight {
 			t.Fatalf("claim while the handler runs past its first lease = %v, %v; want in flight", c.Status, err)
@@ -97,7 +98,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	cause := make(chan error, 1)
 	takenOver := make(chan struct{})
 	const lease = 300 * time.Millisecond
-	h := middleware.New(stall, middleware.Options{Lease: lease, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
+	h := middleware.New(stall, middleware.Options{Engine: engine.Options{Lease: lease}, Scope: fixedScope, Observer: events.ObserveHTTP})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			cause <- context.Cause(r.Context())
@@ -122,7 +123,7 @@ func testLostLease(t *testing.T, newStore newKit, useCommit bool) {
 	// The lease runs out while the renewal stalls: the handler is
 	// cancelled before it does, and another caller takes the key over
 	// while the handler has not answered yet.
-	k, _ := idem.ParseKey("k")
+	k, _ := idem.ParseClientKey("k")
 	ctx := t.Context()
 	var taken idem.Claim
 	for taken.Status != idem.Acquired {

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"bytes"
+	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -24,7 +25,7 @@ func suiteObserve(t *testing.T, newStore newKit) {
 			return func(w http.ResponseWriter, r *http.Request) { tok, ok = middleware.TokenFrom(r.Context()) }
 		})
 		serve(f.h, newReq("POST", "/a", `{}`, key("k")))
-		k, _ := idem.ParseKey("k")
+		k, _ := idem.ParseClientKey("k")
 		if !ok || tok.Scope != "tenant" || tok.Key != k || tok.Generation <= 0 {
 			t.Fatalf("TokenFrom = %v, %v", tok, ok)
 		}
@@ -39,7 +40,7 @@ func suiteObserve(t *testing.T, newStore newKit) {
 		var events idemtest.Events
 		release := make(chan struct{})
 		running := make(chan struct{}, 1)
-		f := setup(t, newStore, middleware.Options{Wait: -1, Observer: events.ObserveHTTP}, func(f *fixture) http.HandlerFunc {
+		f := setup(t, newStore, middleware.Options{Engine: engine.Options{Wait: -1}, Observer: events.ObserveHTTP}, func(f *fixture) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/slow" {
 					running <- struct{}{}
@@ -75,7 +76,7 @@ func suiteObserve(t *testing.T, newStore newKit) {
 		t.Parallel()
 		var buf syncBuffer
 		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		f := setup(t, newStore, middleware.Options{Logger: logger}, func(f *fixture) http.HandlerFunc {
+		f := setup(t, newStore, middleware.Options{Engine: engine.Options{Logger: logger}}, func(f *fixture) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }
 		})
 		serve(f.h, newReq("POST", "/a", `1`, key("secret-key-42")))

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 func suiteStore(t *testing.T, newStore newKit) {
 	t.Run("StoreOutage", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t, newStore, middleware.Options{RetryAfter: 7 * time.Second}, nil)
+		f := setup(t, newStore, middleware.Options{Engine: engine.Options{RetryAfter: 7 * time.Second}}, nil)
 		wantStatus(t, serve(f.h, newReq("POST", "/a", `{}`, key("before"))), http.StatusCreated)
 		f.kit.breakStore()
 		for _, k := range []string{"before", "after"} {

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -50,7 +51,7 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	k := newTxKit(t)
 	const maxExecution, idle = 300 * time.Millisecond, 30 * time.Second
 	inside, gate := make(chan struct{}, 1), make(chan struct{})
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle})(k.gatedInvoice(inside, gate))
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
 
 	firstDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { firstDone <- postTo(h, "", "k") }()
@@ -73,8 +74,8 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	// The original still open when the duplicate's Wait runs out.
 	const wait = 4 * maxExecution
 	inside, gate = make(chan struct{}, 1), make(chan struct{})
-	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle})(k.gatedInvoice(inside, gate))
-	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Wait: wait, MaxExecution: maxExecution, IdleInTransaction: idle})(k.gatedInvoice(inside, gate))
+	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
+	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: wait, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
 	secondDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { secondDone <- postTo(patient, "", "k2") }()
 	defer func() { close(gate); <-secondDone }()
@@ -104,7 +105,7 @@ func TestTwoPhaseClaimOfAKeyHeldInATransaction(t *testing.T) {
 	original := middleware.New(k.store, middleware.Options{InTransaction: true})(k.gatedInvoice(inside, gate))
 	const wait, storeTimeout = 300 * time.Millisecond, 5 * time.Second
 	twoPhase := func(wait time.Duration) http.Handler {
-		return middleware.New(k.store, middleware.Options{Wait: wait, StoreTimeout: storeTimeout})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		return middleware.New(k.store, middleware.Options{Engine: engine.Options{Wait: wait, StoreTimeout: storeTimeout}})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			t.Error("the two-phase handler ran while the key was held")
 			w.WriteHeader(http.StatusCreated)
 		}))
@@ -147,7 +148,7 @@ func TestInTransactionPauseLongerThanTheLease(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
 	const lease = 300 * time.Millisecond
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Lease: lease})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Lease: lease}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.TxFrom(r.Context())
 		// A real pause: PostgreSQL measures the idle time between
 		// statements on its own clock.
@@ -182,7 +183,7 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name        string
-		idle        time.Duration // Options.IdleInTransaction
+		idle        time.Duration // Options.Engine.IdleInTransaction
 		session     bool          // the store's sessions have statement_timeout = bound
 		handler     func(w http.ResponseWriter, r *http.Request)
 		wantSetting string // in the answer and the log
@@ -250,7 +251,10 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 				mu     sync.Mutex
 				events []idem.Event
 			)
-			opts := middleware.Options{InTransaction: true, IdleInTransaction: tc.idle, Logger: slog.New(slog.NewTextHandler(&log, nil)),
+			opts := middleware.Options{InTransaction: true, Engine: engine.Options{
+				IdleInTransaction: tc.idle,
+				Logger:            slog.New(slog.NewTextHandler(&log, nil)),
+			},
 				Observer: func(_ *http.Request, e idem.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }}
 			h := middleware.New(store, opts)(http.HandlerFunc(tc.handler))
 			for range 2 { // the retry meets the same bound

@@ -214,7 +214,7 @@ func (s *Store) Keys(ctx context.Context, f KeyFilter) ([]ListedKey, error) {
 	}
 	var keys []ListedKey
 	for _, r := range rows {
-		k, err := idem.KeyFromString(r.key)
+		k, err := idem.ParseStoredKey(r.key)
 		if err != nil {
 			return nil, unavailable("keys", fmt.Errorf("row with key %q: %w", r.key, err))
 		}

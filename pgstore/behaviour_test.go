@@ -134,12 +134,12 @@ func TestOwnerVanished(t *testing.T) {
 			ctx := testCtx(t)
 			clock := idemtest.NewClock()
 			pool, schema := migrated(t)
-			owner := newStore(t, pool, pgstore.Options{Now: clock.Now})
+			owner := newStoreAt(t, pool, clock.Now, pgstore.Options{})
 			c := mustClaim(t, ctx, owner, idem.ClaimRequest{Scope: "s", Key: key("a"), Lease: 10 * time.Second}, idem.Acquired)
 			owner.Close()
 			pool.Close()
 
-			other := newStore(t, secondPool(t, schema), pgstore.Options{Now: clock.Now})
+			other := newStoreAt(t, secondPool(t, schema), clock.Now, pgstore.Options{})
 			mustClaim(t, ctx, other, idem.ClaimRequest{Scope: "s", Key: key("a")}, idem.InFlight)
 			clock.Advance(10 * time.Second)
 			if tc.sweep {
@@ -231,7 +231,7 @@ func TestCompleteTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock := idemtest.NewClock()
-		return ctx, pool, newStore(t, pool, pgstore.Options{Now: clock.Now}), clock
+		return ctx, pool, newStoreAt(t, pool, clock.Now, pgstore.Options{}), clock
 	}
 	invoices := func(t *testing.T, ctx context.Context, pool *pgxpool.Pool) int {
 		t.Helper()
@@ -343,7 +343,7 @@ func testConcurrentSweepers(t *testing.T, partitions int) {
 	pool, schema := migratedWith(t, migrations.Options{Partitions: partitions})
 	const batch = 25
 	const abandoned, expired = 300, 300
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Minute})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Minute})
 	// Rows are made with one statement each (as claims would), in bulk.
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO idem_keys (scope, key, generation, state, lease_end, created_at)
@@ -363,7 +363,7 @@ func testConcurrentSweepers(t *testing.T, partitions int) {
 	var total [3]idem.SweepStats
 	var wg sync.WaitGroup
 	for i := range 3 {
-		sw := newStore(t, secondPool(t, schema), pgstore.Options{Now: clock.Now, Retention: time.Minute})
+		sw := newStoreAt(t, secondPool(t, schema), clock.Now, pgstore.Options{Retention: time.Minute})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -402,17 +402,16 @@ func testConcurrentSweepers(t *testing.T, partitions int) {
 	}
 }
 
-func TestRunSweepsUntilCancelled(t *testing.T) {
+// TestSweeperSweepsUntilClose: the store's own sweeper removes an
+// abandoned claim, and Close stops it (goleak in TestMain sees it gone).
+func TestSweeperSweepsUntilClose(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{SweepInterval: 10 * time.Millisecond})
 	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a"), Lease: time.Second}, idem.Acquired)
 	clock.Advance(time.Second)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx, 10*time.Millisecond) }()
 	for {
 		_, ok, err := s.Inspect(ctx, "s", key("a"))
 		if err != nil {
@@ -423,14 +422,12 @@ func TestRunSweepsUntilCancelled(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatal("Run never swept the abandoned claim")
+			t.Fatal("the sweeper never swept the abandoned claim")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run returned %v, want nil", err)
-	}
+	s.Close()
+	s.Close() // idempotent
 }
 
 func TestWait(t *testing.T) {

@@ -120,7 +120,7 @@ func BenchmarkSweepBatch(b *testing.B) {
 	ctx := b.Context()
 	pool, _ := migrated(b)
 	clock := idemtest.NewClock()
-	s := newStore(b, pool, pgstore.Options{Now: clock.Now})
+	s := newStoreAt(b, pool, clock.Now, pgstore.Options{})
 	batch := idem.DefaultSweepBatch
 	round := 0
 	for b.Loop() {

@@ -27,7 +27,7 @@ var _ engine.CacheClaimer = (*pgstore.Store)(nil)
 func TestContractWithReplayCache(t *testing.T) {
 	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
 		pool, _ := migrated(t)
-		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention,
+		return newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: idemtest.Retention,
 			PollInterval: 50 * time.Millisecond, ReplayCacheBytes: cacheBytes})
 	})
 }
@@ -261,7 +261,7 @@ func TestReplayCacheRetentionOnTestClock(t *testing.T) {
 	t.Parallel()
 	pool, _ := migrated(t)
 	clock := idemtest.NewClock()
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Hour, ReplayCacheBytes: cacheBytes})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Hour, ReplayCacheBytes: cacheBytes})
 	complete(t, s, key("a"))
 	cachedReplay(t, s, key("a"))
 	deleteBehindBack(t, pool, key("a"))

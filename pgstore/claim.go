@@ -81,7 +81,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			// The same race under a stricter isolation level: the
 			// statement was rolled back. Look again.
 			serializationFailures++
-			if pauseBeforeRetry(ctx, serializationFailures) {
+			if pauseBeforeSerializationRetry(ctx, serializationFailures) {
 				continue
 			}
 			return idem.Claim{}, unavailable("claim", err)
@@ -101,7 +101,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 				return heldInTx, nil
 			case retryable(err) && serializationFailures < maxSerializationAttempts:
 				serializationFailures++
-				if !pauseBeforeRetry(ctx, serializationFailures) {
+				if !pauseBeforeSerializationRetry(ctx, serializationFailures) {
 					return idem.Claim{}, unavailable("claim", err)
 				}
 			case err != nil:

@@ -45,7 +45,7 @@ func Example() {
 	}
 
 	createInvoice := func(idempotencyKey, customer string, amountCents int64) (idem.Result, error) {
-		key, err := idem.ParseKey(idempotencyKey)
+		key, err := idem.ParseClientKey(idempotencyKey)
 		if err != nil {
 			return idem.Result{}, err
 		}
@@ -133,7 +133,7 @@ func ExampleSQLTxFrom() {
 		return idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d}`, id)}, err
 	}
 
-	key, _ := idem.ParseKey("order-42")
+	key, _ := idem.ParseClientKey("order-42")
 	for range 2 { // the client retries
 		c, claim, err := store.BeginClaim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key}, idem.TxLimits{Wait: 5 * time.Second})
 		if err != nil {

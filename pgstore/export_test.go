@@ -2,10 +2,19 @@ package pgstore
 
 import (
 	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgschema"
 )
+
+// NewAt is New with now as the clock of every statement instead of the
+// database's.
+func NewAt(pool *pgxpool.Pool, opts Options, now func() time.Time) (*Store, error) {
+	return newStore(pool, opts, now)
+}
 
 // SetWaitBlocked installs a hook called when Wait has seen a live claim and
 // blocks: from then on only a notification, the lease end, the poll

@@ -17,10 +17,10 @@ func TestKeys(t *testing.T) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Hour})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Hour})
 
 	claim := func(scope, k string, lease time.Duration) idem.Claim {
-		hk, err := idem.ParseKey(k)
+		hk, err := idem.ParseClientKey(k)
 		if err != nil {
 			t.Fatal(err)
 		}

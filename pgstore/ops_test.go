@@ -17,7 +17,7 @@ func TestInspectForgetStats(t *testing.T) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Hour})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Hour})
 	t0 := clock.Now()
 
 	live := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("live"), Fingerprint: "fp", Owner: "host-1", Lease: time.Hour}, idem.Acquired)
@@ -117,7 +117,7 @@ func TestNegativeRetentionKeepsResultsForever(t *testing.T) {
 	ctx := testCtx(t)
 	clock := idemtest.NewClock()
 	pool, _ := migrated(t)
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: -1})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: -1})
 	c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a")}, idem.Acquired)
 	if err := s.Complete(ctx, c.Token, idem.Result{Status: 200}); err != nil {
 		t.Fatal(err)

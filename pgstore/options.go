@@ -72,6 +72,14 @@ type Options struct {
 	// database down) counts as missed. Zero means [DefaultHeartbeat];
 	// negative is an error.
 	Heartbeat time.Duration
+	// SweepInterval is the mean pause between the rounds of the sweeper the
+	// store runs from [New] until [Store.Close]: an [idem.Sweeper] that
+	// removes abandoned claims and expired results, needed for disk, never
+	// for correctness. Every instance runs one; they skip each other's
+	// rows. Zero means [idem.DefaultSweepInterval]; negative means no
+	// sweeper, for a service that sweeps elsewhere (idem sweep, a cron
+	// job, an idem.Sweeper of its own with OnSweep for metrics).
+	SweepInterval time.Duration
 	// Logger receives the store's rare warnings (listener reconnects,
 	// sweeper errors). Nil means discard.
 	Logger *slog.Logger
@@ -96,11 +104,6 @@ type Options struct {
 	// CommitQuery must be empty: the store commits with its own statement.
 	// A read-only AccessMode is refused: the claim is an INSERT.
 	TxOptions pgx.TxOptions
-	// Now is a test hook: when set, every statement uses its value as
-	// "now" instead of the database clock. Nil (production) means the
-	// database clock, statement_timestamp(); the application's clock is
-	// never used for leases.
-	Now func() time.Time
 }
 
 // validate names the first field of o that is wrong. Table is checked by
@@ -126,13 +129,13 @@ func (o Options) validate() error {
 }
 
 // withDefaults returns o with every zero field that has a default set to
-// it (Table is resolved by pgschema.ObjectsFor, Now stays nil for the
-// database's clock).
+// it (Table is resolved by pgschema.ObjectsFor).
 func (o Options) withDefaults() Options {
 	o.Lease = cmp.Or(o.Lease, idem.DefaultLease)
 	o.Retention = cmp.Or(o.Retention, DefaultRetention)
 	o.PollInterval = cmp.Or(o.PollInterval, DefaultPollInterval)
 	o.Heartbeat = cmp.Or(o.Heartbeat, DefaultHeartbeat)
+	o.SweepInterval = cmp.Or(o.SweepInterval, idem.DefaultSweepInterval)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -87,7 +87,7 @@ func TestStatementsOnOneKeyUseThePrimaryKey(t *testing.T) {
 		return err
 	}
 	clock := idemtest.NewClock()
-	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{Now: clock.Now})
+	s := newStoreAt(t, testdb.NewPool(t, cfg), clock.Now, pgstore.Options{})
 
 	req := func(k string) idem.ClaimRequest { return idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"} }
 	c := mustClaim(t, ctx, s, req("a"), idem.Acquired)

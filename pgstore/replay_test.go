@@ -79,7 +79,7 @@ func TestUndecodableResult(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := migrated(t)
 	clock := idemtest.NewClock()
-	s := newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: time.Hour})
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: time.Hour})
 	req := idem.ClaimRequest{Scope: "s", Key: key("k")}
 	c := mustClaim(t, ctx, s, req, idem.Acquired)
 	if err := s.Complete(ctx, c.Token, idem.Result{Status: 200, Body: []byte("ok")}); err != nil {

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,11 +28,12 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-// pauseBeforeRetry waits a short random time before the attempt-th retry
-// of a statement that failed [retryable], so that the writers that collided
-// do not collide again in step. It reports false if ctx is done first.
-func pauseBeforeRetry(ctx context.Context, attempt int) bool {
-	return pause.For(ctx, time.Duration(rand.N(int64(time.Millisecond)<<min(attempt, 5))))
+// pauseBeforeSerializationRetry waits a short random time (up to 2 ms,
+// doubling to 32 ms) before the attempt-th run again of a statement that
+// failed [retryable], so that the writers that collided do not collide again
+// in step. It reports false if ctx is done first.
+func pauseBeforeSerializationRetry(ctx context.Context, attempt int) bool {
+	return pause.Backoff(ctx, attempt, time.Millisecond, 32*time.Millisecond)
 }
 
 // retrying runs op, a single statement outside any caller's transaction,
@@ -41,7 +41,7 @@ func pauseBeforeRetry(ctx context.Context, attempt int) bool {
 func retrying(ctx context.Context, op func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := op()
-		if err == nil || !retryable(err) || attempt == maxSerializationAttempts || !pauseBeforeRetry(ctx, attempt) {
+		if err == nil || !retryable(err) || attempt == maxSerializationAttempts || !pauseBeforeSerializationRetry(ctx, attempt) {
 			return err
 		}
 	}

@@ -25,7 +25,7 @@ func TestRoundTrips(t *testing.T) {
 	tr := &tripCounter{}
 	cfg.ConnConfig.Tracer = tr
 	clock := idemtest.NewClock()
-	s := newStore(t, testdb.NewPool(t, cfg), pgstore.Options{Now: clock.Now})
+	s := newStoreAt(t, testdb.NewPool(t, cfg), clock.Now, pgstore.Options{})
 
 	lifecycle := func(k string) (idem.Token, idem.Result) {
 		c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, idem.Acquired)

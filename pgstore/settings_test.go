@@ -89,7 +89,7 @@ func TestNewValidatesListenOptions(t *testing.T) {
 func TestContractWithoutListen(t *testing.T) {
 	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
 		pool, _ := migrated(t)
-		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention,
+		return newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: idemtest.Retention,
 			PollInterval: 50 * time.Millisecond, NoListen: true})
 	})
 }

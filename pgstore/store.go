@@ -28,9 +28,10 @@ type Store struct {
 	now       func() time.Time
 	txOptions pgx.TxOptions
 
-	sql      statements
-	listener *listener
-	cache    *replayCache // nil: no replay cache
+	sql         statements
+	listener    *listener
+	cache       *replayCache // nil: no replay cache
+	stopSweeper func()       // stops the sweeper and waits for it; nil: none
 
 	// utf8 is set once the database was seen to be UTF8; notUTF8 holds
 	// the refusal once it was seen not to be (see checkEncoding).
@@ -58,6 +59,13 @@ type Store struct {
 // the same Table). Close the store when done with it, before closing the
 // pool, to stop the listener goroutine Wait starts.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	return newStore(pool, opts, nil)
+}
+
+// newStore is New with the clock of every statement: nil (production)
+// means the database's, statement_timestamp(), and the application's clock
+// is never used for leases; tests set a fake one (export_test.go).
+func newStore(pool *pgxpool.Pool, opts Options, now func() time.Time) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
@@ -76,7 +84,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		retention: opts.Retention,
 		poll:      opts.PollInterval,
 		log:       opts.Logger,
-		now:       opts.Now,
+		now:       now,
 		txOptions: opts.TxOptions,
 	}
 	if s.sql, err = buildStatements(obj); err != nil {
@@ -91,13 +99,21 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		lc.notified, lc.listening = s.cacheNotified, s.cacheListening
 	}
 	s.listener = newListener(lc)
+	if opts.SweepInterval > 0 {
+		s.startSweeper(opts.SweepInterval)
+	}
 	return s, nil
 }
 
-// Close stops the listener goroutine Wait started, if any. It does not close
-// the pool. Wait still works after Close, by polling only. Close is
-// idempotent.
-func (s *Store) Close() { s.listener.close() }
+// Close stops the store's sweeper and waits for it to return, and stops
+// the listener goroutine Wait started, if any. It does not close the pool.
+// Wait still works after Close, by polling only. Close is idempotent.
+func (s *Store) Close() {
+	if s.stopSweeper != nil {
+		s.stopSweeper()
+	}
+	s.listener.close()
+}
 
 // nowArg is the now parameter of every statement: nil means the database
 // clock.

@@ -57,11 +57,18 @@ func sessionPool(t testing.TB, pool *pgxpool.Pool, schema string) *pgxpool.Pool 
 // a service behind such a pooler must.
 func newStore(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.Store {
 	t.Helper()
+	return newStoreAt(t, pool, nil, opts)
+}
+
+// newStoreAt is newStore with now as the clock of every statement (nil:
+// the database's).
+func newStoreAt(t testing.TB, pool *pgxpool.Pool, now func() time.Time, opts pgstore.Options) *pgstore.Store {
+	t.Helper()
 	if lc := testdb.ListenConfig(t); lc != nil && !opts.NoListen && opts.ListenConfig == nil && throughPooler(t, pool) {
 		lc.RuntimeParams["application_name"] = pool.Config().ConnConfig.RuntimeParams["application_name"]
 		opts.ListenConfig = lc
 	}
-	s, err := pgstore.New(pool, opts)
+	s, err := pgstore.NewAt(pool, opts, now)
 	if err != nil {
 		t.Fatalf("pgstore.New: %v", err)
 	}
@@ -72,7 +79,7 @@ func newStore(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.S
 func TestContract(t *testing.T) {
 	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
 		pool, _ := migrated(t)
-		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
+		return newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
 	})
 }
 
@@ -81,7 +88,7 @@ func TestContract(t *testing.T) {
 func TestContractPartitioned(t *testing.T) {
 	idemtest.Run(t, func(t *testing.T, clock *idemtest.Clock) idem.Store {
 		pool, _ := migratedWith(t, migrations.Options{Partitions: 4})
-		return newStore(t, pool, pgstore.Options{Now: clock.Now, Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
+		return newStoreAt(t, pool, clock.Now, pgstore.Options{Retention: idemtest.Retention, PollInterval: 50 * time.Millisecond})
 	})
 }
 

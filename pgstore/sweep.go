@@ -2,9 +2,11 @@ package pgstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pause"
 )
 
 // Sweep implements [idem.Store]: one statement deletes up to limit rows
@@ -30,11 +32,23 @@ func (s *Store) Sweep(ctx context.Context, limit int) (idem.SweepStats, error) {
 	return idem.SweepStats{Abandoned: r.abandoned, Expired: r.expired}, nil
 }
 
-// Run is shorthand for an [idem.Sweeper] over s with the given interval
-// (zero means [idem.DefaultSweepInterval], negative is an error), batches of
-// [idem.DefaultSweepBatch] and the store's Logger: it sweeps at once and then
-// every interval ±50% until ctx is done, then returns nil. Run it in every
-// instance: sweepers skip each other's rows.
-func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	return idem.Sweeper{Store: s, Interval: interval, Batch: idem.DefaultSweepBatch, Logger: s.log}.Run(ctx)
+// startSweeper runs an [idem.Sweeper] over s, with the given mean
+// interval, batches of [idem.DefaultSweepBatch] and the store's Logger, on
+// a goroutine of its own until [Store.Close] stops it. The first round
+// waits a pause too: a store is made as its process starts, and instances
+// started together should not sweep in step.
+func (s *Store) startSweeper(interval time.Duration) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.stopSweeper = func() {
+		stop()
+		<-done
+	}
+	sw := idem.Sweeper{Store: s, Interval: interval, Batch: idem.DefaultSweepBatch, Logger: s.log}
+	go func() {
+		defer close(done)
+		if pause.For(ctx, interval/2+rand.N(interval)) {
+			_ = sw.Run(ctx) // sw is valid: its one error
+		}
+	}()
 }

@@ -151,7 +151,7 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 			// transaction cannot see the row. Begin a new one.
 			b.rollback(ctx)
 			serializationFailures++
-			if pauseBeforeRetry(ctx, serializationFailures) {
+			if pauseBeforeSerializationRetry(ctx, serializationFailures) {
 				continue
 			}
 			return idem.Claim{}, nil, unavailable("claim", err)

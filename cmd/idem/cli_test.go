@@ -55,23 +55,16 @@ func mustRun(t *testing.T, dbURL string, args ...string) string {
 	return r.stdout
 }
 
-// schemaURL returns TEST_DATABASE_URL on a fresh schema, and a pool on it.
-func schemaURL(t *testing.T) (string, *pgxpool.Pool) {
+// freshSchema returns TEST_DATABASE_URL on a fresh schema, and a pool on it.
+func freshSchema(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	schema := testdb.Schema(t)
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), testdb.NewPool(t, testdb.Config(t, schema))
+	return testdb.SchemaURL(t, schema), testdb.NewPool(t, testdb.Config(t, schema))
 }
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-	dbURL, pool := schemaURL(t)
+	dbURL, pool := freshSchema(t)
 	if out := mustRun(t, dbURL, "migrate", "status"); !strings.Contains(out, "pending") {
 		t.Fatalf("status before up:\n%s", out)
 	}
@@ -135,7 +128,7 @@ func TestMigrate(t *testing.T) {
 // usage error.
 func TestMigratePartitions(t *testing.T) {
 	t.Parallel()
-	dbURL, pool := schemaURL(t)
+	dbURL, pool := freshSchema(t)
 	mustRun(t, dbURL, "migrate", "up", "--partitions", "4")
 	var n int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem_keys'::regclass`).Scan(&n); err != nil || n != 4 {
@@ -162,7 +155,7 @@ func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 // it.
 func migratedStore(t *testing.T) (dbURL string, store *pgstore.Store) {
 	t.Helper()
-	dbURL, pool := schemaURL(t)
+	dbURL, pool := freshSchema(t)
 	mustRun(t, dbURL, "migrate", "up")
 	store, err := pgstore.New(pool, pgstore.Options{})
 	if err != nil {
@@ -179,7 +172,7 @@ func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
 	dbURL, store = migratedStore(t)
 	ctx := t.Context()
 	claim := func(key string, lease time.Duration) idem.Claim {
-		k, err := idem.ParseKey(key)
+		k, err := idem.ParseClientKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +327,7 @@ func withoutTimes(s string) string {
 
 func mustKey(t *testing.T, s string) idem.Key {
 	t.Helper()
-	k, err := idem.ParseKey(s)
+	k, err := idem.ParseClientKey(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +406,7 @@ func TestConnectionErrors(t *testing.T) {
 		check(t, u.String(), 1, "password authentication failed")
 	})
 	t.Run("no table", func(t *testing.T) {
-		dbURL, _ := schemaURL(t) // migrated by nobody
+		dbURL, _ := freshSchema(t) // migrated by nobody
 		check(t, dbURL, 1, `run "idem migrate up" first`)
 		// --database-url wins over DATABASE_URL.
 		r := idemCLI(ctx, "postgres://idem:secret@127.0.0.1:1/db?connect_timeout=5", "stats", "--database-url", dbURL)

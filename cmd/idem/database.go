@@ -86,7 +86,9 @@ func (c *cli) store(ctx context.Context) (s *pgstore.Store, closeStore func(), e
 	if err != nil {
 		return nil, nil, err
 	}
-	if s, err = pgstore.New(pool, pgstore.Options{Table: c.table}); err != nil {
+	// No sweeper of the store's own: a command makes one call, and idem
+	// sweep runs an idem.Sweeper it reports on.
+	if s, err = pgstore.New(pool, pgstore.Options{Table: c.table, SweepInterval: -1}); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}

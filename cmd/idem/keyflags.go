@@ -45,12 +45,12 @@ func (k *keyFlags) resolve(fs *flag.FlagSet) error {
 	}
 	var err error
 	if k.keySet {
-		if k.parsedKey, err = idem.ParseKey(k.key); err != nil {
+		if k.parsedKey, err = idem.ParseClientKey(k.key); err != nil {
 			return cmdUsagef(fs, "--key %q: %s", k.key, keyReason(err))
 		}
 		return nil
 	}
-	if k.parsedKey, err = idem.KeyFromString(k.stored); err != nil {
+	if k.parsedKey, err = idem.ParseStoredKey(k.stored); err != nil {
 		return cmdUsagef(fs, "--stored-key %q: %s (a stored key starts with key/, id/, req/, call/ or round/; the key a client sent goes in --key)", k.stored, keyReason(err))
 	}
 	return nil
@@ -69,7 +69,7 @@ func keyReason(err error) string {
 // reads as a stored key was probably copied from "idem keys".
 func (k *keyFlags) absent() error {
 	err := fmt.Errorf("%w: scope %q, key %q is absent (never claimed, released, swept or forgotten)", errAbsent, k.scope, k.parsedKey)
-	if _, stored := idem.KeyFromString(k.key); k.keySet && stored == nil {
+	if _, stored := idem.ParseStoredKey(k.key); k.keySet && stored == nil {
 		err = fmt.Errorf("%w; if %q is the key as stored (as \"idem keys\" prints it), pass --stored-key %s", err, k.key, k.key)
 	}
 	return err

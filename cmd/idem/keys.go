@@ -53,7 +53,7 @@ func (c *cli) keys(ctx context.Context, args []string) error {
 	case prefix != "" && storedPrefix != "":
 		return cmdUsagef(fs, "give at most one of --prefix and --stored-prefix")
 	case prefix != "":
-		k, err := idem.ParseKey(prefix)
+		k, err := idem.ParseClientKey(prefix)
 		if err != nil {
 			return cmdUsagef(fs, "--prefix %q: %s", prefix, keyReason(err))
 		}

@@ -105,7 +105,7 @@ func TestUnresolvableHost(t *testing.T) {
 // applied says so and leaves nothing behind.
 func TestMigrateDownSaysWhatItDoes(t *testing.T) {
 	t.Parallel()
-	dbURL, pool := schemaURL(t)
+	dbURL, pool := freshSchema(t)
 	allPending := `table idem_keys
 VERSION  STATE    APPLIED AT
 1        pending  -

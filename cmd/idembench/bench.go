@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net"
 	"net/http"
@@ -35,6 +36,7 @@ type bench struct {
 	base    string // http://127.0.0.1:port
 	client  *http.Client
 	nonce   string // makes keys unique across invocations on one table
+	doors   *doors // the door modes' servers and clients, once one is set up
 }
 
 // run is the whole command (a cmdmain.Run).
@@ -48,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer cleanup()
+	defer b.closeDoors()
 
 	fmt.Fprintf(stdout, "idembench: %s, GOMAXPROCS %d, %d CPUs, concurrency %d, pool %d, replay cache %d bytes, warmup %v, duration %v per mode in %d round(s)\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.concurrency, cfg.poolConns, cfg.replayCache, cfg.warmup, cfg.duration, cfg.rounds)
@@ -186,10 +189,10 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	mux.Handle("POST "+pathDemoFloor, workHandler(func(ctx context.Context, key string) error { return floorWork(ctx, pool, fsql, key, true) }))
 	mux.Handle("POST "+pathInsert, workHandler(func(ctx context.Context, _ string) error { return insertWork(ctx, pool, fsql) }))
 	mux.Handle("POST "+pathOnetxFloor, workHandler(func(ctx context.Context, key string) error { return onetxFloorWork(ctx, pool, fsql, key) }))
-	mw := middleware.New(store, middleware.Options{Owner: "idembench"})
+	mw := middleware.New(store, middleware.Options{Engine: engine.Options{Owner: "idembench"}})
 	mux.Handle("POST "+pathIdem, mw(http.HandlerFunc(handler)))
 	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))
-	mwTx := middleware.New(store, middleware.Options{Owner: "idembench", InTransaction: true})
+	mwTx := middleware.New(store, middleware.Options{Engine: engine.Options{Owner: "idembench"}, InTransaction: true})
 	mux.Handle("POST "+pathDemoOnetx, mwTx(demoTxHandler(fsql)))
 	mux.Handle("POST "+pathDemoOnetxS, mwTx(demoSQLTxHandler(fsql)))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -235,5 +238,7 @@ func randomHex(n int) string {
 
 // storeOptions is the store's configuration.
 func storeOptions(cfg config, table string) pgstore.Options {
-	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache}
+	// No sweeper: the table the bench fills is dropped after the run, and
+	// a sweep in the middle of a measurement would be measured.
+	return pgstore.Options{Table: table, ReplayCacheBytes: cfg.replayCache, SweepInterval: -1}
 }

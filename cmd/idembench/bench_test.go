@@ -176,3 +176,21 @@ func benchSchemas(t *testing.T, url string) int {
 	}
 	return n
 }
+
+// TestRunDoorModes: every door's modes run (new keys and replays, each
+// beside the same work without idem), none fails, and each is compared
+// with its bare mode.
+func TestRunDoorModes(t *testing.T) {
+	url := testdb.URL(t)
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"-database-url", url, "-mode", "doors", "-concurrency", "2", "-duration", "300ms", "-rounds", "1",
+		"-warmup", "50ms", "-replay-keys", "5"}, noEnv, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	for _, want := range []string{"call-onetx", "% of call-bare", "grpc-replay", "% of grpc-bare", "connect-replay", "% of connect-bare"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -45,7 +45,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per mode")
 	fs.IntVar(&c.rounds, "rounds", 20, "split each mode's duration into this many slices, the modes taking turns slice by slice")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured time per mode before measuring (connections, caches, JIT of the planner)")
-	fs.StringVar(&mode, "mode", "all", "comma-separated modes: "+strings.Join(allModes, ", ")+", wait; or all (every mode but wait)")
+	fs.StringVar(&mode, "mode", "all", "comma-separated modes: "+strings.Join(allModes, ", ")+", wait, "+strings.Join(doorModes, ", ")+"; all (every mode but wait and the doors'), doors (the doors')")
 	fs.StringVar(&c.csvFile, "csv", "", "also write every measurement to this CSV file, one row each: series,clients,instances,metric,value,unit")
 	instances := fs.String("instances", "1,3", "wait mode: comma-separated numbers of store instances (each its own pool and LISTEN connection)")
 	waiters := fs.String("waiters", "0,1,8", "wait mode: comma-separated numbers of waiters per key")
@@ -124,6 +124,14 @@ func parseModes(s string) ([]string, error) {
 	var modes []string
 	for m := range strings.SplitSeq(s, ",") {
 		m = strings.TrimSpace(m)
+		if m == modeDoors {
+			for _, a := range doorModes {
+				if !slices.Contains(modes, a) {
+					modes = append(modes, a)
+				}
+			}
+			continue
+		}
 		if m == "all" {
 			for _, a := range allModes {
 				if !slices.Contains(modes, a) {
@@ -132,8 +140,8 @@ func parseModes(s string) ([]string, error) {
 			}
 			continue
 		}
-		if !slices.Contains(allModes, m) && m != modeWait {
-			return nil, fmt.Errorf("unknown mode %q (want %s, %s, or all)", m, strings.Join(allModes, ", "), modeWait)
+		if !slices.Contains(allModes, m) && !slices.Contains(doorModes, m) && m != modeWait {
+			return nil, fmt.Errorf("unknown mode %q (want %s, %s, %s, %s, or all)", m, strings.Join(allModes, ", "), strings.Join(doorModes, ", "), modeDoors, modeWait)
 		}
 		if !slices.Contains(modes, m) {
 			modes = append(modes, m)

@@ -42,7 +42,22 @@
 //	            the two-phase path (waiters notified) and on the one-commit
 //	            path (waiters blocked in PostgreSQL on the row)
 //
-// "-mode all" runs every mode but wait back to back at the same concurrency
+// The doors' modes run the invoice insert (http-insert's work) through each
+// door other than net/http, beside the same work through the same
+// transport without idem; "-mode doors" runs them all:
+//
+//	call-bare   the insert as a plain function call, without idem
+//	call        idemcall.Do with a new key, two-phase
+//	call-onetx  idemcall.Do with a new key, the insert in the claim's
+//	            transaction
+//	call-replay idemcall.Do of a fixed set of completed keys
+//	grpc-bare   a unary grpc-go call over loopback, without the interceptor
+//	grpc        the same call through idemgrpc, a new key per call
+//	grpc-replay the same call through idemgrpc, completed keys
+//	connect-bare, connect, connect-replay
+//	            the same for a Connect procedure (idemconnect) over HTTP/1.1
+//
+// "-mode all" runs every mode but wait (and the doors') back to back at the same concurrency
 // on the same database and prints a table with three ratio columns: against
 // the same work without HTTP (unique/floor, demo/demo-floor) or, for
 // replays, without idem (replay/http-bare); against the same work by hand
@@ -64,6 +79,7 @@
 //	idembench -mode wait -instances 1,3 -waiters 0,1,8 -duration 5s
 //	idembench -mode all -replay-cache 0
 //	idembench -mode unique -rounds 1 -cpuprofile cpu.pprof -memprofile mem.pprof
+//	idembench -mode doors -concurrency 8 -duration 10s
 //
 // See docs/performance.md ("Load tool") for the method and the numbers.
 package main

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -98,7 +99,7 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		}, nil
 	case modeStore:
 		return func(ctx context.Context, w *worker) error {
-			key, err := idem.ParseKey(b.newKey(mode, w))
+			key, err := idem.ParseClientKey(b.newKey(mode, w))
 			if err != nil {
 				return err
 			}
@@ -146,6 +147,9 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 			w.recent = append(w.recent, key)
 			return nil
 		}, nil
+	}
+	if slices.Contains(doorModes, mode) {
+		return b.doorOp(ctx, mode)
 	}
 	return nil, fmt.Errorf("unknown mode %q", mode)
 }

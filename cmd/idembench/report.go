@@ -20,6 +20,14 @@ var ratioBase = map[string]string{
 	modeMixed:  modeFloor,
 	modeDemo:   modeDemoFloor,
 	modeReplay: modeHTTPBare,
+
+	modeCall:          modeCallBare,
+	modeCallOnetx:     modeCallBare,
+	modeCallReplay:    modeCallBare,
+	modeGRPC:          modeGRPCBare,
+	modeGRPCReplay:    modeGRPCBare,
+	modeConnect:       modeConnectBare,
+	modeConnectReplay: modeConnectBare,
 }
 
 // httpRatioBase names the second comparison: the same database work by

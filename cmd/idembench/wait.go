@@ -120,7 +120,7 @@ func (b *bench) measureWait(ctx context.Context, stores []*pgstore.Store, waiter
 // waitOnce runs one key: claim, waiters, complete.
 func (b *bench) waitOnce(ctx context.Context, stores []*pgstore.Store, w *worker, waiters int) (time.Duration, []time.Duration, error) {
 	k := b.newKey(fmt.Sprintf("%s-%d-%d", modeWait, len(stores), waiters), w)
-	key, err := idem.ParseKey(k)
+	key, err := idem.ParseClientKey(k)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -196,7 +196,7 @@ func (b *bench) waitOnce(ctx context.Context, stores []*pgstore.Store, w *worker
 // returning to its own BeginClaim returning the result.
 func (b *bench) waitOnceTx(ctx context.Context, stores []*pgstore.Store, w *worker, waiters int) (time.Duration, []time.Duration, error) {
 	k := b.newKey(fmt.Sprintf("%s-onetx-%d-%d", modeWait, len(stores), waiters), w)
-	key, err := idem.ParseKey(k)
+	key, err := idem.ParseClientKey(k)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"log/slog"
 	"net"
@@ -287,11 +288,13 @@ func newApp(cfg config, be *backend, logger *slog.Logger, self string) *app {
 	a.cutOff, a.cancelCutOff = context.WithCancel(context.Background())
 
 	protect := middleware.New(be.store, middleware.Options{
-		Lease:          cfg.lease,
-		Wait:           cfg.wait,
-		Shutdown:       a.cutOff,
-		Owner:          a.owner,
-		Logger:         logger,
+		Engine: engine.Options{
+			Lease:    cfg.lease,
+			Wait:     cfg.wait,
+			Shutdown: a.cutOff,
+			Owner:    a.owner,
+			Logger:   logger,
+		},
 		Observer:       a.metrics.observeHTTP,
 		SessionCookies: cfg.sessionCookies,
 		ScopeSecret:    scopeSecret(cfg),
@@ -394,7 +397,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) erro
 		a.logger.Warn("shutdown bound reached: cancelling in-flight requests; their claims are released", "active", a.active.Load())
 		a.cancelCutOff()
 		cancelRequests()
-		a.drain(middleware.DefaultStoreTimeout)
+		a.drain(engine.DefaultStoreTimeout)
 		_ = srv.Close()
 	}
 	<-served

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 
@@ -153,11 +154,13 @@ func newMCPHandler(a *app, self string) http.Handler {
 		mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: a.logger, Stateless: true, PropagateRequestCancellation: true}),
 	)
 	return mcphttp.New(a.be.store, mcphttp.Options{
-		Wait:           a.cfg.wait,
-		Lease:          a.cfg.lease,
-		Shutdown:       a.cutOff,
-		Owner:          a.owner,
-		Logger:         a.logger,
+		Engine: engine.Options{
+			Wait:     a.cfg.wait,
+			Lease:    a.cfg.lease,
+			Shutdown: a.cutOff,
+			Owner:    a.owner,
+			Logger:   a.logger,
+		},
 		Observer:       a.metrics.observeMCP,
 		SessionCookies: a.cfg.sessionCookies,
 		ScopeSecret:    scopeSecret(a.cfg),

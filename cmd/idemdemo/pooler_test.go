@@ -20,7 +20,7 @@ func TestDemoThroughPooler(t *testing.T) {
 	}
 	t.Parallel()
 	schema := testdb.Schema(t)
-	direct, conn := schemaURL(t, schema)
+	direct, conn := schemaConn(t, schema)
 	pooled := testdb.PoolerURLFor(t, schema)
 	a := startDemo(t, pooled, "-direct-url", direct, "-wait", "1m")
 	b := startDemo(t, pooled, "-no-listen", "-migrate=false", "-wait", "1m")

@@ -88,6 +88,8 @@ func newPostgresBackend(ctx context.Context, cfg config, logger *slog.Logger) (*
 		// A replay is then answered without a round trip; a key
 		// forgotten on any instance leaves every instance's cache.
 		ReplayCacheBytes: replayCache,
+		// The demo runs its own sweeper, to count what it removes.
+		SweepInterval: -1,
 	})
 	if err != nil {
 		pool.Close()
@@ -157,7 +159,7 @@ func tableName(t string) string {
 // idem table, so a missing table or missing privileges show as well as a
 // database that is down.
 func storeHealth(store *pgstore.Store) func(context.Context) error {
-	key, err := idem.ParseKey("idemdemo-healthz")
+	key, err := idem.ParseClientKey("idemdemo-healthz")
 	if err != nil {
 		panic(err) // a constant, valid key
 	}

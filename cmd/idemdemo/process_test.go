@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -104,30 +103,23 @@ func (d *demo) invoices() []Invoice {
 // dropped when t ends, and a connection on it for assertions.
 func pgURL(t *testing.T) (string, *pgx.Conn) {
 	t.Helper()
-	return schemaURL(t, testdb.Schema(t))
+	return schemaConn(t, testdb.Schema(t))
 }
 
-// schemaURL returns TEST_DATABASE_URL with search_path set to schema, and
+// schemaConn returns TEST_DATABASE_URL with search_path set to schema, and
 // a connection on it for assertions.
-func schemaURL(t *testing.T, schema string) (string, *pgx.Conn) {
+func schemaConn(t *testing.T, schema string) (string, *pgx.Conn) {
 	t.Helper()
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatalf("TEST_DATABASE_URL: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
 	// Names the demo's connections, for waitForInFlight.
-	q.Set("application_name", schema)
-	u.RawQuery = q.Encode()
+	u := testdb.WithApp(t, testdb.SchemaURL(t, schema), schema)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, u.String())
+	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return u.String(), conn
+	return u, conn
 }
 
 // waitForInFlight waits until a request for key is running under its

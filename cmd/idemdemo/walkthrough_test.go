@@ -1,6 +1,6 @@
 package main
 
-// TestWalkthrough runs every console block of docs/demo.md and the README,
+// TestWalkthrough runs every console block of docs/demo.md,
 // in order, against fresh demos, and compares what each command prints with
 // what the page says it prints. A page that drifts from the product fails
 // it, and so does a page edited without running its commands.
@@ -80,7 +80,7 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md and README.md")
+var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md")
 
 func TestWalkthrough(t *testing.T) {
 	t.Parallel()
@@ -94,7 +94,7 @@ func TestWalkthrough(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "idem"), "../idem").CombinedOutput(); err != nil {
 		t.Fatalf("building the CLI: %v\n%s", err, out)
 	}
-	for _, page := range []string{"../../docs/demo.md", "../../README.md"} {
+	for _, page := range []string{"../../docs/demo.md"} {
 		t.Run(filepath.Base(page), func(t *testing.T) {
 			blocks, err := consoleBlocks(page)
 			if err != nil {

@@ -24,6 +24,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/examples/datalayers/sqlc/invoicespgx"
 	"github.com/idemkit/idem/examples/datalayers/sqlc/invoicessql"
 	"github.com/idemkit/idem/internal/testdb"
@@ -168,7 +169,7 @@ func testLayer(t *testing.T, insert insertFunc) {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = db.Close() })
 	svc := service{pool: pool, db: db}
-	protect := middleware.New(store, middleware.Options{InTransaction: true, Wait: 30 * time.Second})
+	protect := middleware.New(store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second}})
 	srv := httptest.NewServer(protect(handler(svc, insert)))
 	t.Cleanup(srv.Close)
 

@@ -20,7 +20,7 @@ func TestGORMTransactionIsASavepoint(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool, store := newInvoices(t)
-	key, _ := idem.ParseKey("order-1")
+	key, _ := idem.ParseClientKey("order-1")
 	c, claim, err := store.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key}, idem.TxLimits{Wait: time.Second})
 	if err != nil || c.Status != idem.Acquired {
 		t.Fatalf("BeginClaim: %+v, %v", c, err)

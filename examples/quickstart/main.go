@@ -1,22 +1,18 @@
-// Command quickstart is a payments API protected by idem: a retried POST
-// /payments with the same Idempotency-Key creates one payment and gets the
-// first answer back. The key's claim, the payment row and the recorded
-// answer commit in one transaction, so it is exactly once, for one commit.
-//
-//	export DATABASE_URL='postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'
-//	go run .    # listens on $ADDR (host:port), else :$PORT, else 127.0.0.1:8080
-//	curl -si -X POST 127.0.0.1:8080/payments -H 'Idempotency-Key: pay-1' -d '{"amount_cents": 1200}'
+// Command quickstart is a payments API shaped for production: retries of POST
+// /payments with one Idempotency-Key pay once (claim, row and answer commit together).
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"log"
-	"net"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,129 +22,59 @@ import (
 	"github.com/idemkit/idem/pgstore"
 )
 
-// paymentsDDL is the application's own table; idem's comes from migrations.Up.
-const paymentsDDL = `CREATE TABLE IF NOT EXISTS payments (
-	id           bigserial PRIMARY KEY,
-	amount_cents bigint NOT NULL CHECK (amount_cents > 0),
-	created_at   timestamptz NOT NULL DEFAULT now()
-)`
+type userKey struct{} // your authentication middleware, run before idem's, stores the user under it
 
 func main() {
-	if err := run(); err != nil {
+	if os.Getenv("DATABASE_URL") == "" {
+		log.Fatal("DATABASE_URL is not set; e.g. postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable")
+	}
+	// SIGTERM is how Kubernetes and Docker stop a container.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err == nil {
+		err = migrations.Up(ctx, pool, migrations.Options{Logger: slog.Default()}) // safe when replicas start together
+	}
+	if err == nil {
+		_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY)`)
+	}
+	var store *pgstore.Store
+	if err == nil {
+		store, err = pgstore.New(pool, pgstore.Options{Logger: slog.Default()}) // sweeps expired keys until Close
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-func run() error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		return errors.New("DATABASE_URL is not set; e.g. export DATABASE_URL='postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable'")
+	defer pool.Close()
+	defer store.Close()
+	secret := []byte(os.Getenv("IDEM_SCOPE_SECRET")) // the same in every instance: openssl rand -hex 32
+	if len(secret) == 0 {
+		slog.Warn("IDEM_SCOPE_SECRET is not set: credentials are hashed into scopes without a key")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	handler, shutdown, err := setup(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer shutdown()
-	ln, err := net.Listen("tcp", listenAddr())
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: handler}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Shutdown(context.Background())
-	}()
-	log.Printf("listening on http://%s", ln.Addr())
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// listenAddr is where the API listens: $ADDR (host:port), else every
-// interface on $PORT (what platforms that set PORT expect), else
-// 127.0.0.1:8080.
-func listenAddr() string {
-	if addr := os.Getenv("ADDR"); addr != "" {
-		return addr
-	}
-	if port := os.Getenv("PORT"); port != "" {
-		return ":" + port
-	}
-	return "127.0.0.1:8080"
-}
-
-// setup migrates, starts the store and its sweeper, and returns the API.
-// shutdown stops the sweeper and closes the store and the pool.
-func setup(ctx context.Context, databaseURL string) (handler http.Handler, shutdown func(), err error) {
-	pool, err := pgxpool.New(ctx, databaseURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	// Safe when several replicas start at once (an advisory lock).
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	if _, err := pool.Exec(ctx, paymentsDDL); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	store, err := pgstore.New(pool, pgstore.Options{}) // lease 30s, retention 24h
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	// The sweeper releases abandoned claims and deletes expired results;
-	// run it in every instance.
-	sweepCtx, stopSweeping := context.WithCancel(ctx)
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		_ = store.Run(sweepCtx, time.Minute)
-	}()
-
 	protect := middleware.New(store, middleware.Options{
-		// The handler's side effect is a row in this database: claim the
-		// key in the transaction that writes it.
-		InTransaction: true,
-		// Who is asking: your session cookie (or Principal: the user your
-		// auth middleware put in the context). See "Security".
-		SessionCookies: []string{"session"},
-		ScopeSecret:    []byte(os.Getenv("IDEM_SCOPE_SECRET")), // HMAC key of the scope hash
+		InTransaction: true, // the payment row commits with the claim and the answer
+		// Who is asking: the user, who stays the same when a token is refreshed.
+		Principal:   func(r *http.Request) string { user, _ := r.Context().Value(userKey{}).(string); return user },
+		ScopeSecret: secret,
 	})
-	mux := http.NewServeMux()
-	mux.Handle("POST /payments", protect(http.HandlerFunc(createPayment)))
-	return mux, func() {
-		stopSweeping()
-		<-swept
-		store.Close()
-		pool.Close()
-	}, nil
+	http.Handle("POST /payments", protect(http.HandlerFunc(createPayment)))
+	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), "127.0.0.1:8080"), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			log.Fatal(err)
+		}
+	}()
+	log.Printf("listening on http://%s", srv.Addr)
+	<-ctx.Done()
+	_ = srv.Shutdown(context.Background()) // running requests finish first
 }
 
-// createPayment inserts a payment in the transaction the middleware claimed
-// the key in, and answers. The middleware records the answer in the same
-// transaction and commits: the payment and its answer commit together, or
-// (a 5xx, a panic, a crash) neither does and a retry runs again.
 func createPayment(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		AmountCents int64 `json:"amount_cents"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.AmountCents <= 0 {
-		http.Error(w, `want {"amount_cents": n}, n > 0`, http.StatusBadRequest) // 4xx: recorded
+	var id int64 // a 5xx, a panic or a crash rolls the payment back with the claim
+	if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO payments DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
+		http.Error(w, "try again", http.StatusServiceUnavailable)
 		return
 	}
-	var id int64
-	err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(),
-		`INSERT INTO payments (amount_cents) VALUES ($1) RETURNING id`, in.AmountCents).Scan(&id)
-	if err != nil {
-		http.Error(w, "try again", http.StatusServiceUnavailable) // 5xx: rolled back
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
-	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "amount_cents": in.AmountCents})
+	fmt.Fprintf(w, "payment %d\n", id)
 }

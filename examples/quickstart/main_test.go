@@ -5,11 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,161 +22,185 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
 
-// TestQuickstart runs the README's program against PostgreSQL: a retry gets
-// the first answer and creates no second payment; another key pays again.
-func TestQuickstart(t *testing.T) {
+// TestQuickstartRuns builds the README's program and runs it as a user
+// does, on the address ADDR names, against PostgreSQL: a retry gets the
+// first answer and creates no second payment, another key pays again; it
+// stops on SIGINT, and on SIGTERM (what Kubernetes and Docker send).
+func TestQuickstartRuns(t *testing.T) {
 	t.Parallel()
-	dbURL := testdb.SchemaURL(t, testdb.Schema(t))
-	ctx := t.Context()
-	handler, shutdown, err := setup(ctx, dbURL)
+	bin := build(t, ".")
+	for _, stop := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		t.Run(stop.String(), func(t *testing.T) {
+			dbURL := testdb.SchemaURL(t, testdb.Schema(t))
+			addr := testdb.FreeAddr(t)
+			p := start(t, bin, addr, "DATABASE_URL="+dbURL, "ADDR="+addr)
+			status, replayed, first := post(t, "http://"+addr+"/payments", "pay-1")
+			if status != http.StatusCreated || replayed != "" {
+				t.Fatalf("first: %d replayed=%q %s", status, replayed, first)
+			}
+			status, replayed, again := post(t, "http://"+addr+"/payments", "pay-1")
+			if status != http.StatusCreated || replayed != "true" || again != first {
+				t.Fatalf("retry: %d replayed=%q %s, want the first answer %s", status, replayed, again, first)
+			}
+			if status, _, other := post(t, "http://"+addr+"/payments", "pay-2"); status != http.StatusCreated || other == first {
+				t.Fatalf("another key: %d %s", status, other)
+			}
+			if !strings.Contains(p.stderr.String(), "IDEM_SCOPE_SECRET is not set") {
+				t.Errorf("no warning of the missing scope secret:\n%s", p.stderr.String())
+			}
+			_ = p.cmd.Process.Signal(stop)
+			if err := <-p.done; err != nil {
+				t.Errorf("after %v: %v\n%s", stop, err, p.stderr.String())
+			}
+
+			conn, err := pgx.Connect(t.Context(), dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(t.Context())
+			var payments int
+			if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM payments`).Scan(&payments); err != nil {
+				t.Fatal(err)
+			}
+			if payments != 2 {
+				t.Fatalf("%d payments, want 2 (one per key)", payments)
+			}
+		})
+	}
+}
+
+// TestMinimalRuns builds the README's smallest program, examples/minimal
+// (on a free address instead of 127.0.0.1:8080), and runs it against
+// PostgreSQL: a retry with the same key is answered without running the
+// handler again, another key runs it.
+func TestMinimalRuns(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("../minimal/main.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(handler)
-	t.Cleanup(func() { srv.Close(); shutdown() })
-
-	post := func(key, body string) (int, string, string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(body))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
+	const fixed = `"127.0.0.1:8080"`
+	if !strings.Contains(string(src), fixed) {
+		t.Fatalf("examples/minimal does not listen on %s", fixed)
+	}
+	addr := testdb.FreeAddr(t)
+	// A directory beginning with _ is inside the module but outside ./...
+	dir, err := os.MkdirTemp("../minimal", "_run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(strings.Replace(string(src), fixed, `"`+addr+`"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, build(t, "./"+dir), addr, "DATABASE_URL="+testdb.SchemaURL(t, testdb.Schema(t)))
+	url := "http://" + addr + "/orders"
+	for i, want := range []struct{ key, replayed string }{{"order-1", ""}, {"order-1", "true"}, {"order-2", ""}} {
+		if status, replayed, _ := post(t, url, want.key); status != http.StatusOK || replayed != want.replayed {
+			t.Fatalf("POST %d with %s: %d, replayed %q, want 200, %q", i, want.key, status, replayed, want.replayed)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), string(b)
 	}
+	if n := strings.Count(p.stderr.String(), "placing an order"); n != 2 {
+		t.Fatalf("the handler ran %d times for two keys:\n%s", n, p.stderr.String())
+	}
+}
 
-	status, replayed, first := post("pay-1", `{"amount_cents": 1200}`)
-	if status != http.StatusCreated || replayed != "" {
-		t.Fatalf("first: %d replayed=%q %s", status, replayed, first)
-	}
-	status, replayed, again := post("pay-1", `{"amount_cents": 1200}`)
-	if status != http.StatusCreated || replayed != "true" || again != first {
-		t.Fatalf("retry: %d replayed=%q %s, want the first answer %s", status, replayed, again, first)
-	}
-	if status, _, other := post("pay-2", `{"amount_cents": 500}`); status != http.StatusCreated || other == first {
-		t.Fatalf("another key: %d %s", status, other)
-	}
-	if status, _, body := post("pay-3", `{"amount_cents": -1}`); status != http.StatusBadRequest {
-		t.Fatalf("a bad amount: %d %s", status, body)
-	}
+// process is a program a test started.
+type process struct {
+	cmd    *exec.Cmd
+	stderr *demoproc.Buffer
+	done   chan error // its exit status
+}
 
-	conn, err := pgx.Connect(ctx, dbURL)
+// start runs bin with env added to the test's and waits until addr
+// accepts connections; the process is killed when t ends, if still there.
+func start(t *testing.T, bin, addr string, env ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin), stderr: &demoproc.Buffer{}, done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { p.done <- p.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-exited })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never listened on %s:\n%s", bin, addr, p.stderr.String())
+		}
+	}
+}
+
+// post sends a POST with an Idempotency-Key and returns the status, the
+// Idempotent-Replayed header and the body.
+func post(t *testing.T, url, key string) (int, string, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, nil)
+	req.Header.Set("Idempotency-Key", key)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	var payments int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM payments`).Scan(&payments); err != nil {
-		t.Fatal(err)
-	}
-	if payments != 2 {
-		t.Fatalf("%d payments, want 2 (one per key)", payments)
-	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), string(b)
 }
 
 // Without DATABASE_URL the program says so, rather than letting pgx try
 // the defaults (role "root" does not exist).
 func TestQuickstartWithoutDatabaseURL(t *testing.T) {
-	t.Setenv("DATABASE_URL", "")
-	err := run()
-	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL is not set") {
-		t.Fatalf("run without DATABASE_URL: %v", err)
+	t.Parallel()
+	cmd := exec.Command(build(t, "."))
+	cmd.Env = append(os.Environ(), "DATABASE_URL=")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "DATABASE_URL is not set") {
+		t.Fatalf("run without DATABASE_URL: %v\n%s", err, out)
 	}
 }
 
-// The README's quickstart is this program, byte for byte: what a newcomer
-// pastes is what this package's tests compile and run.
+// build builds the package pkg and returns the binary.
+func build(t *testing.T, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "program")
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// The README's programs are these files, byte for byte: what a newcomer
+// pastes is what the tests above compile and run.
 func TestREADMEShowsThisFile(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
+	for file, marker := range map[string]string{
+		"main.go":            "<!-- examples/quickstart/main.go -->\n```go\n",
+		"../minimal/main.go": "<!-- examples/minimal/main.go -->\n```go\n",
+	} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, after, ok := bytes.Cut(readme, []byte(marker))
+		if !ok {
+			t.Errorf("README.md has no %q followed by %s's code block", marker, file)
+			continue
+		}
+		block, _, ok := bytes.Cut(after, []byte("```\n"))
+		if !ok {
+			t.Errorf("README.md: the code block of %s does not end", file)
+		}
+		if !bytes.Equal(block, src) {
+			t.Errorf("README.md's block differs from %s: copy the file into the block", file)
+		}
 	}
-	const marker = "<!-- examples/quickstart/main.go -->\n```go\n"
-	_, after, ok := bytes.Cut(readme, []byte(marker))
-	if !ok {
-		t.Fatalf("README.md has no %q followed by the quickstart's code block", marker)
-	}
-	block, _, ok := bytes.Cut(after, []byte("```\n"))
-	if !ok {
-		t.Fatal("README.md: the quickstart's code block does not end")
-	}
-	if !bytes.Equal(block, src) {
-		t.Errorf("README.md's quickstart differs from examples/quickstart/main.go: copy the file into the block")
-	}
-}
-
-// TestQuickstartRuns builds the program and runs it as a user does, on the
-// address ADDR names (a free port), then on PORT: it listens there, pays
-// once per key, and stops on SIGINT.
-func TestQuickstartRuns(t *testing.T) {
-	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "quickstart")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	dbURL := testdb.SchemaURL(t, testdb.Schema(t))
-	for _, env := range []string{"ADDR=127.0.0.1:0", "PORT=" + freePort(t)} {
-		t.Run(env, func(t *testing.T) {
-			cmd := exec.Command(bin)
-			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "ADDR=", "PORT=", env)
-			var stderr demoproc.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var base string
-			for deadline := time.Now().Add(30 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
-				if _, after, ok := strings.Cut(stderr.String(), "listening on "); ok {
-					base, _, _ = strings.Cut(after, "\n")
-					base = strings.Replace(base, "http://[::]:", "http://127.0.0.1:", 1)
-				}
-				if time.Now().After(deadline) {
-					_ = cmd.Process.Kill()
-					t.Fatalf("the quickstart never said where it listens:\n%s", stderr.String())
-				}
-			}
-			if _, port, _ := strings.Cut(env, "PORT="); (port != "" && !strings.HasSuffix(base, ":"+port)) || strings.HasSuffix(base, ":8080") {
-				t.Errorf("with %s it listens on %s", env, base)
-			}
-			key := "pay-" + env
-			for i := range 2 {
-				req, _ := http.NewRequest(http.MethodPost, base+"/payments", strings.NewReader(`{"amount_cents": 1200}`))
-				req.Header.Set("Idempotency-Key", key)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated || (i == 1) != (resp.Header.Get("Idempotent-Replayed") == "true") {
-					t.Errorf("POST %d: %d, replayed %q", i, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
-				}
-			}
-			_ = cmd.Process.Signal(os.Interrupt)
-			if err := <-done; err != nil {
-				t.Errorf("after SIGINT: %v\n%s", err, stderr.String())
-			}
-		})
-	}
-}
-
-// freePort returns a port nothing listens on (a moment ago).
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
 }

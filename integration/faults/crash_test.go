@@ -55,7 +55,7 @@ func TestCrashMatrix(t *testing.T) {
 	t.Run("two-phase: after the claim, before the side effect", func(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim")
-		dbURL, d := schemaURL(t, app)
+		dbURL, d := schemaDB(t, app)
 		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: twoPhaseCrashArgs})
 		ref := reference(t, p)
 
@@ -80,7 +80,7 @@ func TestCrashMatrix(t *testing.T) {
 	t.Run("one-commit: after the claim, before the side effect", func(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim-tx")
-		dbURL, d := schemaURL(t, app)
+		dbURL, d := schemaDB(t, app)
 		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: oneCommitCrashArgs})
 		ref := reference(t, p)
 
@@ -140,7 +140,7 @@ func TestCrashMatrix(t *testing.T) {
 			return conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&v) == nil && v == "nobody"
 		})
 		app := uniq("crash-commit")
-		p := startDemo(t, demoproc.Config{DatabaseURL: withApp(t, s.URL, app), Args: crashArgs})
+		p := startDemo(t, demoproc.Config{DatabaseURL: testdb.WithApp(t, s.URL, app), Args: crashArgs})
 		ref := reference(t, p) // before the trigger: this commit is not held
 		d := admin
 		for _, q := range []string{
@@ -196,7 +196,7 @@ func TestCrashMatrix(t *testing.T) {
 // nothing is left once it rolls back, and the retry takes the key at once.
 func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
 	app := uniq("crash-mid")
-	dbURL, d := schemaURL(t, app)
+	dbURL, d := schemaDB(t, app)
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args})
 	ref := reference(t, p)
 
@@ -358,7 +358,7 @@ func (b *background) wait(t *testing.T) {
 // invoice.
 func TestRestartReplaysByteForByte(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("durable"))
+	dbURL, d := schemaDB(t, uniq("durable"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
 	type recorded struct {
 		key, body string

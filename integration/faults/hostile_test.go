@@ -65,7 +65,7 @@ func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunk
 // the idem table, no invoice is created, and the server stays up.
 func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("hostile"))
+	dbURL, d := schemaDB(t, uniq("hostile"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	addr := strings.TrimPrefix(p.URL(), "http://")
 	customer := uniq("hostile")
@@ -250,7 +250,7 @@ func toolCall(id, customer string, amount int64, delayMS int, meta string) strin
 // valid JSON-RPC type do run, once each.
 func TestHostileMCP(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("hostile-mcp"))
+	dbURL, d := schemaDB(t, uniq("hostile-mcp"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s"}})
 	s := newMCPSession(t, p.URL())
 	customer := uniq("mcp")
@@ -362,7 +362,7 @@ func jsonEqual(a, b []byte) bool {
 // stays up.
 func TestMCPStreamCut(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("sse-cut"))
+	dbURL, d := schemaDB(t, uniq("sse-cut"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
 	s := newMCPSession(t, p.URL())
 

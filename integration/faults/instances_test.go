@@ -29,7 +29,7 @@ func TestDuplicateAtAnotherInstance(t *testing.T) {
 
 func duplicateAtAnotherInstance(t *testing.T, pathArgs []string, oneCommit bool) {
 	app := uniq("instances")
-	dbURL, d := schemaURL(t, app)
+	dbURL, d := schemaDB(t, app)
 	args := append([]string{"-lease", "5s", "-wait", "10s", "-log-level", "warn"}, pathArgs...)
 	var demos []*demo
 	for range 3 {

@@ -19,19 +19,18 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // demoBinary is the idemdemo binary TestMain builds once.
@@ -59,7 +58,7 @@ type demo struct {
 func startDemo(t testing.TB, cfg demoproc.Config) *demo {
 	t.Helper()
 	if cfg.Addr == "" {
-		cfg.Addr = freeAddr(t)
+		cfg.Addr = testdb.FreeAddr(t)
 	}
 	cfg.Binary = demoBinary
 	return &demo{Process: demoproc.Start(t, cfg), t: t, cfg: cfg}
@@ -69,16 +68,6 @@ func startDemo(t testing.TB, cfg demoproc.Config) *demo {
 func (d *demo) restart() *demo {
 	d.t.Helper()
 	return startDemo(d.t, d.cfg)
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // newClient returns an HTTP client without keep-alive: no connection to a
@@ -195,34 +184,12 @@ func (d *db) schema() string {
 	return s
 }
 
-// schemaURL returns TEST_DATABASE_URL with search_path set to a fresh schema
+// schemaDB returns TEST_DATABASE_URL with search_path set to a fresh schema
 // (dropped when t ends) and application_name set to app, and a db on it.
-func schemaURL(t testing.TB, app string) (string, *db) {
+func schemaDB(t testing.TB, app string) (string, *db) {
 	t.Helper()
-	schema := testdb.Schema(t)
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatalf("TEST_DATABASE_URL: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	return u.String(), openDB(t, u.String())
-}
-
-// withApp returns rawURL with application_name set, so that a test can find
-// the demo's backends in pg_stat_activity.
-func withApp(t testing.TB, rawURL, app string) string {
-	t.Helper()
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	return u.String()
+	u := testdb.WithApp(t, testdb.SchemaURL(t, testdb.Schema(t)), app)
+	return u, openDB(t, u)
 }
 
 func openDB(t testing.TB, rawURL string) *db {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -29,7 +30,7 @@ import (
 // once and replays only its own answer.
 func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("scopes"))
+	dbURL, d := schemaDB(t, uniq("scopes"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	key, customer := uniq("shared-key"), uniq("c")
 	body := invoiceBody(customer, 500, 0)
@@ -75,7 +76,7 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 // MCP sessions, are different calls: each runs once.
 func TestNoReplayAcrossScopesMCP(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("mcp-scopes"))
+	dbURL, d := schemaDB(t, uniq("mcp-scopes"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 
 	t.Run("same idempotencyKey, other sessionId", func(t *testing.T) {
@@ -208,7 +209,7 @@ func TestKeysNotLogged(t *testing.T) {
 
 func keysNotLogged(t *testing.T, pathArgs []string, oneCommit bool) {
 	app := uniq("logs")
-	dbURL, d := schemaURL(t, app)
+	dbURL, d := schemaDB(t, app)
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: append([]string{"-log-level", "info", "-wait", "100ms"}, pathArgs...)})
 	secretKey := "SECRETKEY" + uniq("")
 	secretAgentKey := "SECRETAGENTKEY" + uniq("")
@@ -257,7 +258,7 @@ func keysNotLogged(t *testing.T, pathArgs []string, oneCommit bool) {
 // the logs (mcphttp logs key digests).
 func TestMCPKeysNotLogged(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("mcp-logs"))
+	dbURL, d := schemaDB(t, uniq("mcp-logs"))
 	// Two-phase: the REST request's claim is in the table while it runs.
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-two-phase"}})
 	s := newMCPSession(t, p.URL())
@@ -352,7 +353,7 @@ func runtimeRole(t *testing.T, owner *pgxpool.Pool, schema, app string) (role, r
 // and nothing is refused.
 func TestLeastPrivilegeDemo(t *testing.T) {
 	t.Parallel()
-	ownerURL, d := schemaURL(t, uniq("lp-owner"))
+	ownerURL, d := schemaDB(t, uniq("lp-owner"))
 	owner := startDemo(t, demoproc.Config{DatabaseURL: ownerURL, Args: []string{"-log-level", "warn"}})
 	owner.Stop()
 	schema := d.schema()
@@ -495,7 +496,7 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("Commit as the runtime role: %v", err)
 		}
 	})
-	srv := httptest.NewServer(middleware.New(store, middleware.Options{Lease: lease, Wait: 5 * time.Second})(h))
+	srv := httptest.NewServer(middleware.New(store, middleware.Options{Engine: engine.Options{Lease: lease, Wait: 5 * time.Second}})(h))
 	t.Cleanup(srv.Close)
 	key := uniq("k")
 	first := mustPost(t, srv.URL, "/invoices", `{}`, "Idempotency-Key", key)
@@ -505,7 +506,7 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 
 	// Every store operation: claim, renew, release, complete, wait, sweep.
-	k2, _ := idem.ParseKey(uniq("k2"))
+	k2, _ := idem.ParseClientKey(uniq("k2"))
 	req := idem.ClaimRequest{Scope: "s", Key: k2, Lease: 50 * time.Millisecond}
 	c, err := store.Claim(ctx, req)
 	if err != nil || c.Status != idem.Acquired {
@@ -565,7 +566,7 @@ func TestLeastPrivilege(t *testing.T) {
 // the other's.
 func TestMCPUpstreamScopedByPrincipal(t *testing.T) {
 	t.Parallel()
-	dbURL, d := schemaURL(t, uniq("gap-principals"))
+	dbURL, d := schemaDB(t, uniq("gap-principals"))
 	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	a := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-a")
 	b := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-b")

@@ -29,7 +29,7 @@ func TestStorm(t *testing.T) {
 		// stormPhase is how long clients time out at random.
 		stormPhase = 12 * time.Second
 	)
-	dbURL, d := schemaURL(t, uniq("storm"))
+	dbURL, d := schemaDB(t, uniq("storm"))
 	args := []string{"-lease", "5s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn"}
 	var demos []*demo
 	for range instances {

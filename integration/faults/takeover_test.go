@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -94,7 +95,7 @@ func newOwner(t *testing.T, name string, pool *pgxpool.Pool, pg *pgstore.Store, 
 			})
 		o.result <- out
 	})
-	o.srv = httptest.NewServer(middleware.New(store, middleware.Options{Lease: takeoverLease, Wait: -1, Owner: name})(h))
+	o.srv = httptest.NewServer(middleware.New(store, middleware.Options{Engine: engine.Options{Lease: takeoverLease, Wait: -1, Owner: name}})(h))
 	t.Cleanup(o.srv.Close)
 	return o
 }

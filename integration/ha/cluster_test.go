@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // Patroni's timing (bootstrap.dcs, stored in etcd). Patroni requires
@@ -127,7 +128,7 @@ func startCluster(t *testing.T, sync bool) *cluster {
 	c.startEtcd()
 	scope := fmt.Sprintf("idem-%d", time.Now().UnixNano())
 	for i := range 3 {
-		m := &member{c: c, name: fmt.Sprintf("m%d", i), pgPort: freePort(t), apiPort: freePort(t)}
+		m := &member{c: c, name: fmt.Sprintf("m%d", i), pgPort: testdb.FreePort(t), apiPort: testdb.FreePort(t)}
 		m.dir = filepath.Join(root, m.name)
 		m.dataDir = filepath.Join(m.dir, "data")
 		m.config = filepath.Join(m.dir, "patroni.yml")
@@ -171,18 +172,8 @@ func startCluster(t *testing.T, sync bool) *cluster {
 	return c
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func (c *cluster) startEtcd() {
-	client, peer := freePort(c.t), freePort(c.t)
+	client, peer := testdb.FreePort(c.t), testdb.FreePort(c.t)
 	c.etcdAddr = fmt.Sprintf("127.0.0.1:%d", client)
 	dir := filepath.Join(c.root, "etcd")
 	c.etcd = start(c.t, "etcd", filepath.Join(c.root, "etcd.log"), nil, "etcd",
@@ -261,7 +252,7 @@ func (m *member) startPatroni() {
 }
 
 func (c *cluster) startHAProxy() {
-	c.haproxyAddr = fmt.Sprintf("127.0.0.1:%d", freePort(c.t))
+	c.haproxyAddr = fmt.Sprintf("127.0.0.1:%d", testdb.FreePort(c.t))
 	var servers strings.Builder
 	for _, m := range c.members {
 		fmt.Fprintf(&servers, "    server %s 127.0.0.1:%d check port %d\n", m.name, m.pgPort, m.apiPort)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -133,24 +134,16 @@ func startEffects(t *testing.T, path, databaseURL string, fx *effects) *instance
 	}
 	logs := &demoproc.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	store, err := pgstore.New(pool, pgstore.Options{Lease: instanceLease, Logger: logger, ReplayCacheBytes: 16 << 20})
+	store, err := pgstore.New(pool, pgstore.Options{Lease: instanceLease, Logger: logger, ReplayCacheBytes: 16 << 20, SweepInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweepCtx, stopSweeper := context.WithCancel(t.Context())
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		_ = store.Run(sweepCtx, time.Second)
-	}()
-	protect := middleware.New(store, middleware.Options{Lease: instanceLease, Wait: instanceWait, Logger: logger})
+	protect := middleware.New(store, middleware.Options{Engine: engine.Options{Lease: instanceLease, Wait: instanceWait, Logger: logger}})
 	mux := http.NewServeMux()
 	mux.Handle("POST /effects", protect(http.HandlerFunc(fx.handler)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		srv.Close()
-		stopSweeper()
-		<-swept
 		store.Close()
 		pool.Close()
 		if t.Failed() {

@@ -93,9 +93,9 @@ func TestTypeScriptSDK(t *testing.T) {
 			t.Parallel()
 			dbURL := ""
 			if store == "postgres" {
-				dbURL = schemaURL(t)
+				dbURL = testdb.SchemaURL(t, testdb.Schema(t))
 			}
-			cfg := demoproc.Config{Binary: demoBinary, Addr: freeAddr(t), DatabaseURL: dbURL, Args: []string{"-wait", "1s", "-log-level", "warn"}}
+			cfg := demoproc.Config{Binary: demoBinary, Addr: testdb.FreeAddr(t), DatabaseURL: dbURL, Args: []string{"-wait", "1s", "-log-level", "warn"}}
 			d := demoproc.Start(t, cfg)
 			cutCall := startProxy(t, d.URL(), cutAfterCall)
 			cutProgress := startProxy(t, d.URL(), cutAtProgress)
@@ -349,29 +349,4 @@ func (w *watch) Write(p []byte) (int, error) {
 		w.tail = append(w.tail[:0], w.tail[len(w.tail)-keep:]...)
 	}
 	return len(p), nil
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// schemaURL returns the tests' database URL with a fresh schema as its
-// search_path.
-func schemaURL(t *testing.T) string {
-	t.Helper()
-	schema := testdb.Schema(t)
-	u, err := url.Parse(testdb.URL(t))
-	if err != nil {
-		t.Fatalf("TEST_DATABASE_URL: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

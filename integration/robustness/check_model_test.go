@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/integration/robustness/wire"
+	"github.com/idemkit/idem/middleware"
 )
 
 // The checker's own tests: histories built by hand, each one the checker
@@ -466,5 +467,27 @@ func TestSchedule(t *testing.T) {
 	}
 	if _, err := pickFaults("latency,nope", 1); err == nil {
 		t.Error(`pickFaults("latency,nope") did not fail`)
+	}
+}
+
+// TestClassifyTransactionLimit: POST /tx answered 500 because a bound ended
+// its transaction took no effect and may be retried; any other 500 is an
+// answer the promise does not allow.
+func TestClassifyTransactionLimit(t *testing.T) {
+	limit := []byte(`{"type":"` + middleware.TypeTransactionLimit + `","status":500}`)
+	for _, tc := range []struct {
+		kind string
+		body []byte
+		want string
+	}{
+		{kindTx, limit, outUnavailable},
+		{kindTx, []byte("internal error"), outUnexpected},
+		{kindDB, limit, outUnexpected},
+	} {
+		a := &attempt{Kind: tc.kind, Key: tc.kind + "-1"}
+		classifyHTTP(a, http.StatusInternalServerError, tc.body, false)
+		if a.Outcome != tc.want {
+			t.Errorf("%s, %q: outcome %q, want %q", tc.kind, tc.body, a.Outcome, tc.want)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/integration/robustness/wire"
 	"github.com/idemkit/idem/mcphttp"
+	"github.com/idemkit/idem/middleware"
 )
 
 // toolRetryable is the JSON-RPC error the service's MCP tool answers when it
@@ -363,6 +364,15 @@ func (cl *client) do(ctx context.Context, url string, k *keyState, a *attempt, b
 	}
 }
 
+// problemType is the "type" of an RFC 9457 problem body, "" for any other.
+func problemType(body []byte) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(body, &p)
+	return p.Type
+}
+
 func classifyHTTP(a *attempt, status int, body []byte, replayed bool) {
 	switch {
 	case status == http.StatusCreated || a.Kind == kindTx && status >= 200 && status < 300:
@@ -384,6 +394,10 @@ func classifyHTTP(a *attempt, status int, body []byte, replayed bool) {
 		a.Outcome = outUnreplayable
 	case status == http.StatusConflict:
 		a.Outcome = outInFlight
+	case status == http.StatusInternalServerError && a.Kind == kindTx && problemType(body) == middleware.TypeTransactionLimit:
+		// A bound ended the transaction (MisbehaveIdle past the idle
+		// bound): nothing of it took effect, and a retry may run it again.
+		a.Outcome, a.Detail = outUnavailable, "transaction limit"
 	case status == http.StatusServiceUnavailable:
 		a.Outcome = outUnavailable
 		if a.RetryAfter == 0 {

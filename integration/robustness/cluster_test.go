@@ -123,7 +123,7 @@ func newCluster(t testing.TB, cfg runConfig, bin string, clk *clock) *cluster {
 		t.Cleanup(proxy.Stop)
 		dbURL := *u
 		dbURL.Host = proxy.Listen
-		n := &instance{c: c, name: name, proxy: proxy, addr: freeAddr(t), bin: bin}
+		n := &instance{c: c, name: name, proxy: proxy, addr: testdb.FreeAddr(t), bin: bin}
 		n.args = []string{
 			"-addr", n.addr, "-database-url", dbURL.String(), "-instance", name,
 			"-effect-url", c.effects.url, "-lease", cfg.lease.String(), "-wait", cfg.wait.String(),
@@ -146,16 +146,6 @@ func newCluster(t testing.TB, cfg runConfig, bin string, clk *clock) *cluster {
 		}
 	})
 	return c
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // recordLog is every line the service processes wrote, in arrival order.

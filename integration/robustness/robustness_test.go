@@ -289,7 +289,7 @@ func recordedAnswers(t *testing.T, c *cluster) map[string]string {
 	}
 	out := map[string]string{}
 	for _, r := range all {
-		key, err := idem.KeyFromString(r.Key)
+		key, err := idem.ParseStoredKey(r.Key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,7 +68,7 @@ var adapters = []adapter{
 	{
 		name: middleware.AdapterName,
 		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
-			opts := middleware.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown, Scope: func(*http.Request) string { return "tenant" }}
+			opts := middleware.Options{Engine: engine.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown}, Scope: func(*http.Request) string { return "tenant" }}
 			if o.observe != nil {
 				opts.Observer = func(_ *http.Request, e idem.Event) { o.observe(e) }
 			}
@@ -100,7 +100,7 @@ var adapters = []adapter{
 	{
 		name: mcphttp.AdapterName,
 		mount: func(store idem.Store, o mountOptions, w work) http.Handler {
-			opts := mcphttp.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown}
+			opts := mcphttp.Options{Engine: engine.Options{Lease: o.lease, StoreTimeout: o.storeTimeout, Shutdown: o.shutdown}}
 			if o.observe != nil {
 				opts.Observer = func(_ *http.Request, e idem.Event) { o.observe(e) }
 			}
@@ -430,7 +430,7 @@ func situationTakenOver(t *testing.T, a adapter) {
 	}
 }
 
-// situationShutdown: Options.Shutdown ends running work with
+// situationShutdown: Options.Engine.Shutdown ends running work with
 // engine.ErrShutdown; the work is not recorded, its key is released, and
 // the retry (on another instance, here the same store) runs it again.
 func situationShutdown(t *testing.T, a adapter) {

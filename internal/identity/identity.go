@@ -48,6 +48,10 @@ type Config struct {
 	// means not configured (cookie-only requests are refused); empty and
 	// non-nil means no cookie identifies anyone (cookies are ignored).
 	SessionCookies []string
+	// OnCredentials, when not nil, is called with each request whose
+	// identity is its credentials (no principal, and a credential
+	// present), before its scope is returned.
+	OnCredentials func(*http.Request)
 }
 
 // Identifier computes scopes. It is safe for concurrent use.
@@ -56,6 +60,7 @@ type Identifier struct {
 	principal func(*http.Request) string
 	cookies   []string
 	named     bool // SessionCookies was set, possibly empty
+	onCreds   func(*http.Request)
 	// scratch holds *scratch: a message buffer and, with a secret, an HMAC
 	// to reset, so a scope costs one allocation (the string) in the
 	// common case.
@@ -85,6 +90,7 @@ func New(cfg Config) (*Identifier, error) {
 		principal: cfg.Principal,
 		cookies:   append([]string(nil), cfg.SessionCookies...),
 		named:     cfg.SessionCookies != nil,
+		onCreds:   cfg.OnCredentials,
 	}
 	id.scratch.New = func() any {
 		s := &scratch{msg: make([]byte, 0, 512)}
@@ -174,6 +180,9 @@ func (id *Identifier) message(b []byte, r *http.Request, extra []string) ([]byte
 		}
 		if !known && !id.named && r.Header.Get("Cookie") != "" {
 			return nil, ErrUnscopedCookies
+		}
+		if known && id.onCreds != nil {
+			id.onCreds(r)
 		}
 	}
 	for _, f := range extra {

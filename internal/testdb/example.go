@@ -24,6 +24,20 @@ func SchemaURL(t testing.TB, schema string) string {
 	return u.String()
 }
 
+// WithApp returns rawURL with application_name set to app, so that a test
+// can find the backends of what it connects in pg_stat_activity.
+func WithApp(t testing.TB, rawURL, app string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("testdb: parse %q: %v", rawURL, err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // RunExample runs example, a runnable example that needs PostgreSQL, with
 // DATABASE_URL naming a fresh schema (see [Schema]), and checks what it
 // prints to stdout against its "// Prints:" comment: the comment lines

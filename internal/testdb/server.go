@@ -228,7 +228,7 @@ func newServer(t testing.TB) *Server {
 		}
 		s.asUser = []string{"runuser", "-u", "postgres", "--"}
 	}
-	s.Port = freePort(t)
+	s.Port = FreePort(t)
 	s.URL = fmt.Sprintf("postgres://idem@127.0.0.1:%d/idem?sslmode=disable", s.Port)
 	return s
 }
@@ -244,7 +244,7 @@ func startContainerServer(t testing.TB) *Server {
 	var err error
 	// The free port can be taken before Docker binds it: pick another.
 	for range 3 {
-		s.Port = freePort(t)
+		s.Port = FreePort(t)
 		ctr, err = startContainer(ctx, Spec("server", s.Port, "-c", "max_connections=200"))
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
@@ -385,12 +385,25 @@ func versionOf(binDir string) int {
 	return v
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a port of 127.0.0.1 that nothing listened on a moment
+// ago, for a process the test starts.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	addr, err := net.ResolveTCPAddr("tcp", FreeAddr(t))
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return addr.Port
+}
+
+// FreeAddr returns an address of 127.0.0.1 (host:port) that nothing
+// listened on a moment ago, for a process the test starts.
+func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().String()
 }

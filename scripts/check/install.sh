@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Runs the README's Install block as written, in a new, empty module next
+# Runs CONTRIBUTING.md's Install block as written, in a new, empty module next
 # to a clone of this repository, in the block's order: its commands up to
 # the comment that says to write the code that imports idem, then that code
 # (the quickstart, beside a file that imports the modules other than the
 # root one: mcphttp, idemotel, idemprom), then the rest (go mod tidy). It
 # checks that tidy required every module the code imports and that the
 # code builds; then builds it again with the workspace (go work init, go
-# work use) the README offers instead. The clone is of this checkout's
-# HEAD: `git clone` of the README's URL is redirected here (url.insteadOf),
+# work use) CONTRIBUTING.md offers instead. The clone is of this checkout's
+# HEAD: `git clone` of the repository's URL is redirected here (url.insteadOf),
 # so nothing is fetched from GitHub; modules come from the module cache or
 # proxy as usual.
 #
@@ -18,14 +18,14 @@ work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 
 # The sh block under "## Install", split where the reader writes the code.
-block=$(awk '/^## Install/ {on = 1} on && /^```sh$/ {inblock = 1; next} inblock && /^```$/ {exit} inblock' "$here/README.md")
+block=$(awk '/^## Install/ {on = 1} on && /^```sh$/ {inblock = 1; next} inblock && /^```$/ {exit} inblock' "$here/CONTRIBUTING.md")
 if [ -z "$block" ]; then
-	echo "FAIL: no sh block under ## Install in README.md" >&2
+	echo "FAIL: no sh block under ## Install in CONTRIBUTING.md" >&2
 	exit 1
 fi
 codeAt='^# now write the code that imports idem'
 if ! grep -q "$codeAt" <<<"$block"; then
-	echo "FAIL: the README's Install block does not say where the code that imports idem is written (a line matching '$codeAt')" >&2
+	echo "FAIL: CONTRIBUTING.md's Install block does not say where the code that imports idem is written (a line matching '$codeAt')" >&2
 	exit 1
 fi
 before=$(sed "/$codeAt/,\$d" <<<"$block")
@@ -45,7 +45,7 @@ writeCode() {
 
 newModule
 if ! (cd "$work/shop" && set -x && eval "$before" && writeCode && eval "$after") >"$work/log" 2>&1; then
-	echo "FAIL: the README's Install block:" >&2
+	echo "FAIL: CONTRIBUTING.md's Install block:" >&2
 	cat "$work/log" >&2
 	exit 1
 fi
@@ -67,4 +67,4 @@ writeCode
 	go work use ../idem/mcphttp ../idem/idemotel ../idem/idemprom
 	go build -o /dev/null .
 ) >"$work/log" 2>&1 || { echo "FAIL: the quickstart does not build in a workspace:" >&2; cat "$work/log" >&2; exit 1; }
-echo "ok: the README's Install block works in a new module, with replaces and with a workspace"
+echo "ok: CONTRIBUTING.md's Install block works in a new module, with replaces and with a workspace"

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,7 +85,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		events := &eventCounts{}
 		defer events.report(log)
 		server.AddReceivingMiddleware(mcphttp.ToolCancellation)
-		handler = mcphttp.New(store, mcphttp.Options{Logger: log, Observer: events.observe, Stateless: cfg.stateless})(handler)
+		handler = mcphttp.New(store, mcphttp.Options{Engine: engine.Options{Logger: log}, Observer: events.observe, Stateless: cfg.stateless})(handler)
 		if cfg.deriveKeys {
 			handler = deriveKeys(handler)
 		}

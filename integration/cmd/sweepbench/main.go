@@ -3,7 +3,7 @@
 // (migrations.Options.Partitions): for each configuration it fills a fresh
 // schema with -rows completed results whose retention ran out, takes a
 // checkpoint, sweeps them all with pgstore.Store.Sweep in batches of -batch
-// (as Store.Run does), and prints the rate, the WAL written (the difference
+// (as the store's sweeper does), and prints the rate, the WAL written (the difference
 // of pg_current_wal_lsn around the sweep) and the table's size (heap, TOAST
 // and indexes of every partition) before the sweep, after it and after a
 // VACUUM, which is what autovacuum would do next.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -228,14 +229,16 @@ func (s *service) mcpHandler(store idem.Store, logger *slog.Logger, observe func
 	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: logger})
 	return mcphttp.New(store, mcphttp.Options{
-		Lease:        s.cfg.lease,
-		Wait:         s.cfg.wait,
-		StoreTimeout: s.cfg.storeTimeout,
-		Shutdown:     s.cutOff,
-		Owner:        s.cfg.instance,
-		Logger:       logger,
-		Observer:     observe,
-		Stateless:    true,
+		Engine: engine.Options{
+			Lease:        s.cfg.lease,
+			Wait:         s.cfg.wait,
+			StoreTimeout: s.cfg.storeTimeout,
+			Shutdown:     s.cutOff,
+			Owner:        s.cfg.instance,
+			Logger:       logger,
+		},
+		Observer:  observe,
+		Stateless: true,
 	})(inner)
 }
 

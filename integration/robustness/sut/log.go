@@ -82,7 +82,7 @@ func cause(err error) string {
 	return err.Error()
 }
 
-// clientKey is the client's key of an idem.Key made by idem.ParseKey.
+// clientKey is the client's key of an idem.Key made by idem.ParseClientKey.
 func clientKey(k idem.Key) string {
 	return strings.TrimPrefix(k.String(), "key/")
 }

@@ -46,7 +46,7 @@ func (e *Entry) expired(now time.Time) bool {
 	return !e.ExpiresAt.IsZero() && !now.Before(e.ExpiresAt)
 }
 
-// TableConfig configures a [Table].
+// StateMachineConfig configures a [StateMachine].
 //
 // The bounds are the bounded-resource rule: a retained result is never
 // evicted to make room (invariant 4 of [Store]: a retry of an evicted key
@@ -56,11 +56,11 @@ func (e *Entry) expired(now time.Time) bool {
 // protects, results past retention and claims whose lease ran out (as a
 // sweep would); if that frees no room, Claim fails with [ErrCapacity] and
 // claims nothing. Keys already present are always answered.
-type TableConfig struct {
+type StateMachineConfig struct {
 	// Capacity bounds the number of present keys. Zero or less means no
 	// bound on the count.
 	Capacity int
-	// MaxBytes bounds the bytes the entries hold, as [Table.Bytes] counts
+	// MaxBytes bounds the bytes the entries hold, as [StateMachine.Bytes] counts
 	// them (scope, key, fingerprint, owner, recorded result, and a fixed
 	// overhead per entry). It is checked when a new key is claimed; a
 	// completion is never refused for size, so the table can exceed it by
@@ -89,18 +89,18 @@ type completion struct {
 	gen int64
 }
 
-// Table is the transition table of docs/design.md, and nothing else: a map,
-// the claim operations, and one bounded-resource rule (see [TableConfig]).
+// StateMachine is the transition table of docs/design.md, and nothing else: a map,
+// the claim operations, and one bounded-resource rule (see [StateMachineConfig]).
 // It has no lock, no I/O and no clock: every operation that needs the time
 // is given it, so the table can be tested as a state machine and serves as
-// the model stores are checked against. A Table is not safe for concurrent
+// the model stores are checked against. A StateMachine is not safe for concurrent
 // use; memstore puts it behind a lock, which is what makes its claims
 // atomic.
 //
 // Generations come from one counter for the whole table, so a generation is
 // never reused for a key, whatever happened to the key in between.
-type Table struct {
-	cfg     TableConfig
+type StateMachine struct {
+	cfg     StateMachineConfig
 	entries map[scopedKey]*Entry
 	claimed map[scopedKey]struct{} // keys in StateClaimed, for sweeping and reclaiming
 	// completions lists completed entries in completion order, oldest first,
@@ -119,12 +119,12 @@ type Table struct {
 	noAbandonedBefore time.Time
 }
 
-// NewTable returns an empty table.
-func NewTable(cfg TableConfig) *Table {
+// NewStateMachine returns an empty table.
+func NewStateMachine(cfg StateMachineConfig) *StateMachine {
 	if cfg.DefaultLease <= 0 {
 		cfg.DefaultLease = DefaultLease
 	}
-	return &Table{
+	return &StateMachine{
 		cfg:     cfg,
 		entries: make(map[scopedKey]*Entry),
 		claimed: make(map[scopedKey]struct{}),
@@ -132,17 +132,17 @@ func NewTable(cfg TableConfig) *Table {
 }
 
 // Len returns the number of present keys.
-func (t *Table) Len() int { return len(t.entries) }
+func (t *StateMachine) Len() int { return len(t.entries) }
 
-// Bytes returns the bytes the entries hold, as [TableConfig.MaxBytes]
+// Bytes returns the bytes the entries hold, as [StateMachineConfig.MaxBytes]
 // counts them.
-func (t *Table) Bytes() int64 { return t.bytes }
+func (t *StateMachine) Bytes() int64 { return t.bytes }
 
 // entryOverhead approximates what an entry costs beyond its variable-length
 // fields: the map slot, the Entry struct and its bookkeeping.
 const entryOverhead = 256
 
-// entrySize is what an entry counts against [TableConfig.MaxBytes].
+// entrySize is what an entry counts against [StateMachineConfig.MaxBytes].
 func entrySize(sk scopedKey, e *Entry) int64 {
 	n := entryOverhead + len(sk.scope) + len(sk.key.String()) + len(e.Fingerprint) + len(e.Owner) + len(e.Result.Body)
 	for name, vs := range e.Result.Header {
@@ -155,14 +155,14 @@ func entrySize(sk scopedKey, e *Entry) int64 {
 }
 
 // full reports whether a new entry of size n would exceed a bound.
-func (t *Table) full(n int64) bool {
+func (t *StateMachine) full(n int64) bool {
 	return t.cfg.Capacity > 0 && len(t.entries) >= t.cfg.Capacity ||
 		t.cfg.MaxBytes > 0 && t.bytes+n > t.cfg.MaxBytes
 }
 
 // Lookup returns the entry for (scope, key), if present. The returned entry
 // is a copy.
-func (t *Table) Lookup(scope string, key Key) (Entry, bool) {
+func (t *StateMachine) Lookup(scope string, key Key) (Entry, bool) {
 	e, ok := t.entries[scopedKey{scope, key}]
 	if !ok {
 		return Entry{}, false
@@ -171,7 +171,7 @@ func (t *Table) Lookup(scope string, key Key) (Entry, bool) {
 }
 
 // Claim applies a claim at time now. See [Store.Claim] for the transitions.
-func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
+func (t *StateMachine) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 	if err := req.Validate(); err != nil {
 		return Claim{}, err
 	}
@@ -230,7 +230,7 @@ func (t *Table) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 	}, nil
 }
 
-func (t *Table) lease(d time.Duration) time.Duration {
+func (t *StateMachine) lease(d time.Duration) time.Duration {
 	if d <= 0 {
 		return t.cfg.DefaultLease
 	}
@@ -238,7 +238,7 @@ func (t *Table) lease(d time.Duration) time.Duration {
 }
 
 // current returns the entry tok holds, or a stale-claim error.
-func (t *Table) current(tok Token) (*Entry, error) {
+func (t *StateMachine) current(tok Token) (*Entry, error) {
 	e, ok := t.entries[scopedKey{tok.Scope, tok.Key}]
 	switch {
 	case !ok:
@@ -250,7 +250,7 @@ func (t *Table) current(tok Token) (*Entry, error) {
 }
 
 // Complete records res for tok's claim at time now.
-func (t *Table) Complete(tok Token, res Result, now time.Time) error {
+func (t *StateMachine) Complete(tok Token, res Result, now time.Time) error {
 	e, err := t.current(tok)
 	if err != nil {
 		return err
@@ -272,7 +272,7 @@ func (t *Table) Complete(tok Token, res Result, now time.Time) error {
 }
 
 // Renew extends tok's lease to lease from now and returns the new lease end.
-func (t *Table) Renew(tok Token, lease time.Duration, now time.Time) (time.Time, error) {
+func (t *StateMachine) Renew(tok Token, lease time.Duration, now time.Time) (time.Time, error) {
 	e, err := t.current(tok)
 	if err != nil {
 		return time.Time{}, err
@@ -285,7 +285,7 @@ func (t *Table) Renew(tok Token, lease time.Duration, now time.Time) (time.Time,
 }
 
 // Release returns tok's key to absent.
-func (t *Table) Release(tok Token) error {
+func (t *StateMachine) Release(tok Token) error {
 	if _, err := t.current(tok); err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (t *Table) Release(tok Token) error {
 // Forget removes (scope, key) whatever its state, as an operator's forget
 // does, and reports whether it was present. A live claim's token becomes
 // stale.
-func (t *Table) Forget(scope string, key Key) bool {
+func (t *StateMachine) Forget(scope string, key Key) bool {
 	sk := scopedKey{scope, key}
 	if _, ok := t.entries[sk]; !ok {
 		return false
@@ -305,7 +305,7 @@ func (t *Table) Forget(scope string, key Key) bool {
 	return true
 }
 
-func (t *Table) remove(sk scopedKey) {
+func (t *StateMachine) remove(sk scopedKey) {
 	if e, ok := t.entries[sk]; ok {
 		t.bytes -= entrySize(sk, e)
 	}
@@ -316,7 +316,7 @@ func (t *Table) remove(sk scopedKey) {
 // Sweep removes, at time now, claims whose lease ran out and results past
 // retention, at most limit in all (limit <= 0: no limit), abandoned claims
 // first.
-func (t *Table) Sweep(now time.Time, limit int) SweepStats {
+func (t *StateMachine) Sweep(now time.Time, limit int) SweepStats {
 	var st SweepStats
 	room := func() bool { return limit <= 0 || st.Abandoned+st.Expired < limit }
 	for sk := range t.claimed {
@@ -348,7 +348,7 @@ func (t *Table) Sweep(now time.Time, limit int) SweepStats {
 // claim. Expired results are a prefix of the completion queue; the claims
 // are scanned only once the clock has passed noAbandonedBefore, and the
 // scan moves it to the earliest live lease end.
-func (t *Table) reclaim(now time.Time) {
+func (t *StateMachine) reclaim(now time.Time) {
 	for {
 		e, sk, ok := t.oldestCompleted()
 		if !ok || !e.expired(now) {
@@ -373,7 +373,7 @@ func (t *Table) reclaim(now time.Time) {
 
 // oldestCompleted returns the oldest completed entry still present, dropping
 // queue items that no longer match their key.
-func (t *Table) oldestCompleted() (*Entry, scopedKey, bool) {
+func (t *StateMachine) oldestCompleted() (*Entry, scopedKey, bool) {
 	for t.head < len(t.completions) {
 		c := t.completions[t.head]
 		if e, ok := t.entries[c.sk]; ok && e.State == StateCompleted && e.Generation == c.gen {
@@ -384,7 +384,7 @@ func (t *Table) oldestCompleted() (*Entry, scopedKey, bool) {
 	return nil, scopedKey{}, false
 }
 
-func (t *Table) popCompletion() {
+func (t *StateMachine) popCompletion() {
 	t.completions[t.head] = completion{}
 	t.head++
 	if t.head == len(t.completions) {

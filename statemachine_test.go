@@ -14,15 +14,15 @@ func tkey(s string) Key { return KeyFromRequestID(StringRequestID(s)) }
 
 func TestTableCapacity(t *testing.T) {
 	t.Parallel()
-	setup := func(t *testing.T) *Table {
+	setup := func(t *testing.T) *StateMachine {
 		t.Helper()
-		return NewTable(TableConfig{Capacity: 3, Retention: time.Hour})
+		return NewStateMachine(StateMachineConfig{Capacity: 3, Retention: time.Hour})
 	}
-	claim := func(t *testing.T, tb *Table, k string, lease time.Duration, now time.Time) (Claim, error) {
+	claim := func(t *testing.T, tb *StateMachine, k string, lease time.Duration, now time.Time) (Claim, error) {
 		t.Helper()
 		return tb.Claim(ClaimRequest{Scope: "s", Key: tkey(k), Lease: lease}, now)
 	}
-	complete := func(t *testing.T, tb *Table, k string, now time.Time) {
+	complete := func(t *testing.T, tb *StateMachine, k string, now time.Time) {
 		t.Helper()
 		c, err := claim(t, tb, k, 0, now)
 		if err != nil {
@@ -102,7 +102,7 @@ func TestTableCapacity(t *testing.T) {
 
 func TestTableCompletionQueueSkipsRemovedEntries(t *testing.T) {
 	t.Parallel()
-	tb := NewTable(TableConfig{Capacity: 2, Retention: time.Hour})
+	tb := NewStateMachine(StateMachineConfig{Capacity: 2, Retention: time.Hour})
 	a, _ := tb.Claim(ClaimRequest{Key: tkey("a")}, t0)
 	_ = tb.Complete(a.Token, Result{Status: 200}, t0)
 	tb.Forget("", tkey("a")) // leaves a stale queue item behind
@@ -126,7 +126,7 @@ func TestTableCompletionQueueSkipsRemovedEntries(t *testing.T) {
 
 func TestTableSweepQueueCompaction(t *testing.T) {
 	t.Parallel()
-	tb := NewTable(TableConfig{Retention: time.Second})
+	tb := NewStateMachine(StateMachineConfig{Retention: time.Second})
 	now := t0
 	for i := range 5000 {
 		c, err := tb.Claim(ClaimRequest{Key: tkey(fmt.Sprint(i))}, now)
@@ -148,7 +148,7 @@ func TestTableSweepQueueCompaction(t *testing.T) {
 }
 func TestTableByteBound(t *testing.T) {
 	t.Parallel()
-	tb := NewTable(TableConfig{MaxBytes: 64 << 10, Retention: time.Hour})
+	tb := NewStateMachine(StateMachineConfig{MaxBytes: 64 << 10, Retention: time.Hour})
 	big := Result{Status: 200, Body: make([]byte, 20<<10)}
 	var kept []Token
 	for i := 0; ; i++ {
@@ -200,7 +200,7 @@ func TestTableBoundedRule(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 1))
 			const capacity, maxBytes = 4, 4 << 10
-			tb := NewTable(TableConfig{Capacity: capacity, MaxBytes: maxBytes, Retention: time.Minute})
+			tb := NewStateMachine(StateMachineConfig{Capacity: capacity, MaxBytes: maxBytes, Retention: time.Minute})
 			type recorded struct {
 				res     Result
 				expires time.Time

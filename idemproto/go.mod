@@ -1,0 +1,11 @@
+module github.com/idemkit/idem/idemproto
+
+go 1.26.0
+
+require (
+	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/protobuf v1.36.12
+)
+
+replace github.com/idemkit/idem => ../

@@ -1,0 +1,251 @@
+// Package idemproto is what the RPC doors to idem share (idemgrpc for
+// grpc-go, idemconnect for connectrpc.com/connect): the fingerprint of a
+// call over its procedure and its request message's deterministic proto
+// encoding, the [idem.Result] a response or an error status is recorded
+// as, which status codes are recorded, and the status code of each way a
+// call can be refused. Codes are the gRPC codes, which Connect shares
+// (0 OK to 16 Unauthenticated).
+//
+// A recorded call is an [idem.Result] whose Status is the call's status
+// code (0 for OK), whose Header names the recorded message's full type
+// under [TypeHeader], and whose Body is that message's proto encoding:
+// the response for OK, a google.rpc.Status (code, message, details)
+// otherwise.
+package idemproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemcall"
+)
+
+// Status codes, as numbered by gRPC and Connect.
+const (
+	OK                 = 0
+	Canceled           = 1
+	Unknown            = 2
+	InvalidArgument    = 3
+	DeadlineExceeded   = 4
+	NotFound           = 5
+	AlreadyExists      = 6
+	PermissionDenied   = 7
+	ResourceExhausted  = 8
+	FailedPrecondition = 9
+	Aborted            = 10
+	OutOfRange         = 11
+	Unimplemented      = 12
+	Internal           = 13
+	Unavailable        = 14
+	DataLoss           = 15
+	Unauthenticated    = 16
+)
+
+// KeyHeader is the request header (gRPC metadata) that carries the
+// idempotency key, and ReplayedHeader the response header set, to "true",
+// on a replayed answer.
+const (
+	KeyHeader      = "idempotency-key"
+	ReplayedHeader = "idempotent-replayed"
+)
+
+// TypeHeader is the [idem.Result] header that names the full type of the
+// recorded message.
+const TypeHeader = "Proto-Type"
+
+// Recorded is the default policy of which status codes are recorded: OK,
+// and the codes that say the request itself cannot succeed, which a retry
+// of the same request meets again (InvalidArgument, NotFound,
+// AlreadyExists, FailedPrecondition, OutOfRange, Unimplemented). Any other
+// code, transient or unknown, releases the key, so a retry runs the call
+// again.
+func Recorded(code uint32) bool {
+	switch code {
+	case OK, InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, OutOfRange, Unimplemented:
+		return true
+	}
+	return false
+}
+
+// Fingerprint returns the fingerprint of a call to procedure (the full
+// method, "/package.Service/Method") with req: a later call with its key
+// and another procedure or another request is refused, and runs nothing.
+// The request's encoding is deterministic (map entries sorted), so equal
+// requests give equal fingerprints within one build of their types; an
+// unknown field a client sends is part of it.
+func Fingerprint(procedure string, req any) (string, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return "", fmt.Errorf("idemproto: the request of %s is a %T, not a proto message", procedure, req)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("idemproto: encoding the request of %s: %w", procedure, err)
+	}
+	return idemcall.Fingerprint([]byte(procedure), b), nil
+}
+
+// Message returns the result that records msg, a call's OK response.
+func Message(msg any) (idem.Result, error) {
+	m, ok := msg.(proto.Message)
+	if !ok {
+		return idem.Result{}, fmt.Errorf("idemproto: the response is a %T, not a proto message", msg)
+	}
+	return encode(OK, m)
+}
+
+// Status returns the result that records st, a call's error status.
+func Status(st *spb.Status) (idem.Result, error) { return encode(uint32(st.GetCode()), st) }
+
+func encode(code uint32, m proto.Message) (idem.Result, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return idem.Result{}, fmt.Errorf("idemproto: encoding the answer: %w", err)
+	}
+	return idem.Result{
+		Status: int(code),
+		Header: map[string][]string{TypeHeader: {string(m.ProtoReflect().Descriptor().FullName())}},
+		Body:   b,
+	}, nil
+}
+
+// Resolver finds the message type of a recorded response by its full name.
+// protoregistry.GlobalTypes, where generated code registers its messages,
+// is one.
+type Resolver interface {
+	FindMessageByName(protoreflect.FullName) (protoreflect.MessageType, error)
+}
+
+var _ Resolver = protoregistry.GlobalTypes
+
+// Decode returns what res records: the response message (st nil) or the
+// error status (msg nil). types finds the response's type; nil means
+// protoregistry.GlobalTypes.
+func Decode(res idem.Result, types Resolver) (msg proto.Message, st *spb.Status, err error) {
+	if types == nil {
+		types = protoregistry.GlobalTypes
+	}
+	name := ""
+	if v := res.Header[TypeHeader]; len(v) == 1 {
+		name = v[0]
+	}
+	if res.Status != OK {
+		st = &spb.Status{}
+		if err := proto.Unmarshal(res.Body, st); err != nil {
+			return nil, nil, fmt.Errorf("idemproto: decoding a recorded status: %w", err)
+		}
+		return nil, st, nil
+	}
+	mt, err := types.FindMessageByName(protoreflect.FullName(name))
+	if err != nil {
+		return nil, nil, fmt.Errorf("idemproto: the recorded response's type %q: %w", name, err)
+	}
+	msg = mt.New().Interface()
+	if err := proto.Unmarshal(res.Body, msg); err != nil {
+		return nil, nil, fmt.Errorf("idemproto: decoding a recorded %s: %w", name, err)
+	}
+	return msg, nil, nil
+}
+
+// Refusal is how a door answers a call it did not run and has no recorded
+// answer for: the status code, a message for the client, and, for a code a
+// retry may clear, the delay to suggest (zero otherwise).
+type Refusal struct {
+	Code       uint32
+	Message    string
+	RetryAfter time.Duration
+}
+
+// Refuse maps err, an error of [idemcall.Caller.DoResult] that is not the
+// call's own, to the status the door answers with: in flight, Aborted (a
+// retry after the delay gets the answer); a key reused for another
+// request, FailedPrecondition; an invalid key, InvalidArgument; the store
+// unavailable or a transaction that did not commit, Unavailable (a retry
+// with the key tells whether it took effect); a transaction the database
+// ended at one of its bounds, Internal; a key completed without a
+// replayable answer, FailedPrecondition. ok is false for any other error:
+// the call's own, which the door returns as it is.
+func Refuse(err error) (r Refusal, ok bool) {
+	var (
+		inFlight    *idemcall.InFlightError
+		unavailable *idemcall.UnavailableError
+		commit      *idemcall.CommitError
+	)
+	switch {
+	case errors.As(err, &inFlight):
+		return Refusal{Aborted, "a call with this idempotency key is in flight; retry later with the same key", inFlight.RetryAfter}, true
+	case errors.Is(err, idem.ErrFingerprintMismatch):
+		return Refusal{Code: FailedPrecondition, Message: "the idempotency key was used for a different request (another method or request message); use a new key for a new request"}, true
+	case errors.Is(err, idem.ErrInvalidKey):
+		return Refusal{Code: InvalidArgument, Message: "invalid idempotency key: " + err.Error()}, true
+	case errors.As(err, &unavailable):
+		return Refusal{Unavailable, "the idempotency store is unavailable; the call did not run; retry later with the same key", unavailable.RetryAfter}, true
+	case errors.As(err, &commit) && commit.Limit != nil:
+		return Refusal{Code: Internal, Message: "the call's transaction did not commit: the database ended it at one of its bounds; nothing of it took effect"}, true
+	case errors.As(err, &commit):
+		return Refusal{Unavailable, "the call's transaction did not commit, or the outcome of its commit is unknown; retry with the same key: it gets the answer if it committed, and runs again if not", time.Second}, true
+	case errors.Is(err, idemcall.ErrUnreplayable):
+		return Refusal{Code: FailedPrecondition, Message: "the call with this idempotency key ran, and its answer cannot be replayed"}, true
+	}
+	return Refusal{}, false
+}
+
+// Outcome is how [Serve] ended for a door: the handler ran (Ran; the door
+// answers with the handler's own response or error), or a retry gets the
+// recorded answer, Msg or Status.
+type Outcome struct {
+	Ran    bool
+	Msg    proto.Message
+	Status *spb.Status
+}
+
+// Serve runs a door's handler once for call through caller: handle runs
+// it and returns its response message and error; statusOf reads a
+// handler's error as a google.rpc.Status; record says which codes are
+// recorded (one that is not releases the key). It returns the [Outcome],
+// or the error of a call that did not run and has no recorded answer
+// (answer it with [Refuse]'s status, or as a context's error).
+func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, record func(code uint32) bool, types Resolver,
+	statusOf func(error) *spb.Status, handle func(ctx context.Context) (any, error)) (Outcome, error) {
+	ran := false
+	res, replayed, err := caller.DoResult(ctx, call, func(ctx context.Context) (idem.Result, error) {
+		msg, herr := handle(ctx)
+		ran = true
+		if herr == nil {
+			if !record(OK) {
+				return idem.Result{}, errNotRecorded
+			}
+			return Message(msg)
+		}
+		st := statusOf(herr)
+		if !record(uint32(st.GetCode())) {
+			return idem.Result{}, errNotRecorded
+		}
+		return Status(st)
+	})
+	switch {
+	case ran && (err == nil || err == errNotRecorded):
+		return Outcome{Ran: true}, nil
+	case err != nil:
+		return Outcome{}, err
+	case !replayed:
+		return Outcome{Ran: true}, nil
+	}
+	msg, st, err := Decode(res, types)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Msg: msg, Status: st}, nil
+}
+
+// errNotRecorded releases the key of a call whose code is not recorded:
+// the door answers with the handler's own error.
+var errNotRecorded = errors.New("idemproto: code not recorded")
