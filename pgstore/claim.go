@@ -40,12 +40,15 @@ func (s *Store) checkEncoding(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements [idem.Store]. It sends one round trip (sql/claim.sql,
-// after its bounds, sql/claim_limits.sql) for a new key, a replay or a
-// duplicate in flight, and a second (sql/takeover.sql) to take over a row
-// whose lease or retention ran out; see the package documentation. A key
-// held by a claim in a transaction still open (BeginClaim) is waited for up
-// to req.Wait (lock_timeout), then answered InFlight with a zero LeaseEnd.
+// Claim implements [idem.Store]. It sends one round trip (sql/claim.sql)
+// for a new key, a replay or a duplicate in flight, and a second
+// (sql/takeover.sql, after its bounds, sql/claim_limits.sql) to take over a
+// row whose lease or retention ran out; see the package documentation. A
+// key held by a claim in a transaction still open (BeginClaim) is waited
+// for up to req.Wait, on the key's lock (sql/claim_wait.sql, lock_timeout),
+// then answered InFlight with a zero LeaseEnd. Only that wait is bounded by
+// req.Wait: the claim statement waits for a lock that is not the key's (a
+// migration's) as any statement does.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := req.Validate(); err != nil {
 		return idem.Claim{}, err
@@ -58,25 +61,17 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		return c, err
 	}
 	lease := s.leaseOf(req.Lease).Microseconds()
+	p := s.claimParams(req, lease)
+	deadline := time.Now().Add(req.Wait)
 	serializationFailures := 0
 	for range maxClaimAttempts {
 		rc.ticket()
-		var (
-			row claimRow
-			err error
-		)
-		if p := s.claimParams(req, lease, req.Wait); req.Wait > 0 {
-			row, err = sendBounded(ctx, s, s.sql.claim, p, req.Wait)
-		} else {
-			row, err = s.sql.claim.query(ctx, s.pool, p)
-		}
+		row, err := s.sql.claim.query(ctx, s.pool, p)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The conflicting row is not in our snapshot: it committed
 			// after the statement began. Look again.
 			continue
-		case isLockTimeout(err):
-			return heldInTx, nil
 		case retryable(err) && serializationFailures < maxSerializationAttempts:
 			// The same race under a stricter isolation level: the
 			// statement was rolled back. Look again.
@@ -89,15 +84,29 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{}, unavailable("claim", err)
 		case row.inserted:
 			return row.acquired(req), nil
+		case row.held && (row.state == "" || row.superseded()):
+			// A claim in a transaction holds the key: wait for it to
+			// end, up to Wait, then look again.
+			left := time.Until(deadline)
+			if req.Wait <= 0 || left <= 0 {
+				return heldInTx, nil
+			}
+			if err := s.waitForTx(ctx, p.lockKey, left); isLockTimeout(err) {
+				return heldInTx, nil
+			} else if err != nil {
+				return idem.Claim{}, unavailable("claim", err)
+			}
+			continue
 		case row.superseded():
 			// The claim's lease or the result's retention ran out: take
 			// the row over, in a second statement.
-			c, ok, err := s.takeOver(ctx, req, lease, row.generation)
+			c, ok, err := s.takeOver(ctx, req, p, row.generation)
 			switch {
 			case ok:
 				return c, nil
 			case isLockTimeout(err):
-				// A claim in a transaction still open took it over.
+				// A caller's transaction completing the row
+				// (CompleteTx) still holds it.
 				return heldInTx, nil
 			case retryable(err) && serializationFailures < maxSerializationAttempts:
 				serializationFailures++
@@ -107,13 +116,23 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			case err != nil:
 				return idem.Claim{}, unavailable("claim", err)
 			}
-			// The row changed since the claim statement saw it: look
-			// again.
+			// The row changed since the claim statement saw it, or a
+			// claim in a transaction holds the key: look again.
 			continue
 		}
 		return s.answer(rc, req, row)
 	}
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
+}
+
+// waitForTx waits, up to wait, for the claim in a transaction that holds
+// the key's lock to end (sql/claim_wait.sql, after its bounds): an error
+// that isLockTimeout if it is still open then.
+func (s *Store) waitForTx(ctx context.Context, lock int64, wait time.Duration) error {
+	batch := &pgx.Batch{}
+	s.sql.claimLimits.queue(batch, claimLimitsParams{lockTimeout: millis(wait)})
+	s.sql.claimWait.queue(batch, claimWaitParams{lockKey: lock})
+	return s.pool.SendBatch(ctx, batch).Close()
 }
 
 // acquired is the claim of a row the statement inserted.
@@ -151,19 +170,19 @@ func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem
 	return idem.Claim{}, unavailable("claim", fmt.Errorf("unknown state %q", row.state))
 }
 
-// claimParams are the claim statement's parameters for req, waiting up to
-// wait for a transaction still open that holds the key.
-func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64, wait time.Duration) claimParams {
-	return claimParams{scope: []byte(req.Scope), key: req.Key.String(), fingerprint: req.Fingerprint, owner: req.Owner,
-		leaseMicros: leaseMicros, now: s.nowArg(), lockTimeout: millis(wait)}
+// claimParams are the claim statement's parameters for req.
+func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64) claimParams {
+	k := req.Key.String()
+	return claimParams{scope: []byte(req.Scope), key: k, fingerprint: req.Fingerprint, owner: req.Owner,
+		leaseMicros: leaseMicros, now: s.nowArg(), lockKey: lockKey(req.Scope, k)}
 }
 
 // heldInTx is the claim of a key that a claim in a transaction still open
-// holds after the claim's wait: in flight, until nobody knows when.
+// holds after the claim's wait (or a caller's transaction completing its
+// row, CompleteTx, after a takeover's): in flight, until nobody knows when.
 var heldInTx = idem.Claim{Status: idem.InFlight}
 
-// sendBounded sends Claim's statement q (sql/claim.sql with a Wait, or
-// sql/takeover.sql) with p, after its bounds (sql/claim_limits.sql) in the
+// sendBounded sends Claim's statement q (sql/takeover.sql) with p, after its bounds (sql/claim_limits.sql) in the
 // same round trip and implicit transaction: a wait for a transaction still
 // open that holds the key is bounded by wait alone, whatever the session's
 // statement_timeout, and fails with lockNotAvailable when that runs out.
@@ -188,8 +207,8 @@ func sendBounded[P params, R any, PR row[R]](ctx context.Context, s *Store, q ro
 // claim statement found with its lease or retention run out, bounded as
 // the claim statement is. ok is false, with no error, if the row changed
 // since.
-func (s *Store) takeOver(ctx context.Context, req idem.ClaimRequest, leaseMicros, gen int64) (c idem.Claim, ok bool, err error) {
-	r, err := sendBounded(ctx, s, s.sql.takeover, takeoverParams{s.claimParams(req, leaseMicros, req.Wait), gen}, req.Wait)
+func (s *Store) takeOver(ctx context.Context, req idem.ClaimRequest, p claimParams, gen int64) (c idem.Claim, ok bool, err error) {
+	r, err := sendBounded(ctx, s, s.sql.takeover, takeoverParams{p, gen}, req.Wait)
 	return takenOver(req, r, err)
 }
 

@@ -29,8 +29,12 @@
 // key inside a transaction the work writes in through [TxFrom] (a pgx.Tx)
 // or [SQLTxFrom] (the same transaction as a *sql.Tx, for database/sql and
 // the layers on it: sqlc, GORM, sqlx, bun);
-// [idem.TxClaim].Commit records the result and commits. A rollback leaves
-// nothing; a duplicate waits in PostgreSQL up to TxLimits.Wait; an
+// [idem.TxClaim].Commit records the result and commits. The claim is a
+// transaction-scoped advisory lock on the key's hash, and the key's row is
+// written once, with its result, just before the COMMIT. A rollback leaves
+// nothing; a duplicate waits in PostgreSQL, on the lock, up to
+// TxLimits.Wait; a two-phase Claim takes the lock shared, so the two never
+// hold a key at once; an
 // [*idem.TxLimitError] names a server bound that ended the transaction
 // ([design.md, "Two ways to claim"]).
 //

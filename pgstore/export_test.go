@@ -98,7 +98,7 @@ func Heartbeats(s *Store) int {
 type Statement struct {
 	// File is the file's name without .sql; Variant says what varies in
 	// the data it was rendered with ("" for the file as New renders it
-	// first, ".Tx" for complete.sql's variant for a claim's transaction).
+	// first, ".Large" for complete.sql's variant for a large body).
 	File, Variant, SQL string
 	Args, Targets      []any
 	// OIDs are the parameter types the statement's sender declares itself
@@ -121,8 +121,11 @@ func Statements(table string) ([]Statement, error) {
 	add := func(file, variant string, q statement) {
 		args, targets := q.binding()
 		s := Statement{File: file, Variant: variant, SQL: q.text(), Args: args, Targets: targets}
-		if q == statement(&st.completeLarge) {
+		switch q {
+		case statement(&st.completeLarge):
 			s.OIDs = completeLargeOIDs[:]
+		case statement(&st.txCompleteLarge):
+			s.OIDs = txCompleteLargeOIDs[:]
 		}
 		all = append(all, s)
 	}

@@ -27,7 +27,7 @@ const largeBody = 64 << 10
 // connection's tracer sees it as a query as usual. A connection set to the
 // simple protocol (which never sends typed parameters) gets the statement
 // through pgx instead.
-func execLarge(ctx context.Context, db execer, q execQuery[completeLargeParams], a completeLargeParams) (tag pgconn.CommandTag, err error) {
+func execLarge[P largeParams](ctx context.Context, db execer, q execQuery[P], a P) (tag pgconn.CommandTag, err error) {
 	var conn *pgx.Conn
 	switch d := db.(type) {
 	case *pgxpool.Pool:
@@ -50,7 +50,16 @@ func execLarge(ctx context.Context, db execer, q execQuery[completeLargeParams],
 		ctx = tr.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: q.sql, Args: a.args()})
 		defer func() { tr.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}
-	return conn.PgConn().ExecParams(ctx, q.sql, values, completeLargeOIDs[:], formats, nil).Close()
+	return conn.PgConn().ExecParams(ctx, q.sql, values, a.oids(), formats, nil).Close()
+}
+
+// largeParams are the parameters of a large-body statement, which encodes
+// them itself: args for pgx (the simple protocol), encode for pgconn, with
+// the types oids declares.
+type largeParams interface {
+	params
+	encode() (values [][]byte, formats []int16)
+	oids() []uint32
 }
 
 // PostgreSQL type oids of the large-body completion's parameters.
@@ -77,15 +86,48 @@ func (a completeLargeParams) args() []any { return append(a.completeParams.args(
 // completeLargeParams, $1 to $8.
 var completeLargeOIDs = [8]uint32{oidBytea, oidText, oidInt8, oidText, oidInt8, oidTimestamptz, oidBytea, oidBool}
 
+func (completeLargeParams) oids() []uint32 { return completeLargeOIDs[:] }
+
 // encode encodes a for pgconn, as completeLargeOIDs declares it: bytea in
 // the binary format (the bytes as they are), everything else as text.
 func (a completeLargeParams) encode() (values [][]byte, formats []int16) {
+	values = append(a.completeParams.encode(), a.body, strconv.AppendBool(nil, a.text))
+	return values, []int16{1, 0, 0, 0, 0, 0, 1, 0}
+}
+
+// encode encodes p's values for pgconn, as text but the scope (binary).
+func (p completeParams) encode() [][]byte {
 	var now []byte
-	if a.now != nil {
-		now = a.now.AppendFormat(nil, time.RFC3339Nano)
+	if p.now != nil {
+		now = p.now.AppendFormat(nil, time.RFC3339Nano)
 	}
-	values = [][]byte{a.scope, []byte(a.key), strconv.AppendInt(nil, a.generation, 10), []byte(a.result),
-		strconv.AppendInt(nil, a.retentionMicros, 10), now, a.body, strconv.AppendBool(nil, a.text)}
-	formats = []int16{1, 0, 0, 0, 0, 0, 1, 0}
-	return values, formats
+	return [][]byte{p.scope, []byte(p.key), strconv.AppendInt(nil, p.generation, 10), []byte(p.result),
+		strconv.AppendInt(nil, p.retentionMicros, 10), now}
+}
+
+// txCompleteLargeParams are the parameters of sql/tx_complete.sql with
+// .Large, $1 to $13: txCompleteParams, then the body and whether it is
+// text.
+type txCompleteLargeParams struct {
+	txCompleteParams
+	body []byte
+	text bool // jsonb.IsText(body)
+}
+
+func (a txCompleteLargeParams) args() []any {
+	return append(a.txCompleteParams.args(), a.body, a.text)
+}
+
+// txCompleteLargeOIDs are the types execLarge declares for
+// txCompleteLargeParams.
+var txCompleteLargeOIDs = [13]uint32{oidBytea, oidText, oidInt8, oidText, oidInt8, oidTimestamptz,
+	oidText, oidText, oidBool, oidTimestamptz, oidInt8, oidBytea, oidBool}
+
+func (txCompleteLargeParams) oids() []uint32 { return txCompleteLargeOIDs[:] }
+
+func (a txCompleteLargeParams) encode() (values [][]byte, formats []int16) {
+	p := a.txCompleteParams
+	values = append(p.completeParams.encode(), []byte(p.fingerprint), []byte(p.owner), strconv.AppendBool(nil, p.takeover),
+		p.createdAt.AppendFormat(nil, time.RFC3339Nano), strconv.AppendInt(nil, p.takenOver, 10), a.body, strconv.AppendBool(nil, a.text))
+	return values, []int16{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}
 }

@@ -47,19 +47,19 @@ type claimParams struct {
 	fingerprint, owner string
 	leaseMicros        int64
 	now                *time.Time
-	// lockTimeout is the claim's wait for a transaction still open that
-	// holds the key, in milliseconds as text (the value of set_config).
-	lockTimeout string
+	// lockKey is the key's lock (see lockKey).
+	lockKey int64
 }
 
 func (p claimParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockTimeout}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockKey}
 }
 
 // claimRow is sql/claim.sql's: the claim inserted, or the row as the
-// statement's snapshot saw it.
+// statement's snapshot saw it (state ” if none), and whether a claim in a
+// transaction holds the key's lock.
 type claimRow struct {
-	inserted            bool
+	inserted, held      bool
 	generation          int64
 	leaseEnd, expiresAt *time.Time
 	now                 time.Time // the statement's clock
@@ -68,8 +68,13 @@ type claimRow struct {
 }
 
 func (r *claimRow) targets() []any {
-	return []any{&r.inserted, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now}
+	return []any{&r.inserted, &r.held, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now}
 }
+
+// claimWaitParams are sql/claim_wait.sql's: the key's lock.
+type claimWaitParams struct{ lockKey int64 }
+
+func (p claimWaitParams) args() []any { return []any{p.lockKey} }
 
 // claimLimitsParams are sql/claim_limits.sql's: lock_timeout, in
 // milliseconds as text (the value of set_config).
@@ -77,16 +82,15 @@ type claimLimitsParams struct{ lockTimeout string }
 
 func (p claimLimitsParams) args() []any { return []any{p.lockTimeout} }
 
-// takeoverParams are sql/takeover.sql's: the claim's (but its
-// lockTimeout, which sql/claim_limits.sql sets), then the generation the
-// claim statement saw.
+// takeoverParams are sql/takeover.sql's: the claim's, the generation the
+// claim statement saw, then the key's lock.
 type takeoverParams struct {
 	claimParams
 	generation int64
 }
 
 func (p takeoverParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation, p.lockKey}
 }
 
 // takeoverRow is sql/takeover.sql's: the claim taken over.
@@ -98,8 +102,7 @@ type takeoverRow struct {
 
 func (r *takeoverRow) targets() []any { return []any{&r.generation, &r.leaseEnd, &r.takeover} }
 
-// completeParams are sql/complete.sql's, rendered with .Large false (and
-// with .Tx, for a claim's transaction).
+// completeParams are sql/complete.sql's, rendered with .Large false.
 type completeParams struct {
 	scope      []byte
 	key        string
@@ -263,18 +266,58 @@ type txLimitsParams struct {
 
 func (p txLimitsParams) args() []any { return []any{p.lockTimeout, p.idleTimeout} }
 
-// txRestoreParams are sql/tx_restore.sql's: the work's statement_timeout,
-// in milliseconds as text ("0": none), unless the session has one.
-type txRestoreParams struct{ statementTimeout string }
+// txLockParams are sql/tx_lock.sql's: the key's lock.
+type txLockParams struct{ lockKey int64 }
 
-func (p txRestoreParams) args() []any { return []any{p.statementTimeout} }
+func (p txLockParams) args() []any { return []any{p.lockKey} }
 
-// txRestoreRow is sql/tx_restore.sql's: the work's statement_timeout in
-// milliseconds (zero: none), and whether it is the session's. The first
-// column, the lock_timeout put back, is not read.
-type txRestoreRow struct {
+// txLockRow is sql/tx_lock.sql's: whether the claim waited for the key's
+// lock.
+type txLockRow struct{ waited bool }
+
+func (r *txLockRow) targets() []any { return []any{&r.waited} }
+
+// txClaimParams are sql/tx_claim.sql's: the key, the clock, and the
+// work's statement_timeout, in milliseconds as text ("0": none), unless
+// the session has one.
+type txClaimParams struct {
+	scope            []byte
+	key              string
+	now              *time.Time
+	statementTimeout string
+}
+
+func (p txClaimParams) args() []any { return []any{p.scope, p.key, p.now, p.statementTimeout} }
+
+// txClaimRow is sql/tx_claim.sql's: the key's row as claimRow reads it
+// (inserted meaning the key has none), the generation of the claim (null
+// if the row is live), and the work's statement_timeout in milliseconds
+// (zero: none) and whether it is the session's.
+type txClaimRow struct {
+	claimRow
+	next                   *int64
 	statementTimeoutMillis int64
 	sessions               bool
 }
 
-func (r *txRestoreRow) targets() []any { return []any{nil, &r.statementTimeoutMillis, &r.sessions} }
+func (r *txClaimRow) targets() []any {
+	c := &r.claimRow
+	return []any{&c.inserted, &c.held, &c.generation, &c.leaseEnd, &c.state, &c.fingerprint, &c.expiresAt, &c.result, &c.now,
+		&r.next, &r.statementTimeoutMillis, &r.sessions}
+}
+
+// txCompleteParams are sql/tx_complete.sql's: the completion's, then what
+// the row is inserted with, and the generation of the row it takes over
+// (zero: none).
+type txCompleteParams struct {
+	completeParams
+	fingerprint, owner string
+	takeover           bool
+	createdAt          time.Time
+	takenOver          int64
+}
+
+func (p txCompleteParams) args() []any {
+	return []any{p.scope, p.key, p.generation, p.result, p.retentionMicros, p.now,
+		p.fingerprint, p.owner, p.takeover, p.createdAt, p.takenOver}
+}

@@ -39,13 +39,20 @@ type statements struct {
 	stats       rowQuery[clockParams, statsRow, *statsRow]
 	channel     rowQuery[noParams, channelRow, *channelRow]
 	heartbeat   execQuery[heartbeatParams]
-	// txLimits, txRestore and txComplete are for a claim's transaction
-	// (BeginClaim): the bounds of a claim statement, the bounds of the
-	// work's statements put in place after it, and the completion that
-	// raises the stale-claim error itself (sql/complete.sql with .Tx).
-	txLimits   execQuery[txLimitsParams]
-	txRestore  rowQuery[txRestoreParams, txRestoreRow, *txRestoreRow]
-	txComplete execQuery[completeParams]
+	// claimWait is Claim's wait for a claim in a transaction, after
+	// claimLimits.
+	claimWait execQuery[claimWaitParams]
+	// txLimits, txLock, txClaim and txComplete are for a claim's
+	// transaction (BeginClaim): the claim's bounds, the key's lock, the
+	// look at the key's row (which puts the bounds of the work's
+	// statements in place), and the completion that writes the row and
+	// raises the stale-claim error itself; txCompleteLarge is txComplete
+	// for a large body (sql/tx_complete.sql with .Large).
+	txLimits        execQuery[txLimitsParams]
+	txLock          rowQuery[txLockParams, txLockRow, *txLockRow]
+	txClaim         rowQuery[txClaimParams, txClaimRow, *txClaimRow]
+	txComplete      execQuery[txCompleteParams]
+	txCompleteLarge execQuery[txCompleteLargeParams]
 	// keys lists rows for operators (Store.Keys).
 	keys rowsQuery[keysParams, keysRow, *keysRow]
 	// completeLarge is complete for a large body, the JSON built in SQL
@@ -67,10 +74,8 @@ type statementData struct {
 	pgschema.Objects
 	// Notify is false for forgetQuiet.
 	Notify bool
-	// Large is true for completeLarge.
+	// Large is true for completeLarge and txCompleteLarge.
 	Large bool
-	// Tx is true for txComplete.
-	Tx bool
 	// Batch is the sweep's batch size.
 	Batch int
 }
@@ -85,7 +90,7 @@ type sqlFile struct {
 }
 
 type variant struct {
-	name string // what varies, for messages: ".Tx"
+	name string // what varies, for messages: ".Large"
 	dst  statement
 	vary func(*statementData)
 }
@@ -99,8 +104,8 @@ func (st *statements) files() []sqlFile {
 		{name: "claim_limits", dst: &st.claimLimits},
 		{name: "complete", dst: &st.complete, variants: []variant{
 			{".Large", &st.completeLarge, func(d *statementData) { d.Large = true }},
-			{".Tx", &st.txComplete, func(d *statementData) { d.Tx = true }},
 		}},
+		{name: "claim_wait", dst: &st.claimWait},
 		{name: "stale", dst: &st.stale},
 		{name: "renew", dst: &st.renew},
 		{name: "release", dst: &st.release},
@@ -115,7 +120,11 @@ func (st *statements) files() []sqlFile {
 		{name: "channel", dst: &st.channel},
 		{name: "heartbeat", dst: &st.heartbeat},
 		{name: "tx_limits", dst: &st.txLimits},
-		{name: "tx_restore", dst: &st.txRestore},
+		{name: "tx_lock", dst: &st.txLock},
+		{name: "tx_claim", dst: &st.txClaim},
+		{name: "tx_complete", dst: &st.txComplete, variants: []variant{
+			{".Large", &st.txCompleteLarge, func(d *statementData) { d.Large = true }},
+		}},
 		{name: "sweep", dst: &st.sweep},
 	}
 }

@@ -20,26 +20,31 @@ var _ idem.TxStore = (*Store)(nil)
 const lockNotAvailable = "55P03"
 
 // BeginClaim implements [idem.TxStore]: it begins a transaction on a
-// connection of the pool and claims req in it. The BEGIN, the claim
-// statement's bounds (sql/tx_limits.sql), the claim (sql/claim.sql) and the
-// statement that sets the bounds of the work's statements
-// (sql/tx_restore.sql) go in one round trip; a new key costs nothing more
-// until the completion, which goes in one round trip with its COMMIT
-// ([idem.TxClaim].Commit).
+// connection of the pool and claims req in it. The claim is the key's
+// advisory lock, taken for the transaction, and a look at the key's row;
+// nothing is written until the completion, which inserts the key's row in
+// its final state, with its result, together with the COMMIT
+// ([idem.TxClaim].Commit), and a rollback or a crash leaves nothing. The
+// BEGIN, the claim statement's bounds (sql/tx_limits.sql), the lock
+// (sql/tx_lock.sql) and the look (sql/tx_claim.sql, which also sets the
+// bounds of the work's statements) go in one round trip; a new key
+// costs nothing more until the completion, which goes in one round trip
+// with its COMMIT.
 //
 // The transaction begins with Options.TxOptions. limits.Idle becomes its
 // idle_in_transaction_session_timeout, and limits.Execution the
 // statement_timeout of the work's statements, unless the session has one
-// (sql/tx_limits.sql, sql/tx_restore.sql). A key inserted by another
-// transaction still open is waited for in PostgreSQL, on the primary key:
-// the INSERT waits for that transaction to end, up to limits.Wait
-// (lock_timeout, the only bound of the claim statement: its
-// statement_timeout is off). If it committed, the claim looks again on a newer
-// snapshot, in the same transaction (READ COMMITTED) or in a new one (the
-// stricter levels, where the INSERT fails with a serialization error
-// instead), and finds its result; if it rolled back, the INSERT goes
-// ahead. Every answer but Acquired rolls the transaction back before it
-// returns. The transaction's work finds it with [TxFrom].
+// (sql/tx_limits.sql, sql/tx_claim.sql). A key held by another
+// transaction still open is waited for in PostgreSQL, on its lock, up to
+// limits.Wait (lock_timeout, the only bound of the claim statement: its
+// statement_timeout is off); a key held by a two-phase claim that is
+// inserting it, for that statement's end. Then the look, on a snapshot
+// taken after the wait (at READ COMMITTED; at the stricter levels the
+// transaction's snapshot is older than the wait, and a claim that waited
+// begins again in a new transaction), finds the result the holder
+// committed, or no row if it rolled back, and the key is taken. Every
+// answer but Acquired rolls the transaction back before it returns. The
+// transaction's work finds it with [TxFrom].
 func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits idem.TxLimits) (idem.Claim, idem.TxClaim, error) {
 	if err := req.Validate(); err != nil {
 		return idem.Claim{}, nil, err
@@ -55,12 +60,14 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 	if err != nil {
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
-	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease).Microseconds(), wait: limits.Wait}
+	k := req.Key.String()
+	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease)}
 	b.idle = max(cmp0(limits.Idle, s.leaseOf(req.Lease)).Truncate(time.Millisecond), time.Millisecond)
 	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(b.idle)}
-	b.restore = txRestoreParams{statementTimeout: "0"}
+	b.lock = txLockParams{lockKey: lockKey(req.Scope, k)}
+	b.look = txClaimParams{scope: []byte(req.Scope), key: k, now: s.nowArg(), statementTimeout: "0"}
 	if limits.Execution > 0 {
-		b.restore.statementTimeout = millis(limits.Execution)
+		b.look.statementTimeout = millis(limits.Execution)
 	}
 	c, tx, err := b.claim(ctx, rc)
 	if tx == nil {
@@ -84,71 +91,31 @@ func cmp0(d, def time.Duration) time.Duration {
 
 // txBegin is one BeginClaim in progress.
 type txBegin struct {
-	s       *Store
-	conn    *pgxpool.Conn
-	req     idem.ClaimRequest
-	lease   int64           // microseconds
-	wait    time.Duration   // TxLimits.Wait
-	limits  txLimitsParams  // sql/tx_limits.sql's parameters
-	restore txRestoreParams // sql/tx_restore.sql's
-	idle    time.Duration   // the transaction's idle_in_transaction_session_timeout
-	// bounds is what sql/tx_restore.sql answered: the statement_timeout
-	// of the work's statements.
-	bounds txRestoreRow
+	s      *Store
+	conn   *pgxpool.Conn
+	req    idem.ClaimRequest
+	lease  time.Duration
+	limits txLimitsParams // sql/tx_limits.sql's parameters
+	lock   txLockParams   // sql/tx_lock.sql's
+	look   txClaimParams  // sql/tx_claim.sql's
+	idle   time.Duration  // the transaction's idle_in_transaction_session_timeout
 	tx     pgx.Tx
-	// waited: the last claim statement returned no row, having waited for
-	// a transaction that inserted the key and committed after the
-	// statement's snapshot. The next look will most likely find what that
-	// transaction recorded, so it goes with a ROLLBACK.
-	waited bool
 }
 
 // claim runs the claim loop of BeginClaim; a nil tx means the transaction
 // is over (rolled back, or never begun).
 func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.TxClaim, error) {
 	serializationFailures := 0
+	strict := b.s.txOptions.IsoLevel == pgx.RepeatableRead || b.s.txOptions.IsoLevel == pgx.Serializable
 	for range maxClaimAttempts {
 		rc.ticket()
-		row, err := sendInTx(ctx, b, b.s.sql.claim, b.s.claimParams(b.req, b.lease, b.wait))
-		if err == nil && row.superseded() {
-			// The claim's lease or the result's retention ran out: take
-			// the row over, in this transaction.
-			var (
-				c  idem.Claim
-				ok bool
-			)
-			if c, ok, err = b.takeOver(ctx, row.generation); ok {
-				return c, b.claimed(c.Token), nil
-			}
-			if err == nil {
-				continue // the row changed since: look again
-			}
-		}
-		if b.tx == nil && err == nil && !row.superseded() {
-			// The look that went with a ROLLBACK found the key absent
-			// (the other transaction rolled back) and inserted it; the
-			// ROLLBACK took it back. Begin again.
-			if row.inserted {
-				continue
-			}
-			c, err := b.s.answer(rc, b.req, row)
-			return c, nil, err
-		}
-		b.waited = errors.Is(err, pgx.ErrNoRows)
+		row, waited, err := b.send(ctx)
 		switch {
-		case b.waited:
-			// The row was inserted by a transaction that committed
-			// after the statement's snapshot (the statement waited for
-			// it): look again on a newer one, in this transaction, or
-			// in a new one if this one ended.
-			continue
 		case isLockTimeout(err):
 			// Another transaction still holds the key after the wait.
 			b.rollback(ctx)
-			return idem.Claim{Status: idem.InFlight}, nil, nil
+			return heldInTx, nil, nil
 		case retryable(err) && serializationFailures < maxSerializationAttempts:
-			// The same race at REPEATABLE READ or SERIALIZABLE: the
-			// transaction cannot see the row. Begin a new one.
 			b.rollback(ctx)
 			serializationFailures++
 			if pauseBeforeSerializationRetry(ctx, serializationFailures) {
@@ -158,78 +125,61 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 		case err != nil:
 			b.rollback(ctx)
 			return idem.Claim{}, nil, unavailable("claim", err)
-		case row.inserted:
-			c := row.acquired(b.req)
-			return c, b.claimed(c.Token), nil
+		case waited && (strict || row.next != nil):
+			// The claim waited, and holds the key's lock shared only:
+			// the key is free (the holder rolled back), or, at the
+			// stricter levels, the transaction's snapshot was taken
+			// before the wait and cannot see what the holder
+			// committed. Begin again. (pgx queues a batch's BEGIN
+			// first, so the ROLLBACK takes a round trip of its own:
+			// this is the rare case.)
+			b.rollback(ctx)
+			continue
+		case row.next != nil:
+			// The key is free, or its row may be taken over.
+			c := idem.Claim{
+				Status:   idem.Acquired,
+				Token:    idem.Token{Scope: b.req.Scope, Key: b.req.Key, Generation: *row.next},
+				LeaseEnd: row.now.Add(b.lease),
+				Takeover: row.state == "claimed",
+			}
+			return c, b.claimed(c.Token, row), nil
 		}
 		b.rollback(ctx)
-		c, err := b.s.answer(rc, b.req, row)
+		c, err := b.s.answer(rc, b.req, row.claimRow)
 		return c, nil, err
 	}
 	b.rollback(ctx)
 	return idem.Claim{}, nil, unavailable("claim", fmt.Errorf("undecided after %d attempts under contention", maxClaimAttempts))
 }
 
-// sendInTx sends one claim statement q (sql/claim.sql or
-// sql/takeover.sql) with p between the transaction's bounds and the
-// restore, in one round trip, preceded by the BEGIN if no transaction is
-// open, and reads its row; pgx.ErrNoRows is returned as it is.
-func sendInTx[P params, R any, PR row[R]](ctx context.Context, b *txBegin, q rowQuery[P, R, PR], p P) (R, error) {
+// send begins the transaction and sends the claim: its bounds, the key's
+// lock, and the look at the key's row, in one round trip. waited says
+// whether the claim waited for the lock.
+func (b *txBegin) send(ctx context.Context) (row txClaimRow, waited bool, err error) {
 	batch := &pgx.Batch{}
-	begin := b.tx == nil
-	if begin {
-		batch.BeginTx(b.s.txOptions)
-	}
+	batch.BeginTx(b.s.txOptions)
 	b.s.sql.txLimits.queue(batch, b.limits)
-	q.queue(batch, p)
-	b.s.sql.txRestore.queue(batch, b.restore)
-	// A look after a wait will most likely find the other transaction's
-	// result, and this transaction then ends: the ROLLBACK goes with it,
-	// saving the round trip after the wake. (If the look finds the key
-	// absent and takes it, the ROLLBACK takes it back, and BeginClaim
-	// begins again.)
-	rollback := !begin && b.waited
-	if rollback {
-		batch.Queue("rollback")
-	}
+	b.s.sql.txLock.queue(batch, b.lock)
+	b.s.sql.txClaim.queue(batch, b.look)
 	br := b.conn.SendBatch(ctx, batch)
-	if begin {
-		b.tx = br.Tx()
-	}
-	var (
-		r   R
-		err error
-	)
-	if begin {
-		_, err = br.Exec()
-	}
+	b.tx = br.Tx()
+	_, err = br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		r, err = q.scan(br.QueryRow())
+		var l txLockRow
+		l, err = b.s.sql.txLock.scan(br.QueryRow())
+		waited = l.waited
 	}
-	if err == nil || errors.Is(err, pgx.ErrNoRows) {
-		var rerr error
-		if b.bounds, rerr = b.s.sql.txRestore.scan(br.QueryRow()); rerr != nil {
-			err = rerr
-		}
+	if err == nil {
+		row, err = b.s.sql.txClaim.scan(br.QueryRow())
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if rollback && b.conn.Conn().PgConn().TxStatus() == 'I' {
-		b.tx = nil
-	}
-	return r, err
-}
-
-// takeOver takes over the row of generation gen, which the claim
-// statement found with its lease or retention run out; ok is false, with
-// no error, if the row changed since.
-func (b *txBegin) takeOver(ctx context.Context, gen int64) (c idem.Claim, ok bool, err error) {
-	r, err := sendInTx(ctx, b, b.s.sql.takeover, takeoverParams{b.s.claimParams(b.req, b.lease, b.wait), gen})
-	return takenOver(b.req, r, err)
+	return row, waited, err
 }
 
 // rollback ends the transaction, if one is open. It runs even if ctx is
@@ -245,10 +195,13 @@ func (b *txBegin) rollback(ctx context.Context) {
 	b.tx = nil
 }
 
-// claimed hands the open transaction over to a claim.
-func (b *txBegin) claimed(tok idem.Token) *claimTx {
+// claimed hands the open transaction over to a claim of tok, whose look found
+// the key's row found (with an empty state if the key has none).
+func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
-		statementTimeout: time.Duration(b.bounds.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: b.bounds.sessions}
+		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
+			createdAt: found.now, takenOver: found.generation},
+		statementTimeout: time.Duration(found.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: found.sessions}
 	c.view = &txView{Tx: b.tx, claim: c, top: true}
 	return c
 }

@@ -259,7 +259,7 @@ func TestBeginClaimRollbackLeavesNothing(t *testing.T) {
 
 // TestBeginClaimDuplicateWaitsInPostgres: a duplicate of a key whose
 // transaction is open waits in PostgreSQL for that transaction (a lock
-// wait on the primary key, not a notification nor a poll), then finds what
+// wait on the key's advisory lock, not a notification nor a poll), then finds what
 // it recorded; after a rollback it takes the key. A two-phase claim of the
 // key meanwhile waits too, and never acquires it alongside.
 func TestBeginClaimDuplicateWaitsInPostgres(t *testing.T) {
@@ -625,21 +625,24 @@ func TestTxFromBelongsToTheClaim(t *testing.T) {
 	}
 }
 
-// TestBeginClaimGuardsTheCompletion: a work that deletes its own claim's
-// row cannot commit its writes without a result: the completion, matching
-// nothing, raises the stale-claim error, and the COMMIT sent behind it
-// does not run.
+// TestBeginClaimGuardsTheCompletion: a work that writes its own claim's
+// row cannot commit its writes without the claim's result: the completion,
+// finding a row it did not take over, raises the stale-claim error, and
+// the COMMIT sent behind it does not run.
 func TestBeginClaimGuardsTheCompletion(t *testing.T) {
 	t.Parallel()
 	f := newTxFixture(t, pgstore.Options{})
 	c, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
 	insertInvoice(t, f.ctx, tx, "inv-1")
-	if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `DELETE FROM idem_keys WHERE key = $1`, key("a").String()); err != nil {
+	if _, err := pgstore.TxFrom(tx.Context(f.ctx)).Exec(f.ctx, `
+		INSERT INTO idem_keys (scope, key, generation, state, result, created_at, completed_at)
+		VALUES ('s'::bytea, $1, nextval('idem_keys_generation_seq'), 'completed', '{"status":200}', now(), now())`,
+		key("a").String()); err != nil {
 		t.Fatal(err)
 	}
 	var se *idem.StaleClaimError
 	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) || se.Token != c.Token {
-		t.Fatalf("Commit after the row was deleted = %v, want a stale claim", err)
+		t.Fatalf("Commit after the work wrote the key's row = %v, want a stale claim", err)
 	}
 	if n := f.invoices(t); n != 0 {
 		t.Errorf("%d invoices committed without a result", n)
@@ -751,9 +754,11 @@ func TestTxRoundTrips(t *testing.T) {
 }
 
 // TestTxWaitedDuplicateRoundTrips: a duplicate that waited for a
-// transaction that committed looks again together with its ROLLBACK, so it
-// learns the result one round trip after the wake; after a rollback, its
-// INSERT, which waited, goes ahead: the key is its own at the wake.
+// transaction that committed learns the result at the wake, in the round
+// trip it waited in (its look follows the lock), then rolls back; after a
+// rollback of the holder, it finds the key free holding its lock shared
+// only, rolls back and claims again: two round trips after the wake, in
+// this rare case.
 func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
 	parallelUnlessPooled(t)
 	f := newTxFixture(t, pgstore.Options{})
@@ -788,9 +793,11 @@ func TestTxWaitedDuplicateRoundTrips(t *testing.T) {
 			}
 		}()
 		tr.reset()
-		want, trips := idem.Completed, int64(2) // the claim that waited | the look and ROLLBACK
+		want, trips := idem.Completed, int64(2) // the claim that waited and its look | ROLLBACK
 		if !commit {
-			want, trips = idem.Acquired, 1
+			// The claim that waited, holding the key's lock shared,
+			// finds it free | ROLLBACK | a new claim.
+			want, trips = idem.Acquired, 3
 		}
 		_, dtx := beginClaim(t, f.ctx, dups, k, txLimits, want)
 		if got := tr.trips.Load(); got != trips || tr.prepares.Load() != 0 {

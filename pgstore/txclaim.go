@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/jsonb"
 )
 
 // ErrTxOwned is returned by Commit and Rollback of the transaction a claim
@@ -31,6 +32,7 @@ type claimTx struct {
 	conn *pgxpool.Conn
 	tx   pgx.Tx // pgx's transaction on conn
 	tok  idem.Token
+	row  txRow
 	view *txView
 	// state is txOpen until Commit or Rollback ended the transaction and
 	// gave the connection back to the pool: the work's view refuses to
@@ -47,7 +49,7 @@ type claimTx struct {
 	mu sync.Mutex
 
 	// The bounds PostgreSQL holds the transaction to (sql/tx_limits.sql,
-	// sql/tx_restore.sql), for the error that says which one it met:
+	// sql/tx_claim.sql), for the error that says which one it met:
 	// idle_in_transaction_session_timeout, and the work's
 	// statement_timeout (zero: none) and whether it is the session's.
 	idle                    time.Duration
@@ -108,6 +110,17 @@ func (c *claimTx) cause() *idem.TxLimitError {
 	return le
 }
 
+// txRow is what the completion writes the key's row with, besides the
+// result (sql/tx_complete.sql).
+type txRow struct {
+	fingerprint, owner string
+	// takeover: the row taken over is a two-phase claim whose lease ran
+	// out.
+	takeover  bool
+	createdAt time.Time // the claim's clock
+	takenOver int64     // the generation of the row taken over; zero if none
+}
+
 // The states of a claimTx.
 const (
 	txOpen int32 = iota
@@ -146,10 +159,11 @@ func TxFrom(ctx context.Context) pgx.Tx {
 	return v
 }
 
-// Commit implements [idem.TxClaim]. For a result under 64 KiB the
-// completion (sql/complete.sql with .Tx, which raises the stale-claim error
-// itself if it matched nothing) and the COMMIT go in one round trip; a
-// larger body is completed as CompleteTx completes it, then committed. Any
+// Commit implements [idem.TxClaim]: the key's row is inserted in its final
+// state, with res (sql/tx_complete.sql, which raises the stale-claim error
+// itself if the row it takes over changed since the claim), and the
+// transaction commits. For a result under 64 KiB the two go in one round
+// trip; a larger body is sent as CompleteTx sends it, then committed. Any
 // error rolls the transaction back; it is an [*idem.TxLimitError] when
 // PostgreSQL had ended the transaction, or cancelled a statement of the
 // work, at one of its bounds, or ends it now (the work paused longer than
@@ -179,28 +193,35 @@ func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
 }
 
 func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
+	p := txCompleteParams{completeParams: c.s.completeParams(c.tok, ""), fingerprint: c.row.fingerprint,
+		owner: c.row.owner, takeover: c.row.takeover, createdAt: c.row.createdAt, takenOver: c.row.takenOver}
 	if len(res.Body) >= largeBody {
-		if err := c.s.complete(ctx, c.tx, "complete", c.tok, res); err != nil {
-			return err
+		// The body as its own parameter, as Complete sends it.
+		body := res.Body
+		res.Body = nil
+		meta, err := res.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
-		if err := c.tx.Commit(ctx); err != nil {
-			return unavailable("complete", err)
+		p.result = string(meta)
+		_, err = execLarge(ctx, c.tx, c.s.sql.txCompleteLarge, txCompleteLargeParams{p, body, jsonb.IsText(body)})
+		if err == nil {
+			err = c.tx.Commit(ctx)
 		}
-		return nil
+		return c.completed(err)
 	}
 	js, err := res.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
+	p.result = string(js)
 	batch := &pgx.Batch{}
-	c.s.sql.txComplete.queue(batch, c.s.completeParams(c.tok, string(js)))
+	c.s.sql.txComplete.queue(batch, p)
 	batch.Queue("commit")
 	br := c.conn.SendBatch(ctx, batch)
-	tag, err := br.Exec()
-	if err == nil && tag.RowsAffected() != 1 {
-		err = fmt.Errorf("the completion answered %d rows", tag.RowsAffected())
-	}
+	_, err = br.Exec()
 	if err == nil {
+		var tag pgconn.CommandTag
 		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
 			// The transaction had failed before (a statement of the work
 			// raised an error): COMMIT rolled it back.
@@ -210,6 +231,11 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	return c.completed(err)
+}
+
+// completed is the error of the completion and commit, err.
+func (c *claimTx) completed(err error) error {
 	if se, ok := staleFrom(err, c.tok); ok {
 		return se
 	}

@@ -2,7 +2,10 @@
 # Measure idem's SQL against a peer protocol and against the invoice alone,
 # server side only, with pgbench: the statements of a new key on the
 # one-commit path (scripts/pgbench/onecommit.sql), on the two-phase path
-# (twophase.sql), by hand with the plainest SQL (onecommit-floor.sql), the
+# (twophase.sql), both generated from pgstore's statements
+# (TestPgbenchScriptsMatchTheStatements), the bare minimum of any durable
+# dedupe, the invoice and its key's row with its answer in one commit
+# (minimum.sql), by hand with the plainest SQL (onecommit-floor.sql), the
 # peer protocol (peer.sql) and the invoice without idempotency
 # (insert.sql). Each runs in a schema of its own (idem's table migrated by
 # cmd/idem), in ROUNDS turns of SECONDS_PER_SCRIPT/ROUNDS seconds, the scripts taking
@@ -27,7 +30,7 @@ clients=("$@")
 [[ ${#clients[@]} -gt 0 ]] || clients=(1 16 64)
 seconds=${SECONDS_PER_SCRIPT:-${SECONDS_TOTAL:-15}}
 rounds=${ROUNDS:-3}
-scripts=(insert onecommit-floor onecommit twophase peer)
+scripts=(insert minimum onecommit-floor onecommit twophase peer)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
@@ -61,10 +64,10 @@ tps() { awk -v n="${txs[$1,$2]}" -v s="${secs[$1,$2]}" 'BEGIN { printf "%.0f", n
 ratio() { awk -v a="$(tps "$1" "$3")" -v b="$(tps "$2" "$3")" 'BEGIN { printf "%.2f", a / b }'; }
 printf '%-8s' clients
 for s in "${scripts[@]}"; do printf ' %16s' "$s"; done
-printf ' %18s %18s %18s %18s\n' onecommit/peer twophase/peer onecommit/insert onecommit/floor
+printf ' %18s %18s %18s %18s %18s\n' onecommit/peer twophase/peer onecommit/insert onecommit/floor onecommit/minimum
 for c in "${clients[@]}"; do
 	printf '%-8s' "$c"
 	for s in "${scripts[@]}"; do printf ' %16s' "$(tps "$s" "$c")"; done
-	printf ' %18s %18s %18s %18s\n' "$(ratio onecommit peer "$c")" "$(ratio twophase peer "$c")" \
-		"$(ratio onecommit insert "$c")" "$(ratio onecommit onecommit-floor "$c")"
+	printf ' %18s %18s %18s %18s %18s\n' "$(ratio onecommit peer "$c")" "$(ratio twophase peer "$c")" \
+		"$(ratio onecommit insert "$c")" "$(ratio onecommit onecommit-floor "$c")" "$(ratio onecommit minimum "$c")"
 done

@@ -189,6 +189,7 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	mux.Handle("POST "+pathDemoFloor, workHandler(func(ctx context.Context, key string) error { return floorWork(ctx, pool, fsql, key, true) }))
 	mux.Handle("POST "+pathInsert, workHandler(func(ctx context.Context, _ string) error { return insertWork(ctx, pool, fsql) }))
 	mux.Handle("POST "+pathOnetxFloor, workHandler(func(ctx context.Context, key string) error { return onetxFloorWork(ctx, pool, fsql, key) }))
+	mux.Handle("POST "+pathMinimum, workHandler(func(ctx context.Context, key string) error { return minimumWork(ctx, pool, fsql, key) }))
 	mw := middleware.New(store, middleware.Options{Engine: engine.Options{Owner: "idembench"}})
 	mux.Handle("POST "+pathIdem, mw(http.HandlerFunc(handler)))
 	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))

@@ -27,6 +27,9 @@ import (
 // row by the primary key (see migration 3).
 type floorSQL struct {
 	claim, complete, createInvoices, insertInvoice string
+	// insertKey is the key's row in its final state, with its answer
+	// (http-minimum).
+	insertKey string
 }
 
 func newFloorSQL(table string) floorSQL {
@@ -44,6 +47,8 @@ ON CONFLICT (scope, key) DO NOTHING RETURNING generation`,
     amount_cents bigint NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now())`,
 		insertInvoice: `INSERT INTO ` + invoices + ` (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+		insertKey: `INSERT INTO ` + table + ` (scope, key, generation, state, fingerprint, owner, result, created_at, completed_at, expires_at)
+VALUES ($1, $2, nextval('` + table + `_generation_seq'), 'completed', $3, 'idembench', $4::jsonb, now(), now(), now() + interval '1 day')`,
 	}
 }
 
@@ -145,8 +150,44 @@ func onetxFloorWork(ctx context.Context, pool *pgxpool.Pool, fsql floorSQL, key 
 	return conn.SendBatch(ctx, end).Close()
 }
 
+// minimumWork is the bare minimum of any durable dedupe, by hand
+// (http-minimum): the invoice and one key row holding its answer, in one
+// transaction, with the round trips of the invoice alone: BEGIN and the
+// invoice, then the key's row, in its final state, sent with the COMMIT.
+// No claim, no bounds, no look at the key.
+func minimumWork(ctx context.Context, pool *pgxpool.Pool, fsql floorSQL, key string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "rollback")
+		}
+	}()
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(fsql.insertInvoice, "ACME", 12345)
+	br := conn.SendBatch(ctx, begin)
+	var id int64
+	if _, err = br.Exec(); err == nil {
+		err = br.QueryRow().Scan(&id)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	end := &pgx.Batch{}
+	end.Queue(fsql.insertKey, []byte("idembench"), key, benchFingerprint, recordedJSON)
+	end.Queue("commit")
+	return conn.SendBatch(ctx, end).Close()
+}
+
 // workHandler is a floor behind HTTP (http-floor, http-demo-floor,
-// http-insert, http-onetx-floor): work for the request's Idempotency-Key,
+// http-insert, http-onetx-floor, http-minimum): work for the request's Idempotency-Key,
 // then handler's answer, in the same server and through the same client as
 // unique and demo, without idem. Compared with it, unique and demo show
 // what idem costs; compared with floor, what idem and HTTP cost together.

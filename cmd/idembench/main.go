@@ -30,6 +30,10 @@
 //	            one commit by hand behind the same server, without idem: the
 //	            claim sent with BEGIN, the invoice, the completion sent with
 //	            COMMIT
+//	http-minimum
+//	            the bare minimum of any durable dedupe by hand, behind the
+//	            same server: the invoice and one key row holding its answer,
+//	            in one commit (BEGIN with the invoice, the row with COMMIT)
 //	demo-onetx  the demo's POST /invoices on the one-commit path: the claim,
 //	            the invoice and the response in one transaction
 //	            (middleware.Options.InTransaction)
@@ -40,7 +44,7 @@
 //	            to its waiters' wake, with -instances stores (each its own
 //	            pool and LISTEN connection) and -waiters waiters per key, on
 //	            the two-phase path (waiters notified) and on the one-commit
-//	            path (waiters blocked in PostgreSQL on the row)
+//	            path (waiters blocked in PostgreSQL on the key's lock)
 //
 // The doors' modes run the invoice insert (http-insert's work) through each
 // door other than net/http, beside the same work through the same

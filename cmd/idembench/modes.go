@@ -34,13 +34,14 @@ const (
 	modeDemo          = "demo"
 	modeHTTPInsert    = "http-insert"
 	modeHTTPOnetxFlr  = "http-onetx-floor"
+	modeHTTPMinimum   = "http-minimum"
 	modeDemoOnetx     = "demo-onetx"
 	modeDemoOnetxSQL  = "demo-onetx-sql"
 	modeWait          = "wait"
 )
 
 var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed,
-	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx, modeDemoOnetxSQL}
+	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx, modeDemoOnetxSQL}
 
 // The request every HTTP mode sends, and the response the handler gives.
 const (
@@ -53,6 +54,7 @@ const (
 	pathDemoFloor  = "/demo-floor"
 	pathInsert     = "/insert"
 	pathOnetxFloor = "/onetx-floor"
+	pathMinimum    = "/minimum"
 	pathDemoOnetx  = "/demo-onetx"
 	pathDemoOnetxS = "/demo-onetx-sql"
 )
@@ -86,9 +88,9 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		return b.floorOp(false), nil
 	case modeDemoFloor:
 		return b.floorOp(true), nil
-	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeDemoOnetx, modeDemoOnetxSQL:
+	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx, modeDemoOnetxSQL:
 		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor,
-			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeDemoOnetx: pathDemoOnetx,
+			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeHTTPMinimum: pathMinimum, modeDemoOnetx: pathDemoOnetx,
 			modeDemoOnetxSQL: pathDemoOnetxS}[mode]
 		return func(ctx context.Context, w *worker) error {
 			return b.post(ctx, path, b.newKey(mode, w), false)

@@ -49,6 +49,7 @@ var insertRatioBase = map[string]string{
 	modeHTTPDemoFloor: modeHTTPInsert,
 	modeDemo:          modeHTTPInsert,
 	modeHTTPOnetxFlr:  modeHTTPInsert,
+	modeHTTPMinimum:   modeHTTPInsert,
 	modeDemoOnetx:     modeHTTPInsert,
 	modeDemoOnetxSQL:  modeHTTPInsert,
 }

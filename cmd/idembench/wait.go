@@ -211,8 +211,8 @@ func (b *bench) waitOnceTx(ctx context.Context, stores []*pgstore.Store, w *work
 		return 0, nil, fmt.Errorf("claim of a new key: %v", c.Status)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var xid string
-	if err := pgstore.TxFrom(tx.Context(ctx)).QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+	var pid int32
+	if err := pgstore.TxFrom(tx.Context(ctx)).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		return 0, nil, err
 	}
 	type wake struct {
@@ -237,7 +237,7 @@ func (b *bench) waitOnceTx(ctx context.Context, stores []*pgstore.Store, w *work
 		}()
 	}
 	if waiters > 0 {
-		if err := b.awaitLockWaiters(ctx, xid, waiters); err != nil {
+		if err := b.awaitLockWaiters(ctx, pid, waiters); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -258,21 +258,21 @@ func (b *bench) waitOnceTx(ctx context.Context, stores []*pgstore.Store, w *work
 	return committed.Sub(start), wakes, first
 }
 
-// awaitLockWaiters polls until n sessions wait for the lock of
-// transaction xid: the waiters of the one-commit path, blocked on the
-// key's row until that transaction ends.
-func (b *bench) awaitLockWaiters(ctx context.Context, xid string, n int) error {
-	q := `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND transactionid::text = $1 AND NOT granted`
+// awaitLockWaiters polls until n sessions wait for a lock the session pid
+// holds: the waiters of the one-commit path, blocked on the key's lock
+// until that session's transaction ends.
+func (b *bench) awaitLockWaiters(ctx context.Context, pid int32, n int) error {
+	q := `SELECT count(*) FROM pg_locks WHERE NOT granted AND $1::integer = ANY (pg_blocking_pids(pid))`
 	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(time.Millisecond) {
 		var waiting int
-		if err := b.monitor.QueryRow(ctx, q, xid).Scan(&waiting); err != nil {
+		if err := b.monitor.QueryRow(ctx, q, pid).Scan(&waiting); err != nil {
 			return err
 		}
 		if waiting >= n {
 			return nil
 		}
 	}
-	return fmt.Errorf("%d waiters did not all wait for transaction %s within 30s", n, xid)
+	return fmt.Errorf("%d waiters did not all wait for the session %d within 30s", n, pid)
 }
 
 // awaitMark polls until a waiter marked key's row (pgstore's Wait does when

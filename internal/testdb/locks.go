@@ -9,15 +9,22 @@ import (
 )
 
 // WaitLockWaiter waits until a session working on table (resolved by the
-// pool's search_path: the test's own schema) is blocked by a lock another
-// session holds, failing t after 10 s. It is how a test knows a duplicate
+// pool's search_path: the test's own schema), or waiting for a session
+// that works on it (a claim in a transaction waits for the key's advisory
+// lock before it reads the table), is blocked by a lock another session
+// holds, failing t after 10 s. It is how a test knows a duplicate
 // waits in PostgreSQL for the transaction that holds its key, instead of
 // sleeping and hoping it does.
 func WaitLockWaiter(t testing.TB, pool *pgxpool.Pool, table string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	const blocked = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass($1) AND cardinality(pg_blocking_pids(pid)) > 0)`
+	const blocked = `
+		SELECT EXISTS (
+		  SELECT 1 FROM pg_locks w
+		   WHERE NOT w.granted
+		     AND (w.pid IN (SELECT pid FROM pg_locks WHERE relation = to_regclass($1))
+		          OR EXISTS (SELECT FROM pg_locks h WHERE h.relation = to_regclass($1) AND h.pid = ANY (pg_blocking_pids(w.pid)))))`
 	for {
 		var ok bool
 		err := pool.QueryRow(ctx, blocked, table).Scan(&ok)
@@ -32,7 +39,8 @@ func WaitLockWaiter(t testing.TB, pool *pgxpool.Pool, table string) {
 	}
 }
 
-// WaitBlockedFor waits until a session working on table has been blocked by
+// WaitBlockedFor waits until a session working on table (or waiting for
+// one that is, as WaitLockWaiter) has been blocked by
 // a lock another session holds for at least d, by PostgreSQL's clock
 // (pg_locks.waitstart): how a test knows that a wait outlasted a bound of
 // the database's (a statement_timeout, say) without sleeping for it. It
@@ -46,7 +54,8 @@ func WaitBlockedFor(t testing.TB, pool *pgxpool.Pool, table string, d time.Durat
 		SELECT EXISTS (
 		  SELECT 1 FROM pg_locks w
 		   WHERE NOT w.granted AND clock_timestamp() - w.waitstart >= $2::bigint * interval '1 microsecond'
-		     AND w.pid IN (SELECT pid FROM pg_locks WHERE relation = to_regclass($1)))`
+		     AND (w.pid IN (SELECT pid FROM pg_locks WHERE relation = to_regclass($1))
+		          OR EXISTS (SELECT FROM pg_locks h WHERE h.relation = to_regclass($1) AND h.pid = ANY (pg_blocking_pids(w.pid)))))`
 	for {
 		var ok bool
 		err := pool.QueryRow(ctx, blocked, table, d.Microseconds()).Scan(&ok)

@@ -2,6 +2,22 @@
 -- row as the statement's snapshot shows it (a replay, a duplicate in
 -- flight, or a row to take over, which sql/takeover.sql does).
 --
+-- The key's lock ($7, the key's hash, see lockKey; mixed with the table's
+-- oid so that the keys of two tables never share a lock) is what a claim
+-- in a transaction (BeginClaim) holds, exclusively, from its claim to its
+-- commit, without a row: its row is written once, with its result, just
+-- before the commit (sql/tx_lock.sql, sql/tx_complete.sql). This statement takes the lock
+-- shared, without waiting: if a transaction holds it, the key is in
+-- flight there, and the statement inserts nothing and answers held (the
+-- row it has, if any, for a replay, or a row of state '' if none). The
+-- lock is the statement's own transaction's: it is released when the
+-- claim commits, so the claim and a claim in a transaction never run
+-- alongside. A wait for the key held in a transaction is Claim's, with
+-- ClaimRequest.Wait (sql/claim_wait.sql): this statement sets no
+-- lock_timeout, and waits for any lock that is not the key's (a
+-- migration's on the table or a partition, the table's extension lock
+-- under load) as any statement of the application does.
+--
 -- The INSERT's ON CONFLICT DO NOTHING checks the primary key before it
 -- writes: a key that has a row takes no lock and writes no tuple (the
 -- sequence value drawn for the VALUES row is lost, which is harmless:
@@ -17,29 +33,20 @@
 -- execution, and a claim that also read the row in a CTE and took
 -- expired rows over with ON CONFLICT DO UPDATE costs the server about
 -- 30 µs more for every new key (pgbench, one client).
---
--- The INSERT also waits when the key was inserted by a transaction still
--- open: a claim in a transaction (BeginClaim), or, for the moment of its
--- commit, a concurrent first claim. $7, lock_timeout in milliseconds
--- (ClaimRequest.Wait, or TxLimits.Wait in BeginClaim; at least one),
--- bounds that wait: when it runs out the statement fails with 55P03, and
--- the claim is in flight. It is set in the statement's first step, which
--- the INSERT reads its row from, so it is in force before the INSERT can
--- wait, with no statement of its own in front of this one (a claim sent
--- alone, the first look of every request, is one statement); it lasts
--- for the statement's transaction: its own, or a claim's transaction,
--- where sql/tx_restore.sql puts the session's value back.
-WITH bound AS (
-    SELECT set_config('lock_timeout', $7::text, true)
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock_shared($7::bigint # '{{.Table}}'::regclass::oid::bigint) AS free
 ), ins AS (
     INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
     SELECT $1::bytea, $2::text, nextval('{{.Sequence}}'), 'claimed', $3::text, $4::text, false,
            {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}}
-      FROM bound
+      FROM lock WHERE free
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING generation, lease_end
 )
-SELECT true, generation, lease_end, '', '', NULL::timestamptz, NULL::jsonb, {{now "$6"}} FROM ins
+SELECT true, false, generation, lease_end, '', '', NULL::timestamptz, NULL::jsonb, {{now "$6"}} FROM ins
 UNION ALL
-SELECT false, generation, lease_end, state, fingerprint, expires_at, result, {{now "$6"}}
+SELECT false, NOT (SELECT free FROM lock), generation, lease_end, state, fingerprint, expires_at, result, {{now "$6"}}
   FROM {{.Table}} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM ins)
+UNION ALL
+SELECT false, true, 0, NULL, '', '', NULL, NULL, {{now "$6"}}
+  FROM lock WHERE NOT free AND NOT EXISTS (SELECT FROM {{.Table}} WHERE scope = $1 AND key = $2)

@@ -27,19 +27,8 @@
 -- is the shape idem.Result reads: "body" as a string, or "body_base64"
 -- (PostgreSQL's base64 breaks lines, which are removed).
 --
--- With .Tx true (a claim's transaction, pgstore.BeginClaim), the UPDATE is
--- in a CTE and the statement raises the stale-claim error itself when it
--- matched nothing: it travels with the COMMIT, in one round trip, and the
--- error must abort the transaction before the COMMIT behind it runs.
--- Otherwise a completion that matched nothing (the work itself deleted or
--- completed its claim's row: nothing else can change a row this
--- transaction inserted or took over and still locks) would be followed by
--- the COMMIT of the work's writes without a result.
---
 -- $5 is the retention in microseconds, negative meaning forever. On
 -- "state <> 'completed'": see renew.sql.
-{{if .Tx}}WITH upd AS (
-{{end -}}
 UPDATE {{.Table}}
    SET state = 'completed',
 {{- if .Large}}
@@ -55,12 +44,4 @@ UPDATE {{.Table}}
        expires_at = CASE WHEN $5::bigint < 0 THEN NULL
                          ELSE {{now "$6"}} + $5::bigint * interval '1 microsecond' END
  WHERE scope = $1 AND key = $2 AND generation = $3 AND state <> 'completed'
-{{- if .Tx}}
-RETURNING scope, key, waited
-)
-SELECT CASE WHEN waited THEN pg_notify({{.ChannelSQL}}, {{payload "scope" "key"}}) END::text FROM upd
-UNION ALL
-SELECT {{.StaleFunc}}($1, $2, $3)::text WHERE NOT EXISTS (SELECT FROM upd)
-{{- else}}
 RETURNING CASE WHEN waited THEN pg_notify({{.ChannelSQL}}, {{payload "scope" "key"}}) END
-{{- end}}

@@ -4,6 +4,11 @@
 -- if the row changed since (completed, renewed, or taken over by
 -- someone else), nothing is updated and Claim looks again.
 --
+-- The key's lock is taken shared, without waiting, as by the claim
+-- statement (see sql/claim.sql), $8 the key's hash: if a claim in a
+-- transaction holds it, nothing is updated, and Claim looks again (and
+-- finds the key held).
+--
 -- takeover reports a claim taken from an owner that did not finish
 -- (against a result whose retention ran out, which is a new request
 -- like any other). On "state <> 'completed'": see renew.sql.
@@ -22,4 +27,5 @@ UPDATE {{.Table}} AS t
  WHERE scope = $1 AND key = $2 AND generation = $7
    AND CASE WHEN state <> 'completed' THEN lease_end <= {{now "$6"}}
             ELSE expires_at <= {{now "$6"}} END
+   AND pg_try_advisory_xact_lock_shared($8::bigint # '{{.Table}}'::regclass::oid::bigint)
 RETURNING generation, lease_end, takeover

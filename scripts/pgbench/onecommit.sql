@@ -1,45 +1,60 @@
--- idem's one-commit path (pgstore.BeginClaim, then Commit), statement for
--- statement as pgstore sends it (pgstore/sql/tx_limits.sql, claim.sql,
--- tx_restore.sql, complete.sql with .Tx), in its three round trips: BEGIN
--- with the bounds, the claim and the restore; the invoice; the completion
--- and COMMIT. The generation the claim drew is the
--- session's currval of the sequence: pgbench cannot read a result inside a
--- pipeline, and pgstore sends it as a parameter.
+-- idem's one-commit path (pgstore.BeginClaim, then Commit), generated
+-- from pgstore's statements (pgstore/sql/tx_limits.sql, tx_lock.sql,
+-- tx_claim.sql, tx_complete.sql) by TestPgbenchScriptsMatchTheStatements,
+-- in its three round trips: BEGIN with the bounds, the key's lock and the
+-- look; the invoice; the row written once with its result, and COMMIT.
+-- The lock key is the random :k (pgstore sends the key's hash, a bigint);
+-- the generation the look drew is the session's currval of the sequence
+-- (pgbench cannot read a result inside a pipeline).
 \set k random(1, 9000000000000000000)
 \startpipeline
 BEGIN;
-SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true),
-       set_config('lock_timeout', '5000', true),
-       set_config('idle_in_transaction_session_timeout', '30000', true),
-       set_config('statement_timeout',
-                  CASE current_setting('statement_timeout') WHEN '0' THEN '300000'
-                       ELSE current_setting('statement_timeout') END, true);
-WITH ins AS (
-    INSERT INTO idem_keys (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
-    VALUES ('\x7363'::bytea, 'key/' || :k || '-' || :client_id, nextval('idem_keys_generation_seq'), 'claimed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff', 'pgbench', false,
-            statement_timestamp() + 30000000::bigint * interval '1 microsecond', statement_timestamp())
-    ON CONFLICT (scope, key) DO NOTHING
-    RETURNING generation, lease_end
-)
-SELECT true, generation, lease_end, '', '', NULL::timestamptz, NULL::jsonb, statement_timestamp() FROM ins
-UNION ALL
-SELECT false, generation, lease_end, state, fingerprint, expires_at, result, statement_timestamp()
-  FROM idem_keys WHERE scope = '\x7363'::bytea AND key = 'key/' || :k || '-' || :client_id AND NOT EXISTS (SELECT FROM ins);
-SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true);
+SELECT set_config('idem.lock_timeout',
+                  coalesce(nullif(current_setting('idem.lock_timeout', true), ''), current_setting('lock_timeout')), true),
+       set_config('idem.statement_timeout',
+                  coalesce(nullif(current_setting('idem.statement_timeout', true), ''), current_setting('statement_timeout')), true),
+       set_config('lock_timeout', '5000'::text, true),
+       set_config('statement_timeout', '0', true),
+       set_config('idle_in_transaction_session_timeout', '30000'::text, true);
+SELECT CASE WHEN pg_try_advisory_xact_lock((:k)::bigint # 'idem_keys'::regclass::oid::bigint) THEN false
+            ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock_shared((:k)::bigint # 'idem_keys'::regclass::oid::bigint)) AS waited)
+       END;
+SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coalesce(t.state, ''),
+       coalesce(t.fingerprint, ''), t.expires_at, t.result, coalesce(NULL::timestamptz, statement_timestamp()),
+       CASE WHEN t.generation IS NULL
+              OR CASE WHEN t.state <> 'completed' THEN t.lease_end <= coalesce(NULL::timestamptz, statement_timestamp())
+                      ELSE t.expires_at <= coalesce(NULL::timestamptz, statement_timestamp()) END
+            THEN nextval('idem_keys_generation_seq') END,
+       bounds.statement_timeout, bounds.sessions
+  FROM (SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true),
+               (extract(epoch FROM set_config('statement_timeout',
+                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN '300000'::text
+                                                   ELSE current_setting('idem.statement_timeout') END, true)::interval)
+                * 1000)::bigint AS statement_timeout,
+               current_setting('idem.statement_timeout') <> '0' AS sessions) AS bounds
+  LEFT JOIN idem_keys AS t ON t.scope = '\x7363'::bytea AND t.key = ('key/' || :k || '-' || :client_id);
 \endpipeline
 INSERT INTO invoices (customer, amount_cents) VALUES ('ACME', 12345);
 \startpipeline
-WITH upd AS (
-UPDATE idem_keys
-   SET state = 'completed',
-       result = '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
-       lease_end = NULL,
-       completed_at = statement_timestamp(),
-       expires_at = statement_timestamp() + 86400000000::bigint * interval '1 microsecond'
- WHERE scope = '\x7363'::bytea AND key = 'key/' || :k || '-' || :client_id AND generation = currval('idem_keys_generation_seq') AND state <> 'completed'
-RETURNING scope, key, waited)
-SELECT CASE WHEN waited THEN pg_notify('idem_' || 'idem_keys'::regclass::oid, md5(scope || convert_to(key, 'UTF8'))) END::text FROM upd
+WITH ins AS (
+    INSERT INTO idem_keys AS t (scope, key, generation, state, fingerprint, owner, takeover, result,
+                                 created_at, completed_at, expires_at)
+    VALUES ('\x7363'::bytea::bytea, ('key/' || :k || '-' || :client_id)::text, currval('idem_keys_generation_seq')::bigint, 'completed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'::text, 'pgbench'::text, false::boolean,
+            '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
+            statement_timestamp()::timestamptz, coalesce(NULL::timestamptz, statement_timestamp()),
+            CASE WHEN 86400000000::bigint < 0 THEN NULL ELSE coalesce(NULL::timestamptz, statement_timestamp()) + 86400000000::bigint * interval '1 microsecond' END)
+    ON CONFLICT (scope, key) DO UPDATE
+       SET generation = excluded.generation, state = 'completed', fingerprint = excluded.fingerprint,
+           owner = excluded.owner, takeover = excluded.takeover, lease_end = NULL, result = excluded.result,
+           waited = false, created_at = excluded.created_at, completed_at = excluded.completed_at,
+           expires_at = excluded.expires_at
+     WHERE t.generation = 0::bigint
+       AND CASE WHEN t.state <> 'completed' THEN t.lease_end <= coalesce(NULL::timestamptz, statement_timestamp())
+                ELSE t.expires_at <= coalesce(NULL::timestamptz, statement_timestamp()) END
+    RETURNING true
+)
+SELECT NULL::text FROM ins
 UNION ALL
-SELECT idem_keys_stale('\x7363'::bytea, 'key/' || :k || '-' || :client_id, currval('idem_keys_generation_seq'))::text WHERE NOT EXISTS (SELECT FROM upd);
+SELECT idem_keys_stale('\x7363'::bytea, ('key/' || :k || '-' || :client_id), currval('idem_keys_generation_seq'))::text WHERE NOT EXISTS (SELECT FROM ins);
 COMMIT;
 \endpipeline
