@@ -311,7 +311,7 @@ func TestSQLTxRoundTrips(t *testing.T) {
 	newKey("warm")
 	tr.reset()
 	newKey("a")
-	// BEGIN, bounds, claim, restore | INSERT | SELECT | completion, COMMIT
+	// BEGIN, bounds, key lock, look | INSERT | SELECT | completion, COMMIT
 	if trips, stmts, prep := tr.trips.Load(), tr.statements.Load(), tr.prepares.Load(); trips != 4 || stmts != 8 || prep != 0 {
 		t.Errorf("a new key: %d round trips, %d statements, %d prepares; want 4 round trips, 8 statements", trips, stmts, prep)
 	}
