@@ -850,9 +850,25 @@ func (*holdTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndDa
 // adapter rolling back while a go-sdk tool still runs on its session's
 // context) runs inside the transaction, and goes with it, or is refused;
 // it never runs after the end, on the connection the pool took back,
-// outside the claim. The end waits for the statement.
+// outside the claim. The end waits for the statement. The same holds for
+// a statement sent through database/sql (SQLTxFrom).
 func TestTxViewStatementAndEndExclusive(t *testing.T) {
 	parallelUnlessPooled(t)
+	for _, via := range []struct {
+		name string
+		exec func(ctx context.Context, sql string) error
+	}{
+		{"pgx", func(ctx context.Context, sql string) error { _, err := pgstore.TxFrom(ctx).Exec(ctx, sql); return err }},
+		{"database/sql", func(ctx context.Context, sql string) error {
+			_, err := pgstore.SQLTxFrom(ctx).ExecContext(ctx, sql)
+			return err
+		}},
+	} {
+		t.Run(via.name, func(t *testing.T) { testStatementAndEndExclusive(t, via.exec) })
+	}
+}
+
+func testStatementAndEndExclusive(t *testing.T, exec func(ctx context.Context, sql string) error) {
 	f := newTxFixture(t, pgstore.Options{})
 	tracer := &holdTracer{marker: "late_insert", entered: make(chan struct{}), release: make(chan struct{})}
 	cfg := testdb.Config(t, f.schema)
@@ -863,11 +879,9 @@ func TestTxViewStatementAndEndExclusive(t *testing.T) {
 	pgstore.SetTxEndWaits(s, func() { close(endWaits) })
 
 	_, tx := beginClaim(t, f.ctx, s, "a", txLimits, idem.Acquired)
-	work := pgstore.TxFrom(tx.Context(f.ctx))
 	statement := make(chan error, 1)
 	go func() {
-		_, err := work.Exec(f.ctx, `INSERT INTO invoices VALUES ('late') -- late_insert`)
-		statement <- err
+		statement <- exec(tx.Context(f.ctx), `INSERT INTO invoices VALUES ('late') -- late_insert`)
 	}()
 	<-tracer.entered // past the check, not yet sent
 	rolledBack := make(chan error, 1)
