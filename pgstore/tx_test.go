@@ -731,10 +731,11 @@ func TestTxRoundTrips(t *testing.T) {
 		op                func()
 		trips, statements int64
 	}{
-		// BEGIN, bounds, claim, restore | INSERT | completion, COMMIT
+		// BEGIN, bounds, the key's lock, the look (which puts the bounds
+		// back) | INSERT | the row with its answer, COMMIT
 		{"a new key: claim, insert, commit", func() { newKey("a") }, 3, 7},
 		{"the insert alone, in a transaction", func() { insertAlone("alone") }, 3, 3},
-		// BEGIN, bounds, claim, restore | ROLLBACK
+		// BEGIN, bounds, the key's lock, the look | ROLLBACK
 		{"a replay (no replay cache)", func() { beginClaim(t, ctx, s, "a", limits, idem.Completed) }, 2, 5},
 		{"a two-phase claim in flight", func() { beginClaim(t, ctx, s, "two-phase", limits, idem.InFlight) }, 2, 5},
 		{"a rollback", func() {
