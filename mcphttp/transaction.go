@@ -29,7 +29,9 @@ var inTx sync.Map // string -> *engine.Execution
 // TxContext returns ctx carrying the transaction the call req was claimed
 // in, when it runs in one (Options.InTransactionTools); ctx itself otherwise.
 // A go-sdk tool handler calls it first, then writes through the
-// transaction the store's package finds there (pgstore.TxFrom):
+// transaction the store's package finds there (pgstore.TxFrom, a pgx.Tx;
+// pgstore.SQLTxFrom, the same transaction as a *sql.Tx for database/sql
+// and the layers on it):
 //
 //	func(ctx context.Context, req *mcp.CallToolRequest, in Args) (*mcp.CallToolResult, Out, error) {
 //		ctx = mcphttp.TxContext(ctx, req)

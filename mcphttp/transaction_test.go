@@ -53,20 +53,42 @@ func newTxStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgstore.Store) {
 // retry replays the response and finds one row; a call that answers a
 // JSON-RPC error leaves nothing, and its retry runs the tool again. A tool
 // left out of InTransaction is claimed on its own and gets no transaction.
+// The tools write through pgx (pgstore.TxFrom) and through database/sql
+// (pgstore.SQLTxFrom) alike.
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
+	t.Run("pgx", func(t *testing.T) {
+		t.Parallel()
+		testInTransaction(t, func(ctx context.Context, customer string) (int64, error) {
+			tx := pgstore.TxFrom(ctx)
+			if tx == nil {
+				return 0, fmt.Errorf("no transaction in the tool's context")
+			}
+			var id int64
+			err := tx.QueryRow(ctx, `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id)
+			return id, err
+		})
+	})
+	t.Run("database/sql", func(t *testing.T) {
+		t.Parallel()
+		testInTransaction(t, func(ctx context.Context, customer string) (int64, error) {
+			tx := pgstore.SQLTxFrom(ctx)
+			if tx == nil {
+				return 0, fmt.Errorf("no transaction in the tool's context")
+			}
+			var id int64
+			err := tx.QueryRowContext(ctx, `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id)
+			return id, err
+		})
+	})
+}
+
+func testInTransaction(t *testing.T, write func(ctx context.Context, customer string) (int64, error)) {
 	ctx, pool, store := newTxStore(t)
 	var runs, failures atomic.Int64
 	server := mcp.NewServer(&mcp.Implementation{Name: "mcphttp-tx-test", Version: "1"}, nil)
 	insert := func(ctx context.Context, req *mcp.CallToolRequest, customer string) (int64, error) {
-		ctx = mcphttp.TxContext(ctx, req)
-		tx := pgstore.TxFrom(ctx)
-		if tx == nil {
-			return 0, fmt.Errorf("no transaction in the tool's context")
-		}
-		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO invoices (customer) VALUES ($1) RETURNING id`, customer).Scan(&id)
-		return id, err
+		return write(mcphttp.TxContext(ctx, req), customer)
 	}
 	mcp.AddTool(server, &mcp.Tool{Name: "create"}, func(ctx context.Context, req *mcp.CallToolRequest, in textArgs) (*mcp.CallToolResult, any, error) {
 		runs.Add(1)

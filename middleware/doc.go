@@ -64,11 +64,11 @@
 // # In a transaction
 //
 // With Options.InTransaction and an [idem.TxStore] (pgstore), the handler
-// writes its rows in the claim's transaction (pgstore.TxFrom), and claim,
-// rows and response commit together; the response is held until then
-// ([TypeCommitFailed] if it fails), any other ending rolls back, and a bound
-// PostgreSQL enforces is answered [TypeTransactionLimit]. See [design.md,
-// "Two ways to claim"].
+// writes its rows in the claim's transaction (pgstore.TxFrom, a pgx.Tx, or
+// pgstore.SQLTxFrom, a *sql.Tx), and claim, rows and response commit
+// together; the response is held until then ([TypeCommitFailed] if it
+// fails), any other ending rolls back, and a bound PostgreSQL enforces is
+// answered [TypeTransactionLimit]. See [design.md, "Two ways to claim"].
 //
 // # Observability
 //

@@ -26,7 +26,9 @@
 // # Exactly once in the same database
 //
 // [Store.BeginClaim] (the [idem.TxStore] behind InTransaction) claims the
-// key inside a transaction the work writes in through [TxFrom];
+// key inside a transaction the work writes in through [TxFrom] (a pgx.Tx)
+// or [SQLTxFrom] (the same transaction as a *sql.Tx, for database/sql and
+// the layers on it: sqlc, GORM, sqlx, bun);
 // [idem.TxClaim].Commit records the result and commits. The claim is a
 // transaction-scoped advisory lock on the key's hash, and the key's row is
 // written once, with its result, just before the COMMIT. A rollback leaves

@@ -2,10 +2,12 @@ package pgstore_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -96,4 +98,69 @@ func Example() {
 // TestExample runs Example on a fresh schema and checks what it prints.
 func TestExample(t *testing.T) {
 	testdb.RunExample(t, "example_test.go", "Example", Example)
+}
+
+// Work written against database/sql, in the transaction its claim was
+// taken in: the invoice, the claim and the recorded result commit
+// together, and a retry replays the result.
+//
+// It needs a database (DATABASE_URL), so it has no Output comment;
+// TestExampleSQLTxFrom runs it and checks what it prints.
+func ExampleSQLTxFrom() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := pgstore.New(pool, pgstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (
+		id bigserial PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	// insert is the work, on database/sql.
+	insert := func(ctx context.Context, tx *sql.Tx) (idem.Result, error) {
+		var id int64
+		err := tx.QueryRowContext(ctx, `INSERT INTO invoices (customer, amount_cents) VALUES ($1, $2) RETURNING id`,
+			"acme", 1200).Scan(&id)
+		return idem.Result{Status: 201, Body: fmt.Appendf(nil, `{"id":%d}`, id)}, err
+	}
+
+	key, _ := idem.ParseClientKey("order-42")
+	for range 2 { // the client retries
+		c, claim, err := store.BeginClaim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: key}, idem.TxLimits{Wait: 5 * time.Second})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if c.Status == idem.Completed {
+			fmt.Println("replayed:", c.Result.Status, string(c.Result.Body))
+			continue
+		}
+		wctx := claim.Context(ctx)
+		res, err := insert(wctx, pgstore.SQLTxFrom(wctx))
+		if err != nil {
+			_ = claim.Rollback(ctx) // nothing is left
+			log.Fatal(err)
+		}
+		if err := claim.Commit(ctx, res); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("created:", res.Status, string(res.Body))
+	}
+	// Prints:
+	// created: 201 {"id":1}
+	// replayed: 201 {"id":1}
+}
+
+// TestExampleSQLTxFrom runs ExampleSQLTxFrom on a fresh schema and checks
+// what it prints.
+func TestExampleSQLTxFrom(t *testing.T) {
+	testdb.RunExample(t, "example_test.go", "ExampleSQLTxFrom", ExampleSQLTxFrom)
 }

@@ -731,10 +731,11 @@ func TestTxRoundTrips(t *testing.T) {
 		op                func()
 		trips, statements int64
 	}{
-		// BEGIN, bounds, claim, restore | INSERT | completion, COMMIT
+		// BEGIN, bounds, the key's lock, the look (which puts the bounds
+		// back) | INSERT | the row with its answer, COMMIT
 		{"a new key: claim, insert, commit", func() { newKey("a") }, 3, 7},
 		{"the insert alone, in a transaction", func() { insertAlone("alone") }, 3, 3},
-		// BEGIN, bounds, claim, restore | ROLLBACK
+		// BEGIN, bounds, the key's lock, the look | ROLLBACK
 		{"a replay (no replay cache)", func() { beginClaim(t, ctx, s, "a", limits, idem.Completed) }, 2, 5},
 		{"a two-phase claim in flight", func() { beginClaim(t, ctx, s, "two-phase", limits, idem.InFlight) }, 2, 5},
 		{"a rollback", func() {
@@ -850,9 +851,25 @@ func (*holdTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndDa
 // adapter rolling back while a go-sdk tool still runs on its session's
 // context) runs inside the transaction, and goes with it, or is refused;
 // it never runs after the end, on the connection the pool took back,
-// outside the claim. The end waits for the statement.
+// outside the claim. The end waits for the statement. The same holds for
+// a statement sent through database/sql (SQLTxFrom).
 func TestTxViewStatementAndEndExclusive(t *testing.T) {
 	parallelUnlessPooled(t)
+	for _, via := range []struct {
+		name string
+		exec func(ctx context.Context, sql string) error
+	}{
+		{"pgx", func(ctx context.Context, sql string) error { _, err := pgstore.TxFrom(ctx).Exec(ctx, sql); return err }},
+		{"database/sql", func(ctx context.Context, sql string) error {
+			_, err := pgstore.SQLTxFrom(ctx).ExecContext(ctx, sql)
+			return err
+		}},
+	} {
+		t.Run(via.name, func(t *testing.T) { testStatementAndEndExclusive(t, via.exec) })
+	}
+}
+
+func testStatementAndEndExclusive(t *testing.T, exec func(ctx context.Context, sql string) error) {
 	f := newTxFixture(t, pgstore.Options{})
 	tracer := &holdTracer{marker: "late_insert", entered: make(chan struct{}), release: make(chan struct{})}
 	cfg := testdb.Config(t, f.schema)
@@ -863,11 +880,9 @@ func TestTxViewStatementAndEndExclusive(t *testing.T) {
 	pgstore.SetTxEndWaits(s, func() { close(endWaits) })
 
 	_, tx := beginClaim(t, f.ctx, s, "a", txLimits, idem.Acquired)
-	work := pgstore.TxFrom(tx.Context(f.ctx))
 	statement := make(chan error, 1)
 	go func() {
-		_, err := work.Exec(f.ctx, `INSERT INTO invoices VALUES ('late') -- late_insert`)
-		statement <- err
+		statement <- exec(tx.Context(f.ctx), `INSERT INTO invoices VALUES ('late') -- late_insert`)
 	}()
 	<-tracer.entered // past the check, not yet sent
 	rolledBack := make(chan error, 1)

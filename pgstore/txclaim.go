@@ -17,7 +17,7 @@ import (
 )
 
 // ErrTxOwned is returned by Commit and Rollback of the transaction a claim
-// was taken in ([TxFrom]) when the work calls them: the transaction belongs
+// was taken in ([TxFrom], [SQLTxFrom]) when the work calls them: the transaction belongs
 // to the claim, and is committed with the recorded result (or rolled back)
 // by whoever took it, the adapter or [Store.BeginClaim]'s caller. Nothing
 // happens. A savepoint (Begin on the transaction) is the work's to commit
@@ -57,6 +57,8 @@ type claimTx struct {
 	sessionStatementTimeout bool
 	// limit is the first bound a statement of the work met (see note).
 	limit atomic.Pointer[idem.TxLimitError]
+	// sql is the work's database/sql view of the transaction (SQLTxFrom).
+	sql claimSQL
 }
 
 // SQLSTATEs of PostgreSQL ending a transaction, or cancelling one of its
@@ -168,6 +170,7 @@ func TxFrom(ctx context.Context) pgx.Tx {
 // work, at one of its bounds, or ends it now (the work paused longer than
 // the idle bound before it returned).
 func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
+	c.closeSQL()
 	c.lock()
 	defer c.mu.Unlock()
 	switch c.state.Load() {
@@ -248,6 +251,7 @@ func (c *claimTx) completed(err error) error {
 // when PostgreSQL had ended the transaction, or cancelled a statement of
 // the work it did not get over, at one of its bounds.
 func (c *claimTx) Rollback(ctx context.Context) error {
+	c.closeSQL()
 	c.lock()
 	defer c.mu.Unlock()
 	if c.state.Load() != txOpen {

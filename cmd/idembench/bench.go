@@ -195,6 +195,7 @@ func setup(ctx context.Context, cfg config, stderr io.Writer) (*bench, func(), e
 	mux.Handle("POST "+pathDemo, mw(demoHandler(pool, store, fsql)))
 	mwTx := middleware.New(store, middleware.Options{Engine: engine.Options{Owner: "idembench"}, InTransaction: true})
 	mux.Handle("POST "+pathDemoOnetx, mwTx(demoTxHandler(fsql)))
+	mux.Handle("POST "+pathDemoOnetxS, mwTx(demoSQLTxHandler(fsql)))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {

@@ -142,6 +142,7 @@ func TestRunAllModes(t *testing.T) {
 	}
 	for _, want := range []string{"unique,1,throughput,req/s", "unique,1,ratio,of floor", "demo,1,ratio,of demo-floor",
 		"demo-onetx,1,ratio-http,of http-onetx-floor", "demo-onetx,1,ratio-insert,of http-insert",
+		"demo-onetx-sql,1,ratio-http,of http-onetx-floor",
 		"wait-wake-2,2,p99,ms", "wait-wake-2,1,p50,ms", "complete-waiters-0,2,p99,ms", "wait-onetx-wake-2,2,p99,ms"} {
 		if !seen[want] {
 			t.Errorf("CSV lacks a row %q; has %v", want, seen)

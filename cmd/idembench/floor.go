@@ -260,3 +260,23 @@ func demoTxHandler(fsql floorSQL) http.Handler {
 		handler(w, r)
 	})
 }
+
+// demoSQLTxHandler is demoTxHandler through database/sql
+// (demo-onetx-sql): the invoice is inserted through the claim's *sql.Tx
+// (pgstore.SQLTxFrom), on the same connection.
+func demoSQLTxHandler(fsql floorSQL) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		tx := pgstore.SQLTxFrom(r.Context())
+		if tx == nil {
+			http.Error(w, "no claim", http.StatusInternalServerError)
+			return
+		}
+		var id int64
+		if err := tx.QueryRowContext(r.Context(), fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		handler(w, r)
+	})
+}

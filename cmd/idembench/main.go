@@ -37,6 +37,9 @@
 //	demo-onetx  the demo's POST /invoices on the one-commit path: the claim,
 //	            the invoice and the response in one transaction
 //	            (middleware.Options.InTransaction)
+//	demo-onetx-sql
+//	            demo-onetx with the invoice inserted through database/sql, on
+//	            the claim's *sql.Tx (pgstore.SQLTxFrom)
 //	wait        not a throughput mode: the time from a completion's commit
 //	            to its waiters' wake, with -instances stores (each its own
 //	            pool and LISTEN connection) and -waiters waiters per key, on

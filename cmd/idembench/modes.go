@@ -36,11 +36,12 @@ const (
 	modeHTTPOnetxFlr  = "http-onetx-floor"
 	modeHTTPMinimum   = "http-minimum"
 	modeDemoOnetx     = "demo-onetx"
+	modeDemoOnetxSQL  = "demo-onetx-sql"
 	modeWait          = "wait"
 )
 
 var allModes = []string{modeFloor, modeHTTPFloor, modeStore, modeHTTPBare, modeUnique, modeReplay, modeMixed,
-	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx}
+	modeDemoFloor, modeHTTPDemoFloor, modeDemo, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx, modeDemoOnetxSQL}
 
 // The request every HTTP mode sends, and the response the handler gives.
 const (
@@ -55,6 +56,7 @@ const (
 	pathOnetxFloor = "/onetx-floor"
 	pathMinimum    = "/minimum"
 	pathDemoOnetx  = "/demo-onetx"
+	pathDemoOnetxS = "/demo-onetx-sql"
 )
 
 // handler is the service's side effect: a small JSON 201, the same bare and
@@ -86,9 +88,10 @@ func (b *bench) opFor(ctx context.Context, mode string) (op, error) {
 		return b.floorOp(false), nil
 	case modeDemoFloor:
 		return b.floorOp(true), nil
-	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx:
+	case modeHTTPFloor, modeHTTPDemoFloor, modeHTTPInsert, modeHTTPOnetxFlr, modeHTTPMinimum, modeDemoOnetx, modeDemoOnetxSQL:
 		path := map[string]string{modeHTTPFloor: pathFloor, modeHTTPDemoFloor: pathDemoFloor,
-			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeHTTPMinimum: pathMinimum, modeDemoOnetx: pathDemoOnetx}[mode]
+			modeHTTPInsert: pathInsert, modeHTTPOnetxFlr: pathOnetxFloor, modeHTTPMinimum: pathMinimum, modeDemoOnetx: pathDemoOnetx,
+			modeDemoOnetxSQL: pathDemoOnetxS}[mode]
 		return func(ctx context.Context, w *worker) error {
 			return b.post(ctx, path, b.newKey(mode, w), false)
 		}, nil

@@ -32,13 +32,14 @@ var ratioBase = map[string]string{
 
 // httpRatioBase names the second comparison: the same database work by
 // hand behind the same HTTP server and client, without idem: what idem
-// alone costs. demo (two commits) against http-demo-floor, demo-onetx (one)
-// against http-onetx-floor.
+// alone costs. demo (two commits) against http-demo-floor, demo-onetx and
+// demo-onetx-sql (one) against http-onetx-floor.
 var httpRatioBase = map[string]string{
-	modeUnique:    modeHTTPFloor,
-	modeMixed:     modeHTTPFloor,
-	modeDemo:      modeHTTPDemoFloor,
-	modeDemoOnetx: modeHTTPOnetxFlr,
+	modeUnique:       modeHTTPFloor,
+	modeMixed:        modeHTTPFloor,
+	modeDemo:         modeHTTPDemoFloor,
+	modeDemoOnetx:    modeHTTPOnetxFlr,
+	modeDemoOnetxSQL: modeHTTPOnetxFlr,
 }
 
 // insertRatioBase names the third comparison, for the invoice modes: the
@@ -50,6 +51,7 @@ var insertRatioBase = map[string]string{
 	modeHTTPOnetxFlr:  modeHTTPInsert,
 	modeHTTPMinimum:   modeHTTPInsert,
 	modeDemoOnetx:     modeHTTPInsert,
+	modeDemoOnetxSQL:  modeHTTPInsert,
 }
 
 // ratio returns r's throughput as a share of the throughput of the mode
