@@ -2,13 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -207,6 +205,6 @@ func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 }
 
 func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable
+	pgErr := pgError(err)
+	return pgErr != nil && pgErr.Code == lockNotAvailable
 }

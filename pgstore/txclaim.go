@@ -72,8 +72,8 @@ const (
 // statement_timeout is in force; an operator's pg_cancel_backend reads the
 // same); nil for any other error.
 func (c *claimTx) limitOf(ctx context.Context, err error) *idem.TxLimitError {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
+	pgErr := pgError(err)
+	if pgErr == nil {
 		return nil
 	}
 	switch {
