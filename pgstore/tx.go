@@ -200,7 +200,8 @@ func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
 			createdAt: found.now, takenOver: found.generation},
 		statementTimeout: time.Duration(found.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: found.sessions}
-	c.view = &txView{Tx: b.tx, claim: c, top: true}
+	c.topView = txView{Tx: b.tx, claim: c, top: true}
+	c.view = &c.topView
 	return c
 }
 
