@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -60,20 +61,13 @@ type resultJSON struct {
 // can be megabytes, and the generic encoder would copy it three times
 // (string conversion, encoding, growth).
 func (r Result) MarshalJSON() ([]byte, error) {
-	var header []byte
+	header := r.Header
 	headerField := "header"
-	if r.Header != nil {
-		h := r.Header
-		if !headerIsText(h) {
-			h, headerField = headerBase64(h), "header_base64"
-		}
-		var err error
-		if header, err = json.Marshal(h); err != nil {
-			return nil, fmt.Errorf("idem: encoding result header: %w", err)
-		}
+	if header != nil && !headerIsText(header) {
+		header, headerField = headerBase64(header), "header_base64"
 	}
 	text := jsonb.IsText(r.Body)
-	size := len(`{"status":,"header_base64":,"body_base64":"","unreplayable":true}`) + 20 + len(header)
+	size := len(`{"status":,"header_base64":,"body_base64":"","unreplayable":true}`) + 20 + headerJSONSize(header)
 	if text {
 		size += len(r.Body) + len(r.Body)/16 // room for a few escapes
 	} else {
@@ -93,7 +87,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	}
 	if r.Header != nil {
 		field(headerField)
-		b = append(b, header...)
+		b = appendHeaderJSON(b, header)
 	}
 	switch {
 	case len(r.Body) == 0:
@@ -130,6 +124,103 @@ func headerIsText(h map[string][]string) bool {
 	return true
 }
 
+// appendHeaderJSON appends h as encoding/json encodes it, byte for byte
+// (keys sorted, strings escaped as [appendJSONStringHTMLSafe] does), without
+// the reflection and copies of json.Marshal. h is not nil.
+func appendHeaderJSON(b []byte, h map[string][]string) []byte {
+	var stack [16]string
+	keys := stack[:0]
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONStringHTMLSafe(b, k)
+		b = append(b, ':')
+		vs := h[k]
+		if vs == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '[')
+		for j, v := range vs {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONStringHTMLSafe(b, v)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// headerJSONSize is about the size of h's encoding, for the buffer's
+// capacity: a few escapes beyond it only make the buffer grow once.
+func headerJSONSize(h map[string][]string) int {
+	if h == nil {
+		return 0
+	}
+	n := 2
+	for k, vs := range h {
+		n += len(k) + 6
+		for _, v := range vs {
+			n += len(v) + 3
+		}
+	}
+	return n
+}
+
+// appendJSONStringHTMLSafe appends s quoted as encoding/json quotes a string
+// (with its default HTML escaping): <, > and & as \u003c, \u003e and \u0026,
+// U+2028 and U+2029 escaped, invalid UTF-8 as \ufffd, \b and \f short.
+func appendJSONStringHTMLSafe(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = appendASCIIEscape(b, c, hex)
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
 func headerBase64(h map[string][]string) map[string][]string {
 	enc := base64.StdEncoding.EncodeToString
 	out := make(map[string][]string, len(h))
@@ -164,6 +255,23 @@ func headerFromBase64(h map[string][]string) (map[string][]string, error) {
 	return out, nil
 }
 
+// appendASCIIEscape appends the JSON escape of the ASCII byte c: a quote or
+// backslash escaped, \n, \r and \t short, any other as \u00XX in the digits
+// hex.
+func appendASCIIEscape(b []byte, c byte, hex string) []byte {
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+}
+
 // appendJSONString appends s, valid UTF-8, as a JSON string: quotes,
 // backslashes and control characters escaped, everything else as is.
 func appendJSONString(b, s []byte) []byte {
@@ -173,19 +281,7 @@ func appendJSONString(b, s []byte) []byte {
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
+		b = appendASCIIEscape(append(b, s[start:i]...), c, hexDigits)
 		start = i + 1
 	}
 	b = append(b, s[start:]...)

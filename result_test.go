@@ -99,3 +99,24 @@ func FuzzUnquoteInPlace(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHeaderJSONMatchesEncodingJSON checks the result header's hand-written
+// encoder against encoding/json, byte for byte: escapes of every kind,
+// invalid UTF-8, U+2028, HTML characters, nil and empty values, key order.
+func FuzzHeaderJSONMatchesEncodingJSON(f *testing.F) {
+	f.Add("Content-Type", "application/json", "X-B", "<a & b>\u2028\u2029", false)
+	f.Add("", "\x00\b\f\n\r\t\x1f\x7f\"\\", "a", "\xff\xed\xa0\x80é", true)
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, nilValue bool) {
+		h := map[string][]string{k1: {v1, v2}, k2: {}}
+		if nilValue {
+			h[k2] = nil
+		}
+		want, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendHeaderJSON(nil, h); string(got) != string(want) {
+			t.Fatalf("appendHeaderJSON(%q) = %s, encoding/json %s", h, got, want)
+		}
+	})
+}

@@ -79,6 +79,20 @@ func ExplainTxLimit(le *idem.TxLimitError) string {
 	return fmt.Sprintf("a statement of the work ran longer than MaxExecution (%v, its %s), and the database cancelled it; raise MaxExecution", le.Bound, le.Setting)
 }
 
+// txLimitIn returns the *idem.TxLimitError in err's chain, or nil. It
+// looks only at a non-nil err: errors.As's target escapes to the heap, and
+// a transaction that commits calls this with nil.
+func txLimitIn(err error) *idem.TxLimitError {
+	if err == nil {
+		return nil
+	}
+	var le *idem.TxLimitError
+	if errors.As(err, &le) {
+		return le
+	}
+	return nil
+}
+
 // txLimitHit keeps and logs le, the bound at which the database ended the
 // claim's transaction: nothing committed, the key is free again, and the
 // operator must know which setting to raise. The release is reported
@@ -130,8 +144,7 @@ func (x *Execution) Commit(res idem.Result) error {
 		return err
 	}
 	if err := x.commitTx(res); err != nil {
-		var le *idem.TxLimitError
-		if errors.As(err, &le) {
+		if le := txLimitIn(err); le != nil {
 			x.txLimitHit(le) // the release is reported by Finish
 			return err
 		}
@@ -168,7 +181,7 @@ func (x *Execution) txVerdict(v Verdict) Verdict {
 // transaction). A commit is not tried again: a failed one rolled back.
 func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale bool) {
 	err := x.commitTx(res)
-	var le *idem.TxLimitError
+	le := txLimitIn(err)
 	switch {
 	case err == nil:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
@@ -177,7 +190,7 @@ func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale b
 		}
 	case errors.Is(err, idem.ErrStaleClaim):
 		x.stale(err, ran, reportStale)
-	case errors.As(err, &le):
+	case le != nil:
 		x.txLimitHit(le)
 		x.e.observe(x.req, idem.Event{Kind: idem.EventReleased, Err: le, Status: res.Status, Duration: ran})
 	default:
@@ -195,8 +208,7 @@ func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
 	err := x.tx.Rollback(ctx)
 	cancel()
 	x.txEnded = true
-	var le *idem.TxLimitError
-	if errors.As(err, &le) {
+	if le := txLimitIn(err); le != nil {
 		x.txLimitHit(le)
 		err = nil
 	}

@@ -34,6 +34,10 @@ type call struct {
 	committedStatus int
 	// final is the verdict the handler's return gave.
 	final engine.Verdict
+	// held is what rec.held points to while the response is held back
+	// (holdBack), kept in the call so that holding costs no allocation of
+	// its own.
+	held held
 }
 
 // holdBack holds the response back until the claim's transaction commits
@@ -43,7 +47,7 @@ func (c *call) holdBack() {
 	if h := c.rec.W.Header(); len(h) > 0 {
 		before = h.Clone()
 	}
-	c.rec.held = &held{before: before, spill: func(res idem.Result) error {
+	c.held = held{before: before, spill: func(res idem.Result) error {
 		if err := c.x.Commit(res); err != nil {
 			c.commit = commitFailed
 			return err
@@ -51,6 +55,7 @@ func (c *call) holdBack() {
 		c.commit, c.committedStatus = committed, res.Status
 		return nil
 	}}
+	c.rec.held = &c.held
 }
 
 // sendHeld sends the response held back, once the handler returned and the

@@ -52,7 +52,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key, err := h.cfg.key(r)
-	var missing *MissingKeyError
 	switch {
 	case errors.Is(err, ErrNoKey):
 		if h.cfg.keyOptional {
@@ -61,6 +60,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		want := "an idempotency key"
+		// Declared here, not before the switch: errors.As's target
+		// escapes, and every request with a key would allocate it.
+		var missing *MissingKeyError
 		if errors.As(err, &missing) {
 			want = missing.Want
 		}

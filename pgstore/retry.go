@@ -2,10 +2,7 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/internal/pause"
 )
@@ -24,8 +21,8 @@ const maxSerializationAttempts = 20
 // snapshot, decides as it would have. It is not used inside a caller's
 // transaction (CompleteTx): there the caller must roll back and retry.
 func retryable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+	pgErr := pgError(err)
+	return pgErr != nil && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 // pauseBeforeSerializationRetry waits a short random time (up to 2 ms,

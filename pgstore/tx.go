@@ -2,13 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -202,11 +200,12 @@ func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
 			createdAt: found.now, takenOver: found.generation, labels: b.req.Labels.Clip()},
 		statementTimeout: time.Duration(found.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: found.sessions}
-	c.view = &txView{Tx: b.tx, claim: c, top: true}
+	c.topView = txView{Tx: b.tx, claim: c, top: true}
+	c.view = &c.topView
 	return c
 }
 
 func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable
+	pgErr := pgError(err)
+	return pgErr != nil && pgErr.Code == lockNotAvailable
 }

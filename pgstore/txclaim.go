@@ -33,7 +33,10 @@ type claimTx struct {
 	tx   pgx.Tx // pgx's transaction on conn
 	tok  idem.Token
 	row  txRow
-	view *txView
+	view *txView // &topView
+	// topView is the work's view of the whole transaction, kept in the
+	// claim so that a claim is one allocation, not two.
+	topView txView
 	// state is txOpen until Commit or Rollback ended the transaction and
 	// gave the connection back to the pool: the work's view refuses to
 	// touch it from then on.
@@ -74,8 +77,8 @@ const (
 // statement_timeout is in force; an operator's pg_cancel_backend reads the
 // same); nil for any other error.
 func (c *claimTx) limitOf(ctx context.Context, err error) *idem.TxLimitError {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
+	pgErr := pgError(err)
+	if pgErr == nil {
 		return nil
 	}
 	switch {
