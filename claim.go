@@ -3,6 +3,7 @@ package idem
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Token is proof that one caller, and only that caller, owns a key right now.
@@ -49,6 +50,52 @@ type ClaimRequest struct {
 	// [TxStore.BeginClaim] takes its wait from [TxLimits] instead;
 	// [ClaimWait] sets it to what is left of its own wait.
 	Wait time.Duration
+	// Labels describe the request for operators, and are stored with a
+	// claim the request makes; they never decide anything. The zero value
+	// stores none.
+	Labels Labels
+}
+
+// Labels describe the request that claimed a key, so that an operator who
+// knows only a client's key can tell the rows of that key apart (idem
+// inspect, idem keys). They are stored in clear: never a credential, a
+// session id or a key. Each field is at most [MaxLabelLen] bytes; a store
+// cuts a longer one.
+type Labels struct {
+	// Method is the request's method: the HTTP method ("POST"), or the MCP
+	// method ("tools/call"). Empty: not recorded.
+	Method string
+	// Route is the endpoint the request was for: the route pattern
+	// ("POST /payments/{id}" as an http.ServeMux matched it) or the
+	// request's path, or an MCP call's tool name. Empty: not recorded.
+	Route string
+	// Caller names who sent the request, in a form that is not a secret:
+	// the principal an application's Principal function returns (a user or
+	// account id). Empty: not recorded.
+	Caller string
+}
+
+// MaxLabelLen is the longest a [Labels] field is stored.
+const MaxLabelLen = 200
+
+// Clip returns l with each field cut to [MaxLabelLen] bytes, at a UTF-8
+// character boundary.
+func (l Labels) Clip() Labels {
+	return Labels{Method: clipLabel(l.Method), Route: clipLabel(l.Route), Caller: clipLabel(l.Caller)}
+}
+
+func clipLabel(s string) string {
+	if len(s) <= MaxLabelLen {
+		return s
+	}
+	s = s[:MaxLabelLen]
+	for len(s) > 0 {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size > 1 {
+			break
+		}
+		s = s[:len(s)-1] // part of a character cut in two
+	}
+	return s
 }
 
 // Validate reports whether a store may accept req: its key passes

@@ -73,6 +73,54 @@ const (
 	// retry, or a caller who means a second, identical call. Reported
 	// only when the guard is on, whatever it then does.
 	EventKeyRotated
+	// EventRefused: the adapter answered the request itself, instead of
+	// the handler, because it cannot be deduplicated as sent: Reason says
+	// why (one of the Refused* reasons), Status is the HTTP status the
+	// adapter answered with (zero when the engine reports it, a key the
+	// store rejected, and from an RPC door, which answers with a status
+	// code). The handler did not run. Scope and Key are empty
+	// when the request got no further than them.
+	EventRefused
+	// EventUnprotected: the request ran without deduplication: Reason
+	// says why ([UnprotectedNoKey], [UnprotectedFailOpen]). A retry of it
+	// runs again.
+	EventUnprotected
+)
+
+// The reasons of an [EventRefused] (Event.Reason): what was wrong with the
+// request the adapter refused.
+const (
+	// RefusedMissingKey: a request that must carry a key carried none
+	// (the middleware, 400).
+	RefusedMissingKey = "missing_key"
+	// RefusedInvalidKey: the key is not a valid key (empty, too long, not
+	// printable, two that disagree), or the store rejected it (400; a
+	// JSON-RPC error in mcphttp).
+	RefusedInvalidKey = "invalid_key"
+	// RefusedBodyTooLarge: the body is larger than the adapter records
+	// (the middleware's MaxBodyBytes, 413).
+	RefusedBodyTooLarge = "body_too_large"
+	// RefusedBodyUnreadable: the body could not be read (400).
+	RefusedBodyUnreadable = "body_unreadable"
+	// RefusedUnscopedCookies: the request carries cookies but no
+	// credential the adapter knows, and the service has not named its
+	// session cookies: whose request it is cannot be told (500).
+	RefusedUnscopedCookies = "unscoped_cookies"
+	// RefusedInvalidRequest: the JSON-RPC envelope cannot be deduplicated
+	// (an id that is not a string or a safe integer, a repeated member;
+	// mcphttp, 400).
+	RefusedInvalidRequest = "invalid_request"
+)
+
+// The reasons of an [EventUnprotected] (Event.Reason).
+const (
+	// UnprotectedNoKey: a request without a key ran unprotected, as
+	// configured (the middleware's KeyOptional; an MCP call with neither
+	// an idempotency key nor a session to key it by).
+	UnprotectedNoKey = "no_key"
+	// UnprotectedFailOpen: the store failed, and the request ran
+	// unprotected (the middleware's FailOpen).
+	UnprotectedFailOpen = "fail_open"
 )
 
 func (k EventKind) String() string {
@@ -101,6 +149,10 @@ func (k EventKind) String() string {
 		return "left"
 	case EventKeyRotated:
 		return "key rotated"
+	case EventRefused:
+		return "refused"
+	case EventUnprotected:
+		return "unprotected"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -133,11 +185,16 @@ type Event struct {
 	// Takeover reports, on EventClaimed, that the key was taken over from
 	// a claim whose lease had run out (an owner crashed or stalled).
 	Takeover bool
+	// Reason says why, on EventRefused and EventUnprotected: one of the
+	// Refused* or Unprotected* constants. Empty on the other kinds.
+	Reason string
 }
 
-// KeyDigest is how a (scope, key) appears in logs: the first 16 hex digits
-// of SHA-256 over scope, a NUL byte and key, enough to correlate log lines
-// without disclosing a client's key or session.
+// KeyDigest is how a (scope, key) appears in logs (key_digest), spans
+// (idem.key.digest), errors and the idem CLI: the first 16 hex digits of
+// SHA-256 over scope, a NUL byte and key, enough to correlate log lines
+// without disclosing a client's key or session. "idem digest" computes it
+// from a key, and "idem inspect --digest" finds the key's row from it.
 func KeyDigest(scope string, key Key) string {
 	h := sha256.New()
 	h.Write([]byte(scope))
@@ -145,6 +202,20 @@ func KeyDigest(scope string, key Key) string {
 	h.Write([]byte(key.s))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+}
+
+// IsKeyDigest reports whether s has the form of a [KeyDigest]: 16
+// lower-case hex digits.
+func IsKeyDigest(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // LogValue logs a token as its key's digest and its generation, never the

@@ -36,6 +36,10 @@ type Entry struct {
 	CompletedAt time.Time // StateCompleted
 	ExpiresAt   time.Time // StateCompleted: end of retention; zero means never
 	Result      Result    // StateCompleted
+	// Labels are those of the request that claimed the current
+	// generation, clipped ([Labels.Clip]); zero when it gave none or the
+	// store keeps none.
+	Labels Labels
 }
 
 // leaseOver reports whether a claimed entry's lease has run out at now.
@@ -144,7 +148,8 @@ const entryOverhead = 256
 
 // entrySize is what an entry counts against [StateMachineConfig.MaxBytes].
 func entrySize(sk scopedKey, e *Entry) int64 {
-	n := entryOverhead + len(sk.scope) + len(sk.key.String()) + len(e.Fingerprint) + len(e.Owner) + len(e.Result.Body)
+	n := entryOverhead + len(sk.scope) + len(sk.key.String()) + len(e.Fingerprint) + len(e.Owner) + len(e.Result.Body) +
+		len(e.Labels.Method) + len(e.Labels.Route) + len(e.Labels.Caller)
 	for name, vs := range e.Result.Header {
 		n += len(name)
 		for _, v := range vs {
@@ -202,6 +207,7 @@ func (t *StateMachine) Claim(req ClaimRequest, now time.Time) (Claim, error) {
 		State:       StateClaimed,
 		Fingerprint: req.Fingerprint,
 		Owner:       req.Owner,
+		Labels:      req.Labels.Clip(),
 		CreatedAt:   now,
 		LeaseEnd:    now.Add(lease),
 	}

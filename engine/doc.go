@@ -63,14 +63,17 @@
 //
 // # Retry-After
 //
-// A key in flight is retried after the holder's remaining lease, clamped to
-// [[MinRetryAfter], Lease], else Options.RetryAfter; an unavailable store
-// after its hint ([idem.UnavailableError].RetryAfter), else
-// Options.RetryAfter.
+// A key in flight is retried after how long the engine's work typically
+// runs (a moving average of the runs it recorded), else the wait a retry is
+// granted (Options.Wait), clamped to [[MinRetryAfter], the holder's
+// remaining lease (itself at most Lease)]; else Options.RetryAfter when the
+// lease end is unknown. An unavailable store after its hint
+// ([idem.UnavailableError].RetryAfter), else Options.RetryAfter.
 //
 // # Events
 //
-// Every [idem.Event] carries Options.Adapter. Every claim reported claimed
+// Every [idem.Event] carries Options.Adapter. A key the store rejected is
+// reported refused (reason invalid_key). Every claim reported claimed
 // ends in completed, released, left, stale, a store error or lease lost. No
 // goroutine or timer outlives [Execution.Finish].
 //

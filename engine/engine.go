@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -171,6 +172,10 @@ type Engine struct {
 	shutdown     context.Context
 	owner        string
 	logger       *slog.Logger
+	// typicalRun is how long the work of this engine's claims runs, as a
+	// moving average of the recorded ones (nanoseconds; zero until one
+	// is recorded): the retry hint of a duplicate in flight.
+	typicalRun atomic.Int64
 }
 
 // New returns an engine over store. It panics if store is nil or opts is
@@ -427,16 +432,38 @@ func (e *Engine) claim(ctx context.Context, req *Request, wait time.Duration) De
 	case idem.Completed:
 		return Decision{Outcome: Replay, Claim: claim}
 	case idem.InFlight:
-		retry := e.retryAfter
-		if !claim.LeaseEnd.IsZero() {
-			// The lease end is on the store's clock: clamped, so that
-			// a skewed clock cannot produce an absurd delay.
-			retry = min(max(time.Until(claim.LeaseEnd), MinRetryAfter), e.lease)
-		}
-		return Decision{Outcome: InFlight, Claim: claim, RetryAfter: retry}
+		return Decision{Outcome: InFlight, Claim: claim, RetryAfter: e.inFlightRetry(claim.LeaseEnd)}
 	}
 	return Decision{Outcome: Unavailable, Claim: claim, RetryAfter: e.retryAfter,
 		Err: fmt.Errorf("engine: store returned an unknown claim status %v", claim.Status)}
+}
+
+// inFlightRetry is the retry hint of a duplicate whose holder's lease ends
+// at leaseEnd: how long this engine's work typically runs, else the wait a
+// retry would be granted, never longer than the lease has left (a retry
+// then takes the key over), nor shorter than MinRetryAfter. The lease end
+// is on the store's clock: clamped to the lease, so that a skewed clock
+// cannot produce an absurd delay. With no lease end known (a claim in a
+// transaction still open), Options.RetryAfter.
+func (e *Engine) inFlightRetry(leaseEnd time.Time) time.Duration {
+	if leaseEnd.IsZero() {
+		return e.retryAfter
+	}
+	left := min(max(time.Until(leaseEnd), MinRetryAfter), e.lease)
+	hint := cmp.Or(time.Duration(e.typicalRun.Load()), e.wait, left)
+	return min(max(hint, MinRetryAfter), left)
+}
+
+// recordRun adds the run time of a recorded result to the typical run
+// time: a moving average that weighs the last run an eighth. Two runs
+// recorded at once may lose one's update, which a hint can afford.
+func (e *Engine) recordRun(ran time.Duration) {
+	old := e.typicalRun.Load()
+	if old == 0 {
+		e.typicalRun.Store(max(int64(ran), 1))
+		return
+	}
+	e.typicalRun.Store(max(old+(int64(ran)-old)/8, 1))
 }
 
 // CacheClaimer is an optional interface of an [idem.Store] that can answer

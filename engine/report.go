@@ -33,13 +33,19 @@ func (e *Engine) Report(ctx context.Context, req *Request, d Decision) {
 	case Unavailable:
 		ev.Kind, ev.Op, ev.Err = idem.EventStoreError, "claim", d.Err
 		e.log(ctx, slog.LevelWarn, "idempotency store failed; the request was not run", req, slog.Any("err", d.Err))
-	default: // InvalidKey, RequestEnded: the request never got as far as a key
+	case InvalidKey:
+		ev.Kind, ev.Reason = idem.EventRefused, idem.RefusedInvalidKey
+		e.log(ctx, slog.LevelInfo, "the store rejected the idempotency key", req, slog.Any("err", d.Err))
+	default: // RequestEnded: the client left, or the server ended the request
 		return
 	}
 	e.observe(req, ev)
 }
 
 func (e *Engine) observe(req *Request, ev idem.Event) {
+	if ev.Kind == idem.EventCompleted {
+		e.recordRun(ev.Duration)
+	}
 	if req.Observe == nil {
 		return
 	}
@@ -53,7 +59,7 @@ func (e *Engine) log(ctx context.Context, level slog.Level, msg string, req *Req
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	attrs = append(attrs, slog.String("key_hash", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
+	attrs = append(attrs, slog.String("key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
 	if e.adapter != "" {
 		attrs = append(attrs, slog.String("adapter", e.adapter))
 	}

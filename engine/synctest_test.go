@@ -428,9 +428,11 @@ func TestSynctestLeftAfterACutOff(t *testing.T) {
 }
 
 // TestSynctestWaitAndRetryAfter: a duplicate waits Options.Wait for the
-// holder, no longer, then is answered in flight with Retry-After the time
-// left on the holder's lease; a holder that completes within the wait is
-// replayed at the moment it completes.
+// holder, no longer, then is answered in flight with Retry-After the wait
+// a retry would be granted (before any run was recorded), never more than
+// the time left on the holder's lease; a holder that completes within the
+// wait is replayed at the moment it completes. Once runs were recorded,
+// Retry-After is how long they typically ran.
 func TestSynctestWaitAndRetryAfter(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -443,8 +445,16 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 		eng := engine.New(store, engine.Options{Lease: 10 * time.Second, Wait: 2 * time.Second})
 		start := time.Now()
 		d := eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
-		if took := time.Since(start); d.Outcome != engine.InFlight || took != 2*time.Second || d.RetryAfter != 8*time.Second {
-			t.Errorf("duplicate: %v after %v, Retry-After %v; want in flight after the 2s wait, Retry-After 8s", d.Outcome, took, d.RetryAfter)
+		if took := time.Since(start); d.Outcome != engine.InFlight || took != 2*time.Second || d.RetryAfter != 2*time.Second {
+			t.Errorf("duplicate: %v after %v, Retry-After %v; want in flight after the 2s wait, Retry-After 2s (the wait)", d.Outcome, took, d.RetryAfter)
+		}
+		time.Sleep(5 * time.Second) // 1s left on the holder's lease after the wait
+		if d = eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}}); d.Outcome != engine.InFlight || d.RetryAfter != time.Second {
+			t.Errorf("duplicate near the lease end: %v, Retry-After %v; want in flight, Retry-After 1s (the lease left)", d.Outcome, d.RetryAfter)
+		}
+		time.Sleep(time.Second) // the holder's lease ran out: it takes its key over
+		if holder, err = store.Claim(t.Context(), idem.ClaimRequest{Key: k, Lease: 10 * time.Second}); err != nil || holder.Status != idem.Acquired {
+			t.Fatalf("the holder's takeover: %+v, %v", holder, err)
 		}
 
 		time.AfterFunc(700*time.Millisecond, func() {
@@ -454,6 +464,22 @@ func TestSynctestWaitAndRetryAfter(t *testing.T) {
 		d = eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: k}})
 		if took := time.Since(start); d.Outcome != engine.Replay || took != 700*time.Millisecond {
 			t.Errorf("duplicate of a holder that completes at 700ms: %v after %v, want a replay at 700ms", d.Outcome, took)
+		}
+
+		// A run of 3s recorded through the engine: the next duplicate's
+		// hint.
+		ran, _ := idem.ParseClientKey("ran")
+		req := &engine.Request{Claim: idem.ClaimRequest{Key: ran}}
+		eng.Start(t.Context(), req, eng.Claim(t.Context(), req)).Do(func(context.Context) engine.Verdict {
+			time.Sleep(3 * time.Second)
+			return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 200}}
+		}, nil)
+		held, _ := idem.ParseClientKey("held again")
+		if _, err := store.Claim(t.Context(), idem.ClaimRequest{Key: held, Lease: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if d = eng.Claim(t.Context(), &engine.Request{Claim: idem.ClaimRequest{Key: held}}); d.Outcome != engine.InFlight || d.RetryAfter != 3*time.Second {
+			t.Errorf("duplicate after a 3s run: %v, Retry-After %v; want in flight, Retry-After 3s (the typical run)", d.Outcome, d.RetryAfter)
 		}
 	})
 }

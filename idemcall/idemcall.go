@@ -91,6 +91,7 @@ type Options struct {
 // concurrent use; make one per store and share it.
 type Caller struct {
 	eng     *engine.Engine
+	adapter string
 	inTx    bool
 	codec   Codec
 	observe func(idem.Event)
@@ -112,7 +113,7 @@ func New(store idem.Store, opts Options) *Caller {
 	if opts.Codec == nil {
 		opts.Codec = JSON
 	}
-	return &Caller{eng: engine.New(store, opts.Engine), inTx: opts.InTransaction, codec: opts.Codec, observe: opts.Observe}
+	return &Caller{eng: engine.New(store, opts.Engine), adapter: opts.Engine.Adapter, inTx: opts.InTransaction, codec: opts.Codec, observe: opts.Observe}
 }
 
 // Call names one call: the key it runs once under, in a scope, and what
@@ -131,6 +132,10 @@ type Call struct {
 	// [idem.ErrFingerprintMismatch], and runs nothing. Empty means the key
 	// alone identifies the call. [Fingerprint] makes one from the input.
 	Fingerprint string
+	// Labels are stored with the claim, for operators (idem inspect, idem
+	// keys): what was called, and by whom, in words that are not secrets.
+	// The zero value stores none.
+	Labels idem.Labels
 }
 
 // Fingerprint returns a fingerprint for a [Call] from the parts of its
@@ -270,10 +275,11 @@ func Do[T any](ctx context.Context, c *Caller, call Call, fn func(ctx context.Co
 func (c *Caller) DoResult(ctx context.Context, call Call, fn func(ctx context.Context) (idem.Result, error)) (res idem.Result, replayed bool, err error) {
 	key, err := idem.ParseClientKey(call.Key)
 	if err != nil {
+		c.Report(idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: call.Scope})
 		return idem.Result{}, false, err
 	}
 	req := &engine.Request{
-		Claim:         idem.ClaimRequest{Scope: call.Scope, Key: key, Fingerprint: call.Fingerprint},
+		Claim:         idem.ClaimRequest{Scope: call.Scope, Key: key, Fingerprint: call.Fingerprint, Labels: call.Labels},
 		Observe:       c.observe,
 		InTransaction: c.inTx,
 	}
@@ -306,4 +312,16 @@ func (c *Caller) DoResult(ctx context.Context, call Call, fn func(ctx context.Co
 		return idem.Result{}, false, &CommitError{Limit: x.TxLimitErr()}
 	}
 	return res, false, err
+}
+
+// Report reports e, a call answered without the engine (refused before a
+// claim, or run unprotected), to Options.Observe, with the Caller's
+// adapter name. A door on the Caller reports its own refusals with it, as
+// the HTTP adapters do theirs.
+func (c *Caller) Report(e idem.Event) {
+	if c.observe == nil {
+		return
+	}
+	e.Adapter = c.adapter
+	c.observe(e)
 }

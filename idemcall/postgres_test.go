@@ -251,10 +251,34 @@ func TestNewPanics(t *testing.T) {
 	}
 }
 
+// TestInvalidKey: a key that is not a valid key fails the call, runs
+// nothing, and is reported as a refusal, as the HTTP adapters report
+// theirs.
 func TestInvalidKey(t *testing.T) {
-	caller := idemcall.New(memstore.New(memstore.Options{}), idemcall.Options{})
-	_, _, err := idemcall.Do(t.Context(), caller, idemcall.Call{Key: "bad\nkey"}, func(context.Context) (int, error) { return 1, nil })
+	var events []idem.Event
+	caller := idemcall.New(memstore.New(memstore.Options{}), idemcall.Options{Observe: func(e idem.Event) { events = append(events, e) }})
+	_, _, err := idemcall.Do(t.Context(), caller, idemcall.Call{Scope: "job", Key: "bad\nkey"}, func(context.Context) (int, error) { return 1, nil })
 	if !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("Do: %v, want ErrInvalidKey", err)
+	}
+	want := idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "job", Adapter: idemcall.AdapterName}
+	if len(events) != 1 || events[0] != want {
+		t.Errorf("events %+v, want one %+v", events, want)
+	}
+}
+
+// TestLabelsAreStored: a call's labels are stored with its claim, for an
+// operator who finds the key.
+func TestLabelsAreStored(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	caller := idemcall.New(store, idemcall.Options{})
+	labels := idem.Labels{Method: "cron", Route: "nightly-invoices", Caller: "scheduler"}
+	if _, _, err := idemcall.Do(t.Context(), caller, idemcall.Call{Scope: "job", Key: "2026-12-02", Labels: labels}, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := idem.ParseClientKey("2026-12-02")
+	e, ok, err := store.Inspect(t.Context(), "job", key)
+	if err != nil || !ok || e.Labels != labels {
+		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, labels)
 	}
 }

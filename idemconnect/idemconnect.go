@@ -122,10 +122,13 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 			keys := req.Header().Values(idemproto.KeyHeader)
 			switch {
 			case len(keys) == 0 && opts.RequireKey:
+				caller.Report(idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey})
 				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s requires an Idempotency-Key header", procedure))
 			case len(keys) == 0:
+				caller.Report(idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey})
 				return next(ctx, req)
 			case len(keys) > 1:
+				caller.Report(idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey})
 				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the request carries %d Idempotency-Key headers; send one", len(keys)))
 			}
 			principal := opts.Principal(ctx, req)
@@ -141,7 +144,7 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 				resp    connect.AnyResponse
 				handErr error
 			)
-			out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp}, opts.Record, opts.Types, statusOf,
+			out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp, Labels: idemproto.Labels(procedure, principal)}, opts.Record, opts.Types, statusOf,
 				func(ctx context.Context) (any, error) {
 					if resp, handErr = next(ctx, req); handErr != nil {
 						return nil, handErr

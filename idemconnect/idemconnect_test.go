@@ -5,6 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,5 +225,51 @@ func TestInTransaction(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("%d charges (%v), want 1", n, err)
+	}
+}
+
+// TestRefusalsAndLabelsReported: the interceptor reports a call it refuses
+// before a claim, and one it runs without a key, as the HTTP adapters
+// do, by reason; a claim stores the procedure and the principal as labels.
+func TestRefusalsAndLabelsReported(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{})
+	var (
+		mu     sync.Mutex
+		events []idem.Event
+	)
+	observe := func(e idem.Event) {
+		if e.Kind == idem.EventRefused || e.Kind == idem.EventUnprotected {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}
+	}
+	ctx := t.Context()
+	url, hc := server(t, store, &ledger{}, idemconnect.Options{Observe: observe}, false)
+	loose := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure)
+	charge(ctx, loose, "ada", "", "acme")
+	charge(ctx, loose, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
+	url, hc = server(t, store, &ledger{}, idemconnect.Options{RequireKey: true, Observe: observe}, false)
+	charge(ctx, connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure), "ada", "", "acme")
+	mu.Lock()
+	got := events
+	mu.Unlock()
+	want := []idem.Event{
+		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemconnect.AdapterName},
+		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemconnect.AdapterName},
+		{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey, Adapter: idemconnect.AdapterName},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events\n%+v\nwant\n%+v", got, want)
+	}
+
+	if a := charge(ctx, loose, "ada", "labelled", "acme"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	key, _ := idem.ParseClientKey("labelled")
+	e, ok, err := store.Inspect(ctx, "ada", key)
+	if want := (idem.Labels{Route: chargeProcedure, Caller: "ada"}); err != nil || !ok || e.Labels != want {
+		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, want)
 	}
 }

@@ -109,10 +109,13 @@ func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInte
 		keys := md.Get(idemproto.KeyHeader)
 		switch {
 		case len(keys) == 0 && opts.RequireKey:
+			caller.Report(idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey})
 			return nil, status.Errorf(codes.InvalidArgument, "%s requires an %s in the call's metadata", info.FullMethod, idemproto.KeyHeader)
 		case len(keys) == 0:
+			caller.Report(idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey})
 			return handler(ctx, req)
 		case len(keys) > 1:
+			caller.Report(idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey})
 			return nil, status.Errorf(codes.InvalidArgument, "the call's metadata carries %d %s values; send one", len(keys), idemproto.KeyHeader)
 		}
 		principal := opts.Principal(ctx)
@@ -128,7 +131,7 @@ func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInte
 			resp    any
 			handErr error
 		)
-		out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp}, record, opts.Types,
+		out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp, Labels: idemproto.Labels(info.FullMethod, principal)}, record, opts.Types,
 			func(err error) *spb.Status { return status.Convert(err).Proto() },
 			func(ctx context.Context) (any, error) {
 				resp, handErr = handler(ctx, req)

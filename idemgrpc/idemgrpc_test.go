@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -341,4 +342,48 @@ func TestNilPrincipalPanics(t *testing.T) {
 		}
 	}()
 	idemgrpc.UnaryServerInterceptor(memstore.New(memstore.Options{}), idemgrpc.Options{})
+}
+
+// TestRefusalsAndLabelsReported: the interceptor reports a call it refuses
+// before a claim, and one it runs without a key, as the HTTP adapters
+// do, by reason; a claim stores the method and the principal as labels.
+func TestRefusalsAndLabelsReported(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Options{})
+	var (
+		mu     sync.Mutex
+		events []idem.Event
+	)
+	observe := func(e idem.Event) {
+		if e.Kind == idem.EventRefused || e.Kind == idem.EventUnprotected {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}
+	}
+	ctx := t.Context()
+	loose := newRig(t, store, &ledger{}, idemgrpc.Options{Observe: observe})
+	loose.charge(ctx, "ada", "", "acme")
+	loose.charge(ctx, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
+	newRig(t, store, &ledger{}, idemgrpc.Options{RequireKey: true, Observe: observe}).charge(ctx, "ada", "", "acme")
+	mu.Lock()
+	got := events
+	mu.Unlock()
+	want := []idem.Event{
+		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemgrpc.AdapterName},
+		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemgrpc.AdapterName},
+		{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey, Adapter: idemgrpc.AdapterName},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events\n%+v\nwant\n%+v", got, want)
+	}
+
+	if a := loose.charge(ctx, "ada", "labelled", "acme"); a.st.Code() != codes.OK {
+		t.Fatal(a.st)
+	}
+	key, _ := idem.ParseClientKey("labelled")
+	e, ok, err := store.Inspect(ctx, "ada", key)
+	if want := (idem.Labels{Route: chargeMethod, Caller: "ada"}); err != nil || !ok || e.Labels != want {
+		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, want)
+	}
 }

@@ -58,6 +58,10 @@
 //	idem.takeovers           Counter {claim}
 //	idem.leases.lost         Counter {claim}
 //	idem.rejections          Counter {request} (EventRejected)
+//	idem.refusals            Counter {request} (EventRefused), by idem.reason
+//	                         (missing_key, invalid_key, body_too_large, ...)
+//	idem.unprotected         Counter {request} (EventUnprotected), by
+//	                         idem.reason (no_key, fail_open)
 //	idem.keys.rotated        Counter {request} (EventKeyRotated, mcphttp's
 //	                         NewKeyGuard)
 //	idem.store.errors        Counter {error}, by idem.store.operation (claim,

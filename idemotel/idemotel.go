@@ -50,6 +50,7 @@ const (
 	AttrResultStatus      = attribute.Key("idem.result.status_code")
 	AttrStoreOperation    = attribute.Key("idem.store.operation")
 	AttrSweepKind         = attribute.Key("idem.sweep.kind")
+	AttrReason            = attribute.Key("idem.reason") // a refusal's or an unprotected request's (idem.Refused*, idem.Unprotected*)
 	AttrErrorType         = attribute.Key("error.type")
 )
 
@@ -89,6 +90,8 @@ type Observer struct {
 	takeovers      metric.Int64Counter
 	leasesLost     metric.Int64Counter
 	rejections     metric.Int64Counter
+	refusals       metric.Int64Counter
+	unprotected    metric.Int64Counter
 	keysRotated    metric.Int64Counter
 	storeErrors    metric.Int64Counter
 	sweeps         metric.Int64Counter
@@ -131,6 +134,8 @@ func New(opts Options) (*Observer, error) {
 	o.takeovers = counter("idem.takeovers", "{claim}", "Claims taken over from an owner whose lease ran out.")
 	o.leasesLost = counter("idem.leases.lost", "{claim}", "Claims lost while the work ran (taken over or forgotten); their results were not recorded.")
 	o.rejections = counter("idem.rejections", "{request}", "Requests the protected handler's own checks refused before the adapter replayed (mcphttp's pre-replay probe).")
+	o.refusals = counter("idem.refusals", "{request}", "Requests the adapter answered itself because they cannot be deduplicated as sent (missing or invalid key, body too large, ...), by idem.reason.")
+	o.unprotected = counter("idem.unprotected", "{request}", "Requests that ran without deduplication (no key with KeyOptional, FailOpen), by idem.reason.")
 	o.keysRotated = counter("idem.keys.rotated", "{request}", "Calls made again by the same caller under a new idempotency key (mcphttp's NewKeyGuard).")
 	o.storeErrors = counter("idem.store.errors", "{error}", "Store calls that failed, by operation.")
 	o.sweeps = counter("idem.sweeps", "{sweep}", "Sweeper passes.")
@@ -234,6 +239,24 @@ func (o *Observer) Observe(r *http.Request, e idem.Event) {
 		o.rejections.Add(mctx, 1, p.common)
 		if tracing {
 			span.AddEvent("idem.rejected", trace.WithAttributes(append(common, AttrResultStatus.Int(e.Status))...))
+		}
+		return
+	case idem.EventRefused, idem.EventUnprotected:
+		counter, name := o.refusals, "idem.refused"
+		if e.Kind == idem.EventUnprotected {
+			counter, name = o.unprotected, "idem.unprotected"
+		}
+		reason := AttrReason.String(e.Reason)
+		counter.Add(mctx, 1, metric.WithAttributes(append(common, reason)...))
+		if tracing {
+			attrs := append(common, reason)
+			if e.Status != 0 {
+				attrs = append(attrs, AttrResultStatus.Int(e.Status))
+			}
+			if !e.Key.IsZero() {
+				attrs = append(attrs, digestAttr)
+			}
+			span.AddEvent(name, trace.WithAttributes(attrs...))
 		}
 		return
 	case idem.EventKeyRotated:

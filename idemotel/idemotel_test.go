@@ -851,3 +851,31 @@ func TestLeftClaimEnds(t *testing.T) {
 		t.Errorf("idem.execution.duration{left} count = %d, want 3", n)
 	}
 }
+
+// A request the adapter refused, and one it let run unprotected, are
+// counted by reason and marked on the request's span; the middleware
+// reports them.
+func TestRefusedAndUnprotected(t *testing.T) {
+	t.Parallel()
+	f := setup(t, middleware.Options{}, ok)
+	ctx, span := f.tracer.Start(t.Context(), "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+	f.handler.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/orders", nil).WithContext(ctx)) // no key
+	r := httptest.NewRequest(http.MethodPost, "/mcp", nil).WithContext(ctx)
+	f.observe(r, idem.Event{Kind: idem.EventUnprotected, Adapter: "mcp", Reason: idem.UnprotectedNoKey})
+	span.End()
+	if n := f.sum("idem.refusals", idemotel.AttrAdapter.String("http"), idemotel.AttrReason.String(idem.RefusedMissingKey)); n != 1 {
+		t.Errorf("idem.refusals{http, missing_key} = %d, want 1", n)
+	}
+	if n := f.sum("idem.unprotected", idemotel.AttrAdapter.String("mcp"), idemotel.AttrReason.String(idem.UnprotectedNoKey)); n != 1 {
+		t.Errorf("idem.unprotected{mcp, no_key} = %d, want 1", n)
+	}
+	events := map[string]bool{}
+	for _, s := range f.spans.Ended() {
+		for _, ev := range s.Events() {
+			events[ev.Name] = true
+		}
+	}
+	if !events["idem.refused"] || !events["idem.unprotected"] {
+		t.Errorf("span events %v, want idem.refused and idem.unprotected", events)
+	}
+}

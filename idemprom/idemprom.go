@@ -33,14 +33,21 @@
 //	idem_released_total{adapter}             claims released so that a retry runs again
 //	idem_stale_total{adapter}                claims lost while the handler ran
 //	idem_rejected_total{adapter}             duplicates the protected handler's own checks refused
+//	idem_refused_total{adapter,reason}       requests idem answered itself, not deduplicable as sent:
+//	                                         missing_key, invalid_key, body_too_large, body_unreadable,
+//	                                         unscoped_cookies, invalid_request (idem.Refused*)
+//	idem_unprotected_total{adapter,reason}   requests run without deduplication: no_key, fail_open
 //	idem_store_errors_total{adapter,op}      store calls that failed, by operation
 //	idem_swept_total{kind}                   removed by the sweeper: abandoned or expired
 //	idem_claim_duration_seconds{adapter,outcome}    histogram: claimed, replayed, in_flight
 //	idem_handler_duration_seconds{adapter,outcome}  histogram: completed, released, left (to its lease)
 //
-// The counters of both adapters (and the sweeper's) are exported at zero
-// from the start, so that dashboards and alerts see them before the first
-// event.
+// Every answer idem gives instead of the handler is counted: a replay, an
+// in-flight or mismatch answer, a store error, a refusal by reason. The
+// counters of both adapters (and the sweeper's) are exported at zero
+// from the start, each refusal and unprotected reason an adapter can
+// report included, so that dashboards and alerts see them before the
+// first event.
 package idemprom
 
 import (
@@ -59,6 +66,19 @@ import (
 const (
 	adapterHTTP = "http"
 	adapterMCP  = "mcp"
+)
+
+// The reasons each adapter can report on an idem.EventRefused and an
+// idem.EventUnprotected, whose series are created at zero.
+var (
+	refusals = map[string][]string{
+		adapterHTTP: {idem.RefusedMissingKey, idem.RefusedInvalidKey, idem.RefusedBodyTooLarge, idem.RefusedBodyUnreadable, idem.RefusedUnscopedCookies},
+		adapterMCP:  {idem.RefusedInvalidKey, idem.RefusedUnscopedCookies, idem.RefusedInvalidRequest},
+	}
+	unprotected = map[string][]string{
+		adapterHTTP: {idem.UnprotectedNoKey, idem.UnprotectedFailOpen},
+		adapterMCP:  {idem.UnprotectedNoKey},
+	}
 )
 
 // Options configures [New]. The zero value registers on
@@ -83,6 +103,7 @@ var DefaultClaimBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1
 // concurrent use.
 type Metrics struct {
 	claimed, replayed, inFlight, mismatched, completed, released, stale, rejected *prometheus.CounterVec
+	refused, unprotected                                                          *prometheus.CounterVec
 
 	storeErrors *prometheus.CounterVec
 	swept       *prometheus.CounterVec
@@ -108,14 +129,18 @@ func New(opts Options) (*Metrics, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idem", Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		claimed:     counter("claimed_total", "Requests that claimed their key and ran the handler.", "adapter"),
-		replayed:    counter("replayed_total", "Requests answered with a recorded result.", "adapter"),
-		inFlight:    counter("in_flight_total", "Duplicates whose original was still running after the wait (HTTP 409, or a JSON-RPC retry error).", "adapter"),
-		mismatched:  counter("mismatched_total", "Keys reused for a different request (HTTP 422).", "adapter"),
-		completed:   counter("completed_total", "Results recorded.", "adapter"),
-		released:    counter("released_total", "Claims released so that a retry runs again (panic, 5xx/408/429, failed commit, shutdown).", "adapter"),
-		stale:       counter("stale_total", "Claims lost while the handler ran (lease ran out and the key was taken over, or forgotten).", "adapter"),
-		rejected:    counter("rejected_total", "Duplicates the protected handler's own checks refused (origin, auth, protocol headers, session) before the adapter answered them from the store; the client got that refusal.", "adapter"),
+		claimed:    counter("claimed_total", "Requests that claimed their key and ran the handler.", "adapter"),
+		replayed:   counter("replayed_total", "Requests answered with a recorded result.", "adapter"),
+		inFlight:   counter("in_flight_total", "Duplicates whose original was still running after the wait (HTTP 409, or a JSON-RPC retry error).", "adapter"),
+		mismatched: counter("mismatched_total", "Keys reused for a different request (HTTP 422).", "adapter"),
+		completed:  counter("completed_total", "Results recorded.", "adapter"),
+		released:   counter("released_total", "Claims released so that a retry runs again (panic, 5xx/408/429, failed commit, shutdown).", "adapter"),
+		stale:      counter("stale_total", "Claims lost while the handler ran (lease ran out and the key was taken over, or forgotten).", "adapter"),
+		rejected:   counter("rejected_total", "Duplicates the protected handler's own checks refused (origin, auth, protocol headers, session) before the adapter answered them from the store; the client got that refusal.", "adapter"),
+		refused: counter("refused_total", "Requests the adapter answered itself because they cannot be deduplicated as sent, by reason "+
+			"(missing_key, invalid_key, body_too_large, body_unreadable, unscoped_cookies, invalid_request); the handler did not run.", "adapter", "reason"),
+		unprotected: counter("unprotected_total", "Requests that ran without deduplication, by reason (no_key: no key and KeyOptional, "+
+			"or an MCP call with nothing to key it by; fail_open: the store failed under FailOpen).", "adapter", "reason"),
 		storeErrors: counter("store_errors_total", "Store calls that failed, by operation.", "adapter", "op"),
 		swept:       counter("swept_total", "Entries removed by the sweeper: abandoned claims and expired results.", "kind"),
 		claimTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -130,7 +155,7 @@ func New(opts Options) (*Metrics, error) {
 		}, []string{"adapter", "outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.claimed, m.replayed, m.inFlight, m.mismatched, m.completed, m.released,
-		m.stale, m.rejected, m.storeErrors, m.swept, m.claimTime, m.handlerTime} {
+		m.stale, m.rejected, m.refused, m.unprotected, m.storeErrors, m.swept, m.claimTime, m.handlerTime} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -140,6 +165,16 @@ func New(opts Options) (*Metrics, error) {
 		c.WithLabelValues(adapterMCP)
 	}
 	m.rejected.WithLabelValues(adapterMCP) // only mcphttp asks its handler first
+	for adapter, reasons := range refusals {
+		for _, reason := range reasons {
+			m.refused.WithLabelValues(adapter, reason)
+		}
+	}
+	for adapter, reasons := range unprotected {
+		for _, reason := range reasons {
+			m.unprotected.WithLabelValues(adapter, reason)
+		}
+	}
 	m.swept.WithLabelValues("abandoned")
 	m.swept.WithLabelValues("expired")
 	return m, nil
@@ -178,6 +213,10 @@ func (m *Metrics) Observe(_ *http.Request, e idem.Event) {
 		m.stale.WithLabelValues(adapter).Inc()
 	case idem.EventRejected:
 		m.rejected.WithLabelValues(adapter).Inc()
+	case idem.EventRefused:
+		m.refused.WithLabelValues(adapter, e.Reason).Inc()
+	case idem.EventUnprotected:
+		m.unprotected.WithLabelValues(adapter, e.Reason).Inc()
 	case idem.EventStoreError:
 		if errors.Is(e.Err, context.Canceled) {
 			return // the client left; not the store's fault

@@ -2,6 +2,7 @@ package idemprom_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,22 +30,36 @@ func TestCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Observer: m.Observe})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/fail" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-	}))
-	post := func(path, key, body string) {
+	})
+	h := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Observer: m.Observe, MaxBodyBytes: 16})(handler)
+	send := func(h http.Handler, path, body string, header ...string) {
 		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
-		r.Header.Set("Idempotency-Key", key)
+		for i := 0; i < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
+	post := func(path, key, body string) { send(h, path, body, "Idempotency-Key", key) }
 	post("/orders", "a", "{}")
 	post("/orders", "a", "{}")      // replayed
 	post("/orders", "a", `{"x":1}`) // mismatched
 	post("/fail", "b", "{}")        // released
+	// Refused, by reason: the handler does not run.
+	send(h, "/orders", "{}")                                            // missing_key
+	post("/orders", "", "{}")                                           // invalid_key
+	post("/orders", "c", strings.Repeat("x", 17))                       // body_too_large
+	send(h, "/orders", "{}", "Idempotency-Key", "d", "Cookie", "sid=1") // unscoped_cookies
+	// Unprotected, by reason: the handler runs without deduplication.
+	optional := middleware.New(memstore.New(memstore.Options{}), middleware.Options{Observer: m.Observe, KeyOptional: true})(handler)
+	send(optional, "/orders", "{}") // no_key
+	failOpen := middleware.New(downStore{memstore.New(memstore.Options{})}, middleware.Options{Observer: m.Observe, FailOpen: true})(handler)
+	send(failOpen, "/orders", "{}", "Idempotency-Key", "e") // fail_open
 	m.Swept(t.Context(), idem.SweepStats{Abandoned: 2, Expired: 5})
 	m.Observe(nil, idem.Event{Kind: idem.EventStoreError, Adapter: "mcp", Op: "claim"})
 	m.Observe(nil, idem.Event{Kind: idem.EventLeft, Adapter: "mcp"})                                           // a duration, no counter
@@ -67,6 +82,16 @@ idem_in_flight_total{adapter="mcp"} 0
 # TYPE idem_mismatched_total counter
 idem_mismatched_total{adapter="http"} 1
 idem_mismatched_total{adapter="mcp"} 0
+# HELP idem_refused_total Requests the adapter answered itself because they cannot be deduplicated as sent, by reason (missing_key, invalid_key, body_too_large, body_unreadable, unscoped_cookies, invalid_request); the handler did not run.
+# TYPE idem_refused_total counter
+idem_refused_total{adapter="http",reason="body_too_large"} 1
+idem_refused_total{adapter="http",reason="body_unreadable"} 0
+idem_refused_total{adapter="http",reason="invalid_key"} 1
+idem_refused_total{adapter="http",reason="missing_key"} 1
+idem_refused_total{adapter="http",reason="unscoped_cookies"} 1
+idem_refused_total{adapter="mcp",reason="invalid_key"} 0
+idem_refused_total{adapter="mcp",reason="invalid_request"} 0
+idem_refused_total{adapter="mcp",reason="unscoped_cookies"} 0
 # HELP idem_rejected_total Duplicates the protected handler's own checks refused (origin, auth, protocol headers, session) before the adapter answered them from the store; the client got that refusal.
 # TYPE idem_rejected_total counter
 idem_rejected_total{adapter="mcp"} 0
@@ -84,11 +109,17 @@ idem_stale_total{adapter="http"} 0
 idem_stale_total{adapter="mcp"} 0
 # HELP idem_store_errors_total Store calls that failed, by operation.
 # TYPE idem_store_errors_total counter
+idem_store_errors_total{adapter="http",op="claim"} 1
 idem_store_errors_total{adapter="mcp",op="claim"} 1
 # HELP idem_swept_total Entries removed by the sweeper: abandoned claims and expired results.
 # TYPE idem_swept_total counter
 idem_swept_total{kind="abandoned"} 2
 idem_swept_total{kind="expired"} 5
+# HELP idem_unprotected_total Requests that ran without deduplication, by reason (no_key: no key and KeyOptional, or an MCP call with nothing to key it by; fail_open: the store failed under FailOpen).
+# TYPE idem_unprotected_total counter
+idem_unprotected_total{adapter="http",reason="fail_open"} 1
+idem_unprotected_total{adapter="http",reason="no_key"} 1
+idem_unprotected_total{adapter="mcp",reason="no_key"} 0
 `
 	exposed := scrape(t, reg)
 	if got := counters(exposed); got != strings.TrimPrefix(want, "\n") {
@@ -139,4 +170,11 @@ func TestNewTwiceOnOneRegistry(t *testing.T) {
 	if _, err := idemprom.New(idemprom.Options{Registerer: reg}); err == nil {
 		t.Error("a second New on the same registry: no error")
 	}
+}
+
+// downStore fails every claim, as an unreachable store does.
+type downStore struct{ idem.Store }
+
+func (downStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	return idem.Claim{}, &idem.UnavailableError{Op: "claim", Err: errors.New("connection refused")}
 }

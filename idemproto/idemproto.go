@@ -249,3 +249,11 @@ func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, rec
 // errNotRecorded releases the key of a call whose code is not recorded:
 // the door answers with the handler's own error.
 var errNotRecorded = errors.New("idemproto: code not recorded")
+
+// Labels are the labels a door's claim stores for a call to procedure
+// (the full method, "/package.Service/Method") by principal: the
+// procedure as its route, the principal as its caller. Method is empty:
+// an RPC has no method of its own besides its procedure.
+func Labels(procedure, principal string) idem.Labels {
+	return idem.Labels{Route: procedure, Caller: principal}
+}

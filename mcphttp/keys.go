@@ -144,7 +144,7 @@ func invalidKeyResponse(c call, source string, err error) []byte {
 		})
 	}
 	return errorResponse(c.rawID, rpcError{
-		Code: CodeInvalidParams, Message: "invalid " + source + ": " + err.Error(),
+		Code: CodeInvalidParams, Message: "invalid " + source + ": " + adapter.KeyReason(err).Error(),
 		Data: errorData{Reason: ReasonInvalidKey},
 	})
 }
@@ -156,7 +156,8 @@ func invalidKeyResponse(c call, source string, err error) []byte {
 func (m *wrapper) identify(r *http.Request, c call) (req idem.ClaimRequest, forward, source string, ok bool, keyErr error) {
 	scope, scopeErr := m.scope.MCPScope(r, c.sessionID)
 	// The engine sets Lease and Owner again when it claims.
-	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.eng.Lease()}
+	req = idem.ClaimRequest{Scope: scope, Fingerprint: c.digest, Lease: m.eng.Lease(),
+		Labels: idem.Labels{Method: c.method, Route: c.name, Caller: m.scope.Caller(r)}}
 	key, source, present, err := callKey(r, c)
 	if present {
 		if scopeErr != nil {

@@ -36,7 +36,7 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 		})
 	case engine.InvalidKey:
 		return wrapperError(c.rawID, rpcError{
-			Code: CodeInvalidParams, Message: "the idempotency store rejected the call's key: " + d.Err.Error(),
+			Code: CodeInvalidParams, Message: "the idempotency store rejected the call's key: " + adapter.KeyReason(d.Err).Error(),
 			Data: errorData{Reason: ReasonInvalidKey},
 		})
 	case engine.Unavailable:
@@ -90,8 +90,10 @@ func (m *wrapper) cancelledBody(c call) []byte {
 
 // answer writes a JSON-RPC response the wrapper made itself, framed as the
 // inner handler frames its answers (an SSE event or a JSON body, with its
-// status and headers). Without a probe yet, it probes first.
-func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []byte, replay bool, probes ...*responseBuffer) {
+// status and headers). Without a probe yet, it probes first. It returns
+// the HTTP status, and whether the body was the answer: false when the
+// inner handler refused the request, and its refusal was.
+func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []byte, replay bool, probes ...*responseBuffer) (status int, answered bool) {
 	var probe *responseBuffer
 	if len(probes) > 0 {
 		probe = probes[0]
@@ -99,7 +101,7 @@ func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []
 		var accepted bool
 		if probe, accepted = m.probe(r, c); !accepted {
 			probe.writeTo(w)
-			return
+			return probe.status, false
 		}
 	}
 	h := w.Header()
@@ -119,12 +121,13 @@ func (m *wrapper) answer(w http.ResponseWriter, r *http.Request, c call, body []
 		b.Write(body)
 		b.WriteString("\n\n")
 		_, _ = w.Write(b.Bytes())
-		return
+		return probe.status, true
 	}
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(probe.status)
 	_, _ = w.Write(body)
+	return probe.status, true
 }
 
 func isSSE(contentType string) bool {

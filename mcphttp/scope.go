@@ -2,6 +2,8 @@ package mcphttp
 
 import (
 	"net/http"
+
+	"github.com/idemkit/idem"
 )
 
 // ReasonUnscopedCookies is the data.reason of the [CodeInternalError] that
@@ -16,14 +18,14 @@ const ReasonUnscopedCookies = "unscoped_cookies"
 const CodeInternalError = -32603
 
 // refusal is the JSON-RPC error for a call whose key or scope could not be
-// made.
-func (m *wrapper) refusal(r *http.Request, c call, source string, err error) []byte {
+// made, and the reason of its [idem.EventRefused].
+func (m *wrapper) refusal(r *http.Request, c call, source string, err error) (body []byte, reason string) {
 	if m.scope.Unscoped(r.Context(), err,
 		"mcphttp refused a call with cookies but no known credential: set Options.SessionCookies to the names of your session cookies (an empty list if no cookie identifies a caller) or Options.Principal; logged once") {
 		return errorResponse(c.rawID, rpcError{
 			Code: CodeInternalError, Message: "the server cannot tell whose call this is, so it did not run it: " + err.Error(),
 			Data: errorData{Reason: ReasonUnscopedCookies},
-		})
+		}), idem.RefusedUnscopedCookies
 	}
-	return invalidKeyResponse(c, source, err)
+	return invalidKeyResponse(c, source, err), idem.RefusedInvalidKey
 }

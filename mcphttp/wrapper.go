@@ -119,7 +119,7 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.refusal != "" {
-		m.refuseInvalid(w, c)
+		m.refuseInvalid(w, r, c)
 		return
 	}
 	m.serveCall(w, r, c)
@@ -127,7 +127,8 @@ func (m *wrapper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // refuseInvalid answers a call the wrapper will not run (see call.refusal)
 // with HTTP 400 and [CodeInvalidRequest], before the inner handler sees it.
-func (m *wrapper) refuseInvalid(w http.ResponseWriter, c call) {
+func (m *wrapper) refuseInvalid(w http.ResponseWriter, r *http.Request, c call) {
+	m.observe(r, idem.Event{Kind: idem.EventRefused, Reason: idem.RefusedInvalidRequest, Status: http.StatusBadRequest, Adapter: AdapterName})
 	msg := "a deduplicated call's id must be a string or an integer from -(2^53-1) to 2^53-1"
 	if c.refusal == ReasonDuplicateMember {
 		msg = "a deduplicated call must not repeat a member name in its envelope, params or _meta"
@@ -159,11 +160,16 @@ func (m *wrapper) headersAgree(r *http.Request, c call) bool {
 func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	req, forward, source, ok, keyErr := m.identify(r, c)
 	if !ok {
+		m.observe(r, idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: AdapterName})
 		m.next.ServeHTTP(w, r)
 		return
 	}
 	if keyErr != nil {
-		m.answer(w, r, c, m.refusal(r, c, source, keyErr), false)
+		body, reason := m.refusal(r, c, source, keyErr)
+		if status, answered := m.answer(w, r, c, body, false); answered {
+			m.log.InfoContext(r.Context(), "mcphttp refused a call", "reason", reason, "adapter", AdapterName)
+			m.observe(r, idem.Event{Kind: idem.EventRefused, Reason: reason, Status: status, Adapter: AdapterName})
+		}
 		return
 	}
 	if source != "" {

@@ -72,9 +72,12 @@
 //
 // # Observability
 //
-// Options.Engine.Logger gets logs (nil: none; keys hashed unless at debug);
-// Options.Observer gets an [idem.Event] per claim, replay, 409, 422,
-// completion, release, lost claim and store error.
+// Options.Engine.Logger gets logs (nil: none; keys as key_digest,
+// [idem.KeyDigest], unless at debug); Options.Observer gets an [idem.Event]
+// per claim, replay, 409, 422, completion, release, lost claim and store
+// error, per request refused before a claim ([idem.EventRefused], by reason)
+// and per request run unprotected ([idem.EventUnprotected]: KeyOptional,
+// FailOpen).
 //
 // [design.md, "Scopes"]: https://github.com/idemkit/idem/blob/main/docs/design.md#scopes-who-is-asking
 // [design.md, "Two ways to claim"]: https://github.com/idemkit/idem/blob/main/docs/design.md#two-ways-to-claim

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,7 +42,7 @@ func Example() {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), b)
+		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), bytes.TrimSuffix(b, []byte("\n")))
 	}
 	post(`"8e03978e"`, `{"amount_cents":100}`) // runs
 	post(`"8e03978e"`, `{"amount_cents":100}`) // a retry: replayed

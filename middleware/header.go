@@ -61,7 +61,7 @@ func parseKeyLines(name string, lines []string) (idem.Key, error) {
 	}
 	k, err := idem.ParseClientKey(s)
 	if err != nil {
-		return idem.Key{}, fmt.Errorf("%s: %w", name, err)
+		return idem.Key{}, fmt.Errorf("%s: %w", name, adapter.KeyReason(err))
 	}
 	return k, nil
 }

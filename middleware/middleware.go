@@ -11,6 +11,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/adapter"
+	"github.com/idemkit/idem/internal/identity"
 )
 
 // AdapterName is the middleware's name in the [idem.Event]s it reports
@@ -53,6 +55,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrNoKey):
 		if h.cfg.keyOptional {
+			h.report(r, idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey})
 			h.next.ServeHTTP(w, r)
 			return
 		}
@@ -63,11 +66,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &missing) {
 			want = missing.Want
 		}
-		writeProblem(w, problem{Type: TypeMissingKey, Status: http.StatusBadRequest,
-			Detail: r.Method + " requests must carry " + want + ", so that a retry does not run them twice."}, "")
+		h.refuseWith(w, r, idem.Event{Reason: idem.RefusedMissingKey}, problem{Type: TypeMissingKey, Status: http.StatusBadRequest,
+			Detail: r.Method + " requests must carry " + want + ", so that a retry does not run them twice."})
 		return
 	case err != nil:
-		writeProblem(w, problem{Type: TypeInvalidKey, Status: http.StatusBadRequest, Detail: err.Error()}, "")
+		h.refuseWith(w, r, idem.Event{Reason: idem.RefusedInvalidKey}, problem{Type: TypeInvalidKey, Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
 
@@ -80,13 +83,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, h.cfg.maxBody)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
+		keyed := idem.Event{Scope: scope, Key: key}
 		if errors.As(err, &tooLarge) {
-			writeProblem(w, problem{Type: TypeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
-				Detail: "The request body is larger than " + strconv.FormatInt(h.cfg.maxBody, 10) + " bytes."}, "")
+			keyed.Reason = idem.RefusedBodyTooLarge
+			h.refuseWith(w, r, keyed, problem{Type: TypeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+				Detail: "The request body is larger than " + strconv.FormatInt(h.cfg.maxBody, 10) + " bytes."})
 			return
 		}
 		if r.Context().Err() == nil {
-			writeProblem(w, problem{Type: TypeBodyUnreadable, Status: http.StatusBadRequest, Detail: "The request body could not be read."}, "")
+			keyed.Reason = idem.RefusedBodyUnreadable
+			h.refuseWith(w, r, keyed, problem{Type: TypeBodyUnreadable, Status: http.StatusBadRequest, Detail: "The request body could not be read."})
 		}
 		return
 	}
@@ -95,6 +101,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Scope:       scope,
 		Key:         key,
 		Fingerprint: h.cfg.fingerprint(r, body),
+		Labels:      idem.Labels{Method: r.Method, Route: identity.Route(r), Caller: h.cfg.scoper.Caller(r)},
 	}, InTransaction: h.cfg.inTx}
 	if obs := h.cfg.observer; obs != nil {
 		req.Observe = func(e idem.Event) { obs(r, e) }
@@ -112,12 +119,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case engine.Mismatch:
 		writeProblem(w, problem{Type: TypeMismatch, Status: http.StatusUnprocessableEntity,
 			Detail: "This Idempotency-Key was used for a different request (method, path, query, content type or body differ). Use a new key for a new request."}, "")
-	case engine.InvalidKey:
-		writeProblem(w, problem{Type: TypeInvalidKey, Status: http.StatusBadRequest, Detail: "The store rejected the key: " + d.Err.Error()}, "")
+	case engine.InvalidKey: // reported by the engine
+		writeProblem(w, problem{Type: TypeInvalidKey, Status: http.StatusBadRequest,
+			Detail: "The store rejected the key: " + adapter.KeyReason(d.Err).Error()}, "")
 	case engine.Unavailable:
 		if h.cfg.failOpen {
 			h.cfg.logger.WarnContext(r.Context(), "idempotency store failed; running the handler UNPROTECTED (FailOpen)",
-				"key_hash", idem.KeyDigest(req.Claim.Scope, req.Claim.Key), "err", d.Err)
+				"key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key), "err", d.Err)
+			h.report(r, idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedFailOpen, Scope: scope, Key: key})
 			withBody(r, body)
 			h.next.ServeHTTP(w, r)
 			return
@@ -248,5 +257,28 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Re
 	}, c.aborted)
 	if c.rec.held != nil {
 		c.sendHeld()
+	}
+}
+
+// refuseWith answers r with p, before any claim, and reports it as an
+// [idem.EventRefused] whose Reason (and Scope and Key, as far as known) e
+// carries, logged at info.
+func (h *handler) refuseWith(w http.ResponseWriter, r *http.Request, e idem.Event, p problem) {
+	e.Kind, e.Status = idem.EventRefused, p.Status
+	attrs := []any{"reason", e.Reason, "status", p.Status, "adapter", AdapterName}
+	if !e.Key.IsZero() {
+		attrs = append(attrs, "key_digest", idem.KeyDigest(e.Scope, e.Key))
+	}
+	h.cfg.logger.InfoContext(r.Context(), "idempotency middleware refused a request", attrs...)
+	h.report(r, e)
+	writeProblem(w, p, "")
+}
+
+// report reports e, an answer the middleware gave without the engine, to
+// Options.Observer.
+func (h *handler) report(r *http.Request, e idem.Event) {
+	if obs := h.cfg.observer; obs != nil {
+		e.Adapter = AdapterName
+		obs(r, e)
 	}
 }

@@ -95,8 +95,9 @@ type Options struct {
 	Methods []string
 
 	// KeyOptional lets a protected request without a key (see Key)
-	// through to the handler, unprotected. False means such a request is
-	// answered 400 ([TypeMissingKey]). True with InTransaction panics.
+	// through to the handler, unprotected, reported as an
+	// [idem.EventUnprotected]. False means such a request is answered 400
+	// ([TypeMissingKey]). True with InTransaction panics.
 	KeyOptional bool
 
 	// Key reads a request's idempotency key. Nil means [HeaderKey]: the

@@ -87,6 +87,7 @@ func writeProblem(w http.ResponseWriter, p problem, retryAfter string) {
 	if err != nil { // cannot happen: strings and ints
 		body = []byte(`{"type":"about:blank","status":500}`)
 	}
+	body = append(body, '\n') // a body read at a terminal ends its line
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -3,6 +3,8 @@ package middleware
 import (
 	"fmt"
 	"net/http"
+
+	"github.com/idemkit/idem"
 )
 
 // TypeUnscopedCookies (500): the request carries cookies but no credential
@@ -31,6 +33,6 @@ func (c *config) scopeOf(r *http.Request) (string, error) {
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	h.cfg.scoper.Unscoped(r.Context(), err,
 		"idempotency middleware refused a request with cookies but no known credential: set Options.SessionCookies to the names of your session cookies (an empty list if no cookie identifies a user) or Options.Principal; logged once")
-	writeProblem(w, problem{Type: TypeUnscopedCookies, Status: http.StatusInternalServerError,
-		Detail: fmt.Sprintf("The server cannot tell whose request this is, so it did not process it: %v.", err)}, "")
+	h.refuseWith(w, r, idem.Event{Reason: idem.RefusedUnscopedCookies}, problem{Type: TypeUnscopedCookies, Status: http.StatusInternalServerError,
+		Detail: fmt.Sprintf("The server cannot tell whose request this is, so it did not process it: %v.", err)})
 }

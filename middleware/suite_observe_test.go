@@ -82,8 +82,8 @@ func suiteObserve(t *testing.T, newStore newKit) {
 		serve(f.h, newReq("POST", "/a", `1`, key("secret-key-42")))
 		serve(f.h, newReq("POST", "/a", `1`, key("secret-key-42")))
 		out := buf.String()
-		if !strings.Contains(out, "key_hash=") {
-			t.Fatalf("no key_hash in the log: %s", out)
+		if !strings.Contains(out, "key_digest=") {
+			t.Fatalf("no key_digest in the log: %s", out)
 		}
 		if strings.Contains(out, "secret-key-42") {
 			t.Fatalf("key logged in clear at info level: %s", out)

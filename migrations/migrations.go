@@ -130,6 +130,7 @@ var all = []migration{
 	{1, "00001_create_table"},
 	{2, "00002_notify_waiters"},
 	{3, "00003_complete_by_primary_key"},
+	{4, "00004_request_labels"},
 }
 
 // templateData is what the SQL templates see: the objects' names and, for

@@ -53,8 +53,8 @@ func TestUpConcurrentlyGivesOneSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 3 {
-		t.Fatalf("status = %+v, want 3 versions", st)
+	if len(st) != 4 {
+		t.Fatalf("status = %+v, want 4 versions", st)
 	}
 	for _, v := range st {
 		if v.State != "applied" {
@@ -85,7 +85,7 @@ func TestUpDownSchemaQualified(t *testing.T) {
 	if comments != 0 {
 		t.Errorf("%d columns without a comment", comments)
 	}
-	for range 3 { // version 3, 2, then 1
+	for range 4 { // version 4, 3, 2, then 1
 		if err := migrations.Down(ctx, pool, opts); err != nil {
 			t.Fatal(err)
 		}
@@ -289,5 +289,58 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	if rows.Err() != nil || len(states) != 2 || states[0] != "completed" || states[1] != "completed" {
 		t.Fatalf("states after upgrade and completion = %v, %v", states, rows.Err())
+	}
+}
+
+// TestRequestLabelsUpAndDown: migration 4 adds the request labels to a
+// table with rows, which keep theirs (null: not recorded), and rolling it
+// back drops them and keeps the rows.
+func TestRequestLabelsUpAndDown(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := testdb.Pool(t)
+	if err := migrations.UpTo(ctx, pool, migrations.Options{}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO idem_keys (scope, key, generation, state, lease_end, created_at)
+		VALUES ('s', 'key/claimed', nextval('idem_keys_generation_seq'), 'claimed', now() + interval '1 hour', now());
+		INSERT INTO idem_keys (scope, key, generation, state, result, created_at, completed_at)
+		VALUES ('s', 'key/done', nextval('idem_keys_generation_seq'), 'completed', '{"status":201}', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var unlabelled int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_keys WHERE method IS NULL AND route IS NULL AND caller IS NULL`).Scan(&unlabelled); err != nil {
+		t.Fatal(err)
+	}
+	if unlabelled != 2 {
+		t.Fatalf("%d rows without labels after the upgrade, want 2", unlabelled)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE idem_keys SET method = 'POST', route = 'POST /payments', caller = 'acct-7' WHERE key = 'key/done'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Down(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_keys`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 {
+		t.Fatalf("%d rows after rolling back, want 2", rows)
+	}
+	var labelColumns int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+		WHERE table_name = 'idem_keys' AND table_schema = current_schema() AND column_name IN ('method', 'route', 'caller')`).Scan(&labelColumns); err != nil {
+		t.Fatal(err)
+	}
+	if labelColumns != 0 {
+		t.Fatalf("%d label columns after rolling back, want none", labelColumns)
+	}
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatalf("up again after rolling back: %v", err)
 	}
 }

@@ -32,7 +32,8 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 		return idem.Entry{}, false, unavailable("inspect", err)
 	}
 	e := idem.Entry{Generation: r.generation, Fingerprint: r.fingerprint, Owner: r.owner, CreatedAt: r.createdAt,
-		LeaseEnd: orZero(r.leaseEnd), CompletedAt: orZero(r.completedAt), ExpiresAt: orZero(r.expiresAt)}
+		LeaseEnd: orZero(r.leaseEnd), CompletedAt: orZero(r.completedAt), ExpiresAt: orZero(r.expiresAt),
+		Labels: r.labels.labels()}
 	switch r.state {
 	case "claimed":
 		e.State = idem.StateClaimed
@@ -163,6 +164,13 @@ type KeyFilter struct {
 	KeyPrefix string
 	// Status selects the keys in this status. Empty means every status.
 	Status KeyStatus
+	// Key, when not zero, selects this key only, in every scope the
+	// other fields select: the rows a client's key has across scopes.
+	Key idem.Key
+	// Digest, when not empty, selects the key whose [idem.KeyDigest] it
+	// is: the key_digest of a log line. It must be 16 lower-case hex
+	// digits.
+	Digest string
 	// Limit is the most keys listed. Zero means [DefaultKeysLimit];
 	// negative or more than [MaxKeysLimit] is an error.
 	Limit int
@@ -177,7 +185,8 @@ type ListedKey struct {
 	// Status is the key's status on the database clock.
 	Status KeyStatus
 	// Entry is the row, without its result (Entry.Result is zero): use
-	// [Store.Inspect] for that.
+	// [Store.Inspect] for that. Entry.Labels are the request's labels, as
+	// far as recorded.
 	Entry idem.Entry
 }
 
@@ -203,6 +212,16 @@ func (s *Store) Keys(ctx context.Context, f KeyFilter) ([]ListedKey, error) {
 		status := string(f.Status)
 		p.status = &status
 	}
+	if !f.Key.IsZero() {
+		key := f.Key.String()
+		p.key = &key
+	}
+	if f.Digest != "" {
+		if !idem.IsKeyDigest(f.Digest) {
+			return nil, fmt.Errorf("pgstore: KeyFilter.Digest %q: want 16 lower-case hex digits (idem.KeyDigest)", f.Digest)
+		}
+		p.digest = &f.Digest
+	}
 	var rows []keysRow
 	err := retrying(ctx, func() (err error) {
 		p.now = s.nowArg()
@@ -219,7 +238,8 @@ func (s *Store) Keys(ctx context.Context, f KeyFilter) ([]ListedKey, error) {
 			return nil, unavailable("keys", fmt.Errorf("row with key %q: %w", r.key, err))
 		}
 		e := idem.Entry{State: idem.StateClaimed, Generation: r.generation, Fingerprint: r.fingerprint, Owner: r.owner,
-			CreatedAt: r.createdAt, LeaseEnd: orZero(r.leaseEnd), CompletedAt: orZero(r.completedAt), ExpiresAt: orZero(r.expiresAt)}
+			CreatedAt: r.createdAt, LeaseEnd: orZero(r.leaseEnd), CompletedAt: orZero(r.completedAt), ExpiresAt: orZero(r.expiresAt),
+			Labels: r.labels.labels()}
 		if r.state == "completed" {
 			e.State = idem.StateCompleted
 		}

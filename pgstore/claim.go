@@ -173,8 +173,10 @@ func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem
 // claimParams are the claim statement's parameters for req.
 func (s *Store) claimParams(req idem.ClaimRequest, leaseMicros int64) claimParams {
 	k := req.Key.String()
+	labels := req.Labels.Clip()
 	return claimParams{scope: []byte(req.Scope), key: k, fingerprint: req.Fingerprint, owner: req.Owner,
-		leaseMicros: leaseMicros, now: s.nowArg(), lockKey: lockKey(req.Scope, k)}
+		leaseMicros: leaseMicros, now: s.nowArg(), lockKey: lockKey(req.Scope, k),
+		method: labels.Method, route: labels.Route, caller: labels.Caller}
 }
 
 // heldInTx is the claim of a key that a claim in a transaction still open

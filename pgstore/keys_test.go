@@ -1,8 +1,11 @@
 package pgstore_test
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -90,4 +93,88 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestLabelsFindAKeyAcrossScopes: the labels a claim gives are stored with
+// its row (a takeover stores its own), and an operator who has only a
+// client's key, or a log line's digest, finds its rows in every scope.
+func TestLabelsFindAKeyAcrossScopes(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	clock := idemtest.NewClock()
+	pool, _ := migrated(t)
+	s := newStoreAt(t, pool, clock.Now, pgstore.Options{})
+	key, err := idem.ParseClientKey("pay-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := idem.Labels{Method: "POST", Route: "POST /payments", Caller: "alice"}
+	done := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-a", Key: key, Labels: alice}, idem.Acquired)
+	if err := s.Complete(ctx, done.Token, idem.Result{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	long := idem.Labels{Method: "POST", Route: "/refunds/" + strings.Repeat("é", idem.MaxLabelLen)}
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-b", Key: key, Labels: long, Lease: time.Second}, idem.Acquired)
+	clock.Advance(2 * time.Second)
+	bob := idem.Labels{Method: "PUT", Route: "PUT /refunds/{id}", Caller: "bob"}
+	if c := mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-b", Key: key, Labels: bob}, idem.Acquired); !c.Takeover {
+		t.Fatal("the second claim of scope-b's key did not take it over")
+	}
+	other, _ := idem.ParseClientKey("pay-2")
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-a", Key: other}, idem.Acquired)
+
+	e, ok, err := s.Inspect(ctx, "scope-a", key)
+	if err != nil || !ok || e.Labels != alice {
+		t.Fatalf("Inspect: %+v %v %v, want labels %+v", e.Labels, ok, err, alice)
+	}
+	keys, err := s.Keys(ctx, pgstore.KeyFilter{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0].Scope != "scope-b" || keys[0].Entry.Labels != bob || keys[1].Scope != "scope-a" || keys[1].Entry.Labels != alice {
+		t.Fatalf("Keys by key: %+v, want scope-b's (bob, taken over) then scope-a's (alice)", keys)
+	}
+	keys, err = s.Keys(ctx, pgstore.KeyFilter{Digest: idem.KeyDigest("scope-a", key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0].Scope != "scope-a" || keys[0].Key != key {
+		t.Fatalf("Keys by digest: %+v, want scope-a's pay-1", keys)
+	}
+	if _, err := s.Keys(ctx, pgstore.KeyFilter{Digest: "ABC"}); err == nil {
+		t.Error("Keys with a digest that is not 16 hex digits: no error")
+	}
+
+	// A label longer than idem.MaxLabelLen is cut at a character.
+	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "scope-c", Key: key, Labels: long}, idem.Acquired)
+	e, _, err = s.Inspect(ctx, "scope-c", key)
+	if err != nil || e.Labels.Route != long.Clip().Route || len(e.Labels.Route) > idem.MaxLabelLen || !utf8.ValidString(e.Labels.Route) {
+		t.Fatalf("a long route stored as %q (%v)", e.Labels.Route, err)
+	}
+}
+
+// TestLabelsOfAClaimInATransaction: a claim in a transaction, whose row is
+// written once at its commit, stores the request's labels there, with a
+// result sent as JSON and with a large body sent on its own.
+func TestLabelsOfAClaimInATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{})
+	labels := idem.Labels{Method: "POST", Route: "POST /invoices", Caller: "acct-7"}
+	for name, body := range map[string][]byte{"small": []byte(`{"id":"inv-1"}`), "large": bytes.Repeat([]byte("x"), 100<<10)} {
+		k, _ := idem.ParseClientKey("inv-" + name)
+		c, tx, err := s.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: k, Fingerprint: "fp", Labels: labels}, idem.TxLimits{})
+		if err != nil || c.Status != idem.Acquired {
+			t.Fatalf("%s: BeginClaim = %v, %v", name, c.Status, err)
+		}
+		if err := tx.Commit(ctx, idem.Result{Status: 201, Body: body}); err != nil {
+			t.Fatalf("%s: Commit: %v", name, err)
+		}
+		e, ok, err := s.Inspect(ctx, "s", k)
+		if err != nil || !ok || e.Labels != labels {
+			t.Errorf("%s: Inspect after the commit: labels %+v (%v, %v), want %+v", name, e.Labels, ok, err, labels)
+		}
+	}
 }

@@ -106,7 +106,7 @@ func (p completeParams) encode() [][]byte {
 }
 
 // txCompleteLargeParams are the parameters of sql/tx_complete.sql with
-// .Large, $1 to $13: txCompleteParams, then the body and whether it is
+// .Large, $1 to $16: txCompleteParams, then the body and whether it is
 // text.
 type txCompleteLargeParams struct {
 	txCompleteParams
@@ -120,14 +120,15 @@ func (a txCompleteLargeParams) args() []any {
 
 // txCompleteLargeOIDs are the types execLarge declares for
 // txCompleteLargeParams.
-var txCompleteLargeOIDs = [13]uint32{oidBytea, oidText, oidInt8, oidText, oidInt8, oidTimestamptz,
-	oidText, oidText, oidBool, oidTimestamptz, oidInt8, oidBytea, oidBool}
+var txCompleteLargeOIDs = [16]uint32{oidBytea, oidText, oidInt8, oidText, oidInt8, oidTimestamptz,
+	oidText, oidText, oidBool, oidTimestamptz, oidInt8, oidText, oidText, oidText, oidBytea, oidBool}
 
 func (txCompleteLargeParams) oids() []uint32 { return txCompleteLargeOIDs[:] }
 
 func (a txCompleteLargeParams) encode() (values [][]byte, formats []int16) {
 	p := a.txCompleteParams
 	values = append(p.completeParams.encode(), []byte(p.fingerprint), []byte(p.owner), strconv.AppendBool(nil, p.takeover),
-		p.createdAt.AppendFormat(nil, time.RFC3339Nano), strconv.AppendInt(nil, p.takenOver, 10), a.body, strconv.AppendBool(nil, a.text))
-	return values, []int16{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}
+		p.createdAt.AppendFormat(nil, time.RFC3339Nano), strconv.AppendInt(nil, p.takenOver, 10),
+		[]byte(p.method), []byte(p.route), []byte(p.caller), a.body, strconv.AppendBool(nil, a.text))
+	return values, []int16{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}
 }

@@ -37,6 +37,9 @@ var pgbenchArgs = map[string]string{
 	"idle":        `'30000'`,
 	"execution":   `'300000'`,
 	"takeover":    `false`,
+	"method":      `'POST'`,
+	"route":       `'POST /invoices'`,
+	"caller":      `'pgbench'`,
 }
 
 var placeholder = regexp.MustCompile(`\$([0-9]+)`)
@@ -74,7 +77,7 @@ func TestPgbenchScriptsMatchTheStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := []string{"scope", "key", "fingerprint", "owner", "lease", "now", "lock"}
+	claim := []string{"scope", "key", "fingerprint", "owner", "lease", "now", "lock", "method", "route", "caller"}
 	complete := []string{"scope", "key", "generation", "result", "retention", "now"}
 	const invoice = "INSERT INTO invoices (customer, amount_cents) VALUES ('ACME', 12345);\n"
 	scripts := map[string]string{
@@ -94,7 +97,7 @@ BEGIN;
 			pgbenchStatement(t, st.txClaim.sql, "scope", "key", "now", "execution") +
 			`\endpipeline
 ` + invoice + `\startpipeline
-` + pgbenchStatement(t, st.txComplete.sql, append(complete, "fingerprint", "owner", "takeover", "created", "takenOver")...) +
+` + pgbenchStatement(t, st.txComplete.sql, append(complete, "fingerprint", "owner", "takeover", "created", "takenOver", "method", "route", "caller")...) +
 			`COMMIT;
 \endpipeline
 `,

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // The parameters and rows of the statements of sql/, file by file, in the
@@ -40,7 +42,8 @@ type tokenParams struct {
 
 func (p tokenParams) args() []any { return []any{p.scope, p.key, p.generation} }
 
-// claimParams are sql/claim.sql's.
+// claimParams are sql/claim.sql's: the claim, the key's lock, then the
+// request's labels.
 type claimParams struct {
 	scope              []byte
 	key                string
@@ -49,10 +52,12 @@ type claimParams struct {
 	now                *time.Time
 	// lockKey is the key's lock (see lockKey).
 	lockKey int64
+	// labels are the request's labels (idem.Labels), clipped.
+	method, route, caller string
 }
 
 func (p claimParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockKey}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.lockKey, p.method, p.route, p.caller}
 }
 
 // claimRow is sql/claim.sql's: the claim inserted, or the row as the
@@ -83,14 +88,14 @@ type claimLimitsParams struct{ lockTimeout string }
 func (p claimLimitsParams) args() []any { return []any{p.lockTimeout} }
 
 // takeoverParams are sql/takeover.sql's: the claim's, the generation the
-// claim statement saw, then the key's lock.
+// claim statement saw, then the key's lock and the request's labels.
 type takeoverParams struct {
 	claimParams
 	generation int64
 }
 
 func (p takeoverParams) args() []any {
-	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation, p.lockKey}
+	return []any{p.scope, p.key, p.fingerprint, p.owner, p.leaseMicros, p.now, p.generation, p.lockKey, p.method, p.route, p.caller}
 }
 
 // takeoverRow is sql/takeover.sql's: the claim taken over.
@@ -180,10 +185,26 @@ type inspectRow struct {
 	createdAt                        time.Time
 	leaseEnd, completedAt, expiresAt *time.Time
 	result                           resultColumn
+	labels                           labelColumns
 }
 
 func (r *inspectRow) targets() []any {
-	return []any{&r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result}
+	return []any{&r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result,
+		&r.labels.method, &r.labels.route, &r.labels.caller}
+}
+
+// labelColumns are a row's request labels; null is not recorded.
+type labelColumns struct{ method, route, caller *string }
+
+func (l labelColumns) labels() idem.Labels {
+	return idem.Labels{Method: orEmpty(l.method), Route: orEmpty(l.route), Caller: orEmpty(l.caller)}
+}
+
+func orEmpty(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // forgetParams are sql/forget.sql's.
@@ -223,9 +244,13 @@ type keysParams struct {
 	status  *string // nil: every status
 	limit   int
 	now     *time.Time
+	key     *string // nil: every key
+	digest  *string // nil: every digest
 }
 
-func (p keysParams) args() []any { return []any{p.scope, p.keyLike, p.status, p.limit, p.now} }
+func (p keysParams) args() []any {
+	return []any{p.scope, p.keyLike, p.status, p.limit, p.now, p.key, p.digest}
+}
 
 // keysRow is one of sql/keys.sql's rows.
 type keysRow struct {
@@ -235,11 +260,12 @@ type keysRow struct {
 	fingerprint, owner               string
 	createdAt                        time.Time
 	leaseEnd, completedAt, expiresAt *time.Time
+	labels                           labelColumns
 }
 
 func (r *keysRow) targets() []any {
 	return []any{&r.scope, &r.key, &r.status, &r.state, &r.generation, &r.fingerprint, &r.owner,
-		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt}
+		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.labels.method, &r.labels.route, &r.labels.caller}
 }
 
 // sweepRow is sql/sweep.sql's: the abandoned claims and the expired results
@@ -308,16 +334,18 @@ func (r *txClaimRow) targets() []any {
 
 // txCompleteParams are sql/tx_complete.sql's: the completion's, then what
 // the row is inserted with, and the generation of the row it takes over
-// (zero: none).
+// (zero: none), and the request's labels.
 type txCompleteParams struct {
 	completeParams
 	fingerprint, owner string
 	takeover           bool
 	createdAt          time.Time
 	takenOver          int64
+	// labels are the request's labels (idem.Labels), clipped.
+	method, route, caller string
 }
 
 func (p txCompleteParams) args() []any {
 	return []any{p.scope, p.key, p.generation, p.result, p.retentionMicros, p.now,
-		p.fingerprint, p.owner, p.takeover, p.createdAt, p.takenOver}
+		p.fingerprint, p.owner, p.takeover, p.createdAt, p.takenOver, p.method, p.route, p.caller}
 }

@@ -198,7 +198,7 @@ func (b *txBegin) rollback(ctx context.Context) {
 func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
 	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
 		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
-			createdAt: found.now, takenOver: found.generation},
+			createdAt: found.now, takenOver: found.generation, labels: b.req.Labels.Clip()},
 		statementTimeout: time.Duration(found.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: found.sessions}
 	c.topView = txView{Tx: b.tx, claim: c, top: true}
 	c.view = &c.topView

@@ -120,8 +120,9 @@ type txRow struct {
 	// takeover: the row taken over is a two-phase claim whose lease ran
 	// out.
 	takeover  bool
-	createdAt time.Time // the claim's clock
-	takenOver int64     // the generation of the row taken over; zero if none
+	createdAt time.Time   // the claim's clock
+	takenOver int64       // the generation of the row taken over; zero if none
+	labels    idem.Labels // the request's, clipped
 }
 
 // The states of a claimTx.
@@ -197,7 +198,8 @@ func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
 
 func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	p := txCompleteParams{completeParams: c.s.completeParams(c.tok, ""), fingerprint: c.row.fingerprint,
-		owner: c.row.owner, takeover: c.row.takeover, createdAt: c.row.createdAt, takenOver: c.row.takenOver}
+		owner: c.row.owner, takeover: c.row.takeover, createdAt: c.row.createdAt, takenOver: c.row.takenOver,
+		method: c.row.labels.Method, route: c.row.labels.Route, caller: c.row.labels.Caller}
 	if len(res.Body) >= largeBody {
 		// The body as its own parameter, as Complete sends it.
 		body := res.Body

@@ -9,9 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/idemkit/idem/internal/cmdmain"
 )
@@ -22,6 +26,12 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	now    func() time.Time
+	// stdin is where a confirmation is read from, when terminal: stdin
+	// and stdout are a terminal, where someone can answer.
+	stdin    io.Reader
+	terminal bool
+	// version is what --version prints.
+	version string
 
 	databaseURL string
 	table       string
@@ -40,12 +50,14 @@ var commands []command
 func init() {
 	commands = []command{
 		{"migrate", "up|down|status", "create, upgrade, roll back or show the idem schema", (*cli).migrate},
-		{"sweep", "[--once] [--interval D]", "release abandoned claims and delete expired results", (*cli).sweep},
+		{"sweep", "[--once] [--interval D] [--batch N]", "release abandoned claims and delete expired results; without --once, until interrupted", (*cli).sweep},
 		{"stats", "[--json]", "counts by state, oldest live and abandoned claims, table size", (*cli).stats},
 		{"keys", "[--scope S] [--state S] [--prefix P] [--limit N] [--json]", "list the most recent keys, with their scope, state, age and owner", (*cli).keys},
 		{"scope", "[-H 'Name: value']... (--route R [--method M] | --mcp) [--session S]", "compute a request's scope from its credentials, session and route", (*cli).scope},
-		{"inspect", "--scope S (--key K | --stored-key K) [--json]", "show one key: its claim or recorded result", (*cli).inspect},
+		{"inspect", "[--scope S] (--key K | --stored-key K | --digest D) [--json]", "show a key in one scope or every scope: its claim or recorded result", (*cli).inspect},
+		{"digest", "(--key K | --stored-key K) [--scope S | [--route R] [--caller C]]", "the digest log lines name a key by", (*cli).digest},
 		{"forget", "--scope S (--key K | --stored-key K) [--force]", "delete one key so that its next request runs again", (*cli).forget},
+		{"release", "--scope S (--key K | --stored-key K) [--generation N] [--force]", "release a stuck claim, never a recorded result", (*cli).release},
 	}
 }
 
@@ -59,21 +71,49 @@ Global flags (also accepted after the command):
   --database-url URL  PostgreSQL URL (default $DATABASE_URL),
                       e.g. postgres://idem:idem@127.0.0.1:5432/idem?sslmode=disable
   --table T           claim table, "table" or "schema.table" (default idem_keys)
+  --version           print the version and exit
 
 Run "idem <command> --help" for a command's flags.
 `
 
 // run is the whole CLI, testable in-process.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c := &cli{getenv: getenv, stdout: stdout, stderr: stderr, now: time.Now}
+	c := &cli{getenv: getenv, stdout: stdout, stderr: stderr, now: time.Now, stdin: os.Stdin, version: buildVersion()}
+	out, ok := stdout.(*os.File)
+	c.terminal = ok && term.IsTerminal(int(out.Fd())) && term.IsTerminal(int(os.Stdin.Fd()))
 	return c.run(ctx, args)
+}
+
+// buildVersion is the CLI's version as the build recorded it: the module
+// version (go install …@v1.2.0), else "(devel)", with the commit when the
+// build was made from a checkout.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " commit " + s.Value[:12]
+		}
+	}
+	return v
 }
 
 func (c *cli) run(ctx context.Context, args []string) error {
 	usage := func(w io.Writer) { fmt.Fprintf(w, topUsage, commandList(commands)) }
 	fs := c.flagSet("idem", usage)
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *version {
+		fmt.Fprintf(c.stdout, "idem %s\n", c.version)
+		return nil
 	}
 	if fs.NArg() == 0 {
 		usage(c.stderr)

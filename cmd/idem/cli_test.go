@@ -84,10 +84,11 @@ func TestMigrate(t *testing.T) {
 	if !tableExists(t, pool, "idem_keys") {
 		t.Fatal("down without --yes dropped the table")
 	}
-	// Down rolls back the most recent migration: versions 3 (the
-	// completion function) and 2 (the waited column) keep the table,
+	// Down rolls back the most recent migration: versions 5 (the request
+	// labels), 3 (the completion function) and 2 (the waited column) keep
+	// the table,
 	// version 1 drops it.
-	for _, v := range []string{"3", "2"} {
+	for _, v := range []string{"5", "3", "2"} {
 		if out := mustRun(t, dbURL, "migrate", "down", "--yes"); !strings.Contains(out, "pending") {
 			t.Fatalf("down:\n%s", out)
 		}
@@ -171,20 +172,20 @@ func fixture(t *testing.T) (dbURL string, store *pgstore.Store) {
 	t.Helper()
 	dbURL, store = migratedStore(t)
 	ctx := t.Context()
-	claim := func(key string, lease time.Duration) idem.Claim {
+	claim := func(key string, lease time.Duration, labels idem.Labels) idem.Claim {
 		k, err := idem.ParseClientKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: k, Lease: lease, Owner: "test", Fingerprint: "fp"})
+		c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: k, Lease: lease, Owner: "test", Fingerprint: "fp", Labels: labels})
 		if err != nil || c.Status != idem.Acquired {
 			t.Fatalf("claim %s: %+v %v", key, c, err)
 		}
 		return c
 	}
-	claim("live", time.Hour)
-	claim("abandoned", time.Millisecond)
-	done := claim("done", time.Hour)
+	claim("live", time.Hour, idem.Labels{})
+	claim("abandoned", time.Millisecond, idem.Labels{Method: "tools/call", Route: "refund"})
+	done := claim("done", time.Hour, idem.Labels{Method: "POST", Route: "POST /payments/{id}", Caller: "acct-7"})
 	res := idem.Result{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":7}` + "\n")}
 	if err := store.Complete(ctx, done.Token, res); err != nil {
 		t.Fatal(err)
@@ -217,9 +218,17 @@ func TestStats(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, dbURL, "stats", "--json")), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st["claimed"] != 1.0 || st["abandoned"] != 1.0 || st["completed"] != 1.0 || st["expired"] != 0.0 ||
-		st["oldest_claim"] == nil || st["oldest_abandoned"] == nil || st["table_bytes"].(float64) <= 0 {
+	if st["live_claims"] != 1.0 || st["abandoned_claims"] != 1.0 || st["results"] != 1.0 || st["expired_results"] != 0.0 ||
+		st["oldest_live_claim"] == nil || st["oldest_abandoned_claim"] == nil || st["table_size_bytes"].(float64) <= 0 {
 		t.Fatalf("stats --json: %v", st)
+	}
+	// Each JSON key is a text label, spaces as underscores (the size in
+	// bytes).
+	for k := range st {
+		label := strings.ReplaceAll(strings.TrimSuffix(k, "_bytes"), "_", " ")
+		if !strings.Contains(out, "\n"+label+"  ") && !strings.HasPrefix(out, label+"  ") {
+			t.Errorf("stats --json key %q is no label of the text (%q):\n%s", k, label, out)
+		}
 	}
 }
 
@@ -265,8 +274,7 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"--key", "done"}, // no scope
-		{"--scope", "s"},  // no key
+		{"--scope", "s"}, // no key
 		{"--scope", "s", "--stored-key", "key/a", "--key", "a"}, // both
 		{"--scope", "s", "--stored-key", "nonsense"},            // no form tag
 		{"--scope", "s", "--key", "bad\x01"},                    // control character
@@ -295,17 +303,24 @@ func TestForget(t *testing.T) {
 	if r.code() != 1 || !strings.Contains(r.err.Error(), "live claim") || !present("live") {
 		t.Fatalf("forget live without --force: exit %d, %v; present %v", r.code(), r.err, present("live"))
 	}
-	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "live", "--force"); !strings.Contains(out, "forgot") || present("live") {
-		t.Fatalf("forget --force: %s, present %v", out, present("live"))
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "live", "--force"); out != `forgot scope "tenant-1", key "key/live", which held a live claim (owner test, generation 1, endpoint -, caller -): its next request runs again`+"\n" || present("live") {
+		t.Fatalf("forget --force: %q, present %v", out, present("live"))
 	}
-	// An abandoned claim and a result need no --force.
-	for _, key := range []string{"abandoned", "done"} {
-		if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", key); !strings.Contains(out, "forgot") || present(key) {
-			t.Fatalf("forget %s: %s, present %v", key, out, present(key))
-		}
+	// An abandoned claim needs no --force.
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "abandoned"); out != `forgot scope "tenant-1", key "key/abandoned", which held an abandoned claim (owner test, generation 2, endpoint tools/call refund, caller -): its next request runs again`+"\n" || present("abandoned") {
+		t.Fatalf("forget abandoned: %q, present %v", out, present("abandoned"))
 	}
-	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "done"); !strings.Contains(out, "nothing to forget") {
-		t.Fatalf("forget absent: %s", out)
+	// A result does: its request's retry would run the side effect again.
+	r = idemCLI(ctx, dbURL, "forget", "--scope", "tenant-1", "--key", "done")
+	const refused = `idem: refusing to forget scope "tenant-1", key "key/done": it holds a recorded result (status 201, generation 3, endpoint POST /payments/{id}, caller acct-7), and its next request would run the side effect again; pass --force if that is what you want`
+	if got := cmdmain.Message("idem", r.err); r.code() != 1 || got != refused || r.stdout != "" || !present("done") {
+		t.Fatalf("forget a result without --force: exit %d\n got %s\nwant %s\npresent %v", r.code(), got, refused, present("done"))
+	}
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "done", "--force"); out != `forgot scope "tenant-1", key "key/done", which held a recorded result (status 201, generation 3, endpoint POST /payments/{id}, caller acct-7): its next request runs again`+"\n" || present("done") {
+		t.Fatalf("forget --force a result: %q, present %v", out, present("done"))
+	}
+	if out := mustRun(t, dbURL, "forget", "--scope", "tenant-1", "--key", "done"); out != `scope "tenant-1", key "key/done" was absent: nothing to forget`+"\n" {
+		t.Fatalf("forget absent: %q", out)
 	}
 	// A forgotten key claims afresh.
 	c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: mustKey(t, "done")})
@@ -420,7 +435,7 @@ func TestHelp(t *testing.T) {
 	t.Parallel()
 	// Asked for, the usage goes to stdout (idem --help | less).
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"migrate", "--help"}, {"sweep", "--help"},
-		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}} {
+		{"stats", "--help"}, {"inspect", "--help"}, {"forget", "--help"}, {"release", "--help"}, {"digest", "--help"}} {
 		r := idemCLI(t.Context(), "", args...)
 		if r.code() != 0 || !strings.Contains(r.stdout, "Usage: idem") || r.stderr != "" {
 			t.Errorf("idem %v: exit %d (%v), stdout %q, stderr %q", args, r.code(), r.err, r.stdout, r.stderr)

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/idemkit/idem"
 )
@@ -14,12 +16,14 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 		force bool
 	)
 	fs := c.subFlagSet("forget", "--scope S (--key K | --stored-key K) [--force]",
-		"Deletes one key whatever its state, so that its next request runs the side effect again:\n"+
-			"for a result recorded in error, or a claim an operator knows is dead. A live claim\n"+
-			"(lease not run out) is refused without --force: its holder is probably still running,\n"+
-			"and forgetting it lets a retry run the side effect a second time.")
+		"Deletes one key whatever its state, so that its next request runs the side effect again,\n"+
+			"and prints what it removed: for a result recorded in error, or a claim an operator knows\n"+
+			"is dead. A recorded result needs --force (at a terminal, a confirmation will do): its\n"+
+			"request's retry runs the side effect a second time. A live claim (lease not run out)\n"+
+			"needs --force: its holder is probably still running. For a stuck claim, \"idem release\"\n"+
+			"never deletes a result.")
 	kf.register(fs)
-	fs.BoolVar(&force, "force", false, "forget even a live claim")
+	fs.BoolVar(&force, "force", false, "forget even a recorded result or a live claim")
 	if err := kf.parse(fs, args); err != nil {
 		return err
 	}
@@ -28,6 +32,25 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
+	e, ok, err := s.Inspect(ctx, kf.scope, kf.parsedKey)
+	if err != nil {
+		return c.tableError(err)
+	}
+	if !ok {
+		fmt.Fprintf(c.stdout, "scope %q, key %q was absent: nothing to forget\n", kf.scope, kf.parsedKey)
+		return nil
+	}
+	what := c.describe(e)
+	if e.State == idem.StateCompleted && !force {
+		if !c.terminal {
+			return fmt.Errorf("refusing to forget scope %q, key %q: it holds %s, and its next request would run the side effect again; "+
+				"pass --force if that is what you want", kf.scope, kf.parsedKey, what)
+		}
+		if !c.confirm(fmt.Sprintf("Scope %q, key %q holds %s.\nForget it, so that its next request runs the side effect again? [y/N] ", kf.scope, kf.parsedKey, what)) {
+			return fmt.Errorf("not forgotten: scope %q, key %q still holds %s", kf.scope, kf.parsedKey, what)
+		}
+		force = true
+	}
 	removed, err := s.Forget(ctx, kf.scope, kf.parsedKey, force)
 	switch {
 	case errors.Is(err, idem.ErrLiveClaim):
@@ -38,7 +61,93 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 	case !removed:
 		fmt.Fprintf(c.stdout, "scope %q, key %q was absent: nothing to forget\n", kf.scope, kf.parsedKey)
 	default:
-		fmt.Fprintf(c.stdout, "forgot scope %q, key %q: its next request runs again\n", kf.scope, kf.parsedKey)
+		fmt.Fprintf(c.stdout, "forgot scope %q, key %q, which held %s: its next request runs again\n", kf.scope, kf.parsedKey, what)
 	}
 	return nil
+}
+
+func (c *cli) release(ctx context.Context, args []string) error {
+	var (
+		kf         keyFlags
+		generation optionalString
+		force      bool
+	)
+	fs := c.subFlagSet("release", "--scope S (--key K | --stored-key K) [--generation N] [--force]",
+		"Releases the claim of one key, so that its next request runs: for a claim whose holder is\n"+
+			"stuck or dead. It never deletes a recorded result (\"idem forget\" does), and it is fenced by\n"+
+			"the claim's generation (--generation, default the one the key holds now): a claim taken\n"+
+			"over, completed or released since is left alone. A live claim (lease not run out) needs\n"+
+			"--force: its holder is probably still running, and a retry would run the side effect again.")
+	kf.register(fs)
+	fs.Var(&generation, "generation", "release only the claim of this `generation`, as \"idem inspect\" shows it")
+	fs.BoolVar(&force, "force", false, "release even a live claim")
+	if err := kf.parse(fs, args); err != nil {
+		return err
+	}
+	var gen int64
+	if generation.set {
+		if _, err := fmt.Sscan(generation.value, &gen); err != nil || gen <= 0 {
+			return cmdUsagef(fs, "--generation %q: want a positive integer", generation.value)
+		}
+	}
+	s, closeStore, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	e, ok, err := s.Inspect(ctx, kf.scope, kf.parsedKey)
+	switch {
+	case err != nil:
+		return c.tableError(err)
+	case !ok:
+		return kf.absent()
+	case e.State == idem.StateCompleted:
+		return fmt.Errorf("refusing to release scope %q, key %q: it holds %s, not a claim; release never deletes a result (\"idem forget --force\" does)",
+			kf.scope, kf.parsedKey, c.describe(e))
+	case generation.set && gen != e.Generation:
+		return fmt.Errorf("nothing released: generation %d no longer holds scope %q, key %q; it holds %s", gen, kf.scope, kf.parsedKey, c.describe(e))
+	case c.now().Before(e.LeaseEnd) && !force:
+		return fmt.Errorf("refusing to release scope %q, key %q: it holds %s, whose holder is probably still running; "+
+			"wait for it (see \"idem inspect\"), or pass --force if you know the holder is stuck or dead", kf.scope, kf.parsedKey, c.describe(e))
+	}
+	err = s.Release(ctx, idem.Token{Scope: kf.scope, Key: kf.parsedKey, Generation: e.Generation})
+	switch {
+	case errors.Is(err, idem.ErrStaleClaim):
+		return fmt.Errorf("nothing released: generation %d no longer holds scope %q, key %q (completed, taken over or released since; see \"idem inspect\")",
+			e.Generation, kf.scope, kf.parsedKey)
+	case err != nil:
+		return c.tableError(err)
+	}
+	fmt.Fprintf(c.stdout, "released scope %q, key %q, which held %s: its next request runs again\n", kf.scope, kf.parsedKey, c.describe(e))
+	return nil
+}
+
+// describe says what an entry is, for forget's and release's messages: its
+// state, generation and what claimed it.
+func (c *cli) describe(e idem.Entry) string {
+	var b strings.Builder
+	switch {
+	case e.State == idem.StateCompleted:
+		fmt.Fprintf(&b, "a recorded result (status %d", e.Result.Status)
+	case c.now().Before(e.LeaseEnd):
+		b.WriteString("a live claim (")
+		b.WriteString("owner " + orDash(e.Owner))
+	default:
+		b.WriteString("an abandoned claim (")
+		b.WriteString("owner " + orDash(e.Owner))
+	}
+	fmt.Fprintf(&b, ", generation %d, endpoint %s, caller %s)", e.Generation, orDash(endpoint(e.Labels)), orDash(e.Labels.Caller))
+	return b.String()
+}
+
+// confirm asks question at the terminal and reports whether the answer is
+// yes.
+func (c *cli) confirm(question string) bool {
+	fmt.Fprint(c.stdout, question)
+	line, _ := bufio.NewReader(c.stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }

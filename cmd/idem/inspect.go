@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/pgstore"
 )
 
 // errAbsent: inspect found no entry; exit 1.
@@ -22,11 +23,16 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 		kf     keyFlags
 		asJSON bool
 	)
-	fs := c.subFlagSet("inspect", "--scope S (--key K | --stored-key K) [--json]",
-		"Shows the entry of one key as stored: a claim (generation, owner, lease end; live or\n"+
-			"abandoned) or a recorded result (status, headers, body, retention). Exits 1 if absent.")
+	fs := c.subFlagSet("inspect", "[--scope S] (--key K | --stored-key K | --digest D) [--json]",
+		"Shows the entry of a key as stored: its digest, the endpoint and caller that claimed it,\n"+
+			"and a claim (generation, owner, lease end; live or abandoned) or a recorded result\n"+
+			"(status, headers, body, retention). Without --scope it shows the key's entries in every\n"+
+			"scope, newest first (a scan of the table); --digest finds the key a log line names.\n"+
+			"Exits 1 if absent.")
+	kf.anyScope = true
 	kf.register(fs)
-	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	kf.registerDigest(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON: an object with --scope and --key or --stored-key, else an array")
 	if err := kf.parse(fs, args); err != nil {
 		return err
 	}
@@ -35,6 +41,9 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
+	if !kf.scopeSet || kf.digest != "" {
+		return c.inspectAll(ctx, s, &kf, asJSON)
+	}
 	e, ok, err := s.Inspect(ctx, kf.scope, kf.parsedKey)
 	if err != nil {
 		return c.tableError(err)
@@ -48,12 +57,62 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 	return c.printEntry(kf.scope, kf.parsedKey, e)
 }
 
+// inspectAll shows every entry kf selects, across scopes: those of a key,
+// or the one of a digest.
+func (c *cli) inspectAll(ctx context.Context, s *pgstore.Store, kf *keyFlags, asJSON bool) error {
+	listed, err := s.Keys(ctx, kf.filter())
+	if err != nil {
+		return c.tableError(err)
+	}
+	type found struct {
+		scope string
+		key   idem.Key
+		entry idem.Entry
+	}
+	var entries []found
+	for _, l := range listed {
+		e, ok, err := s.Inspect(ctx, l.Scope, l.Key)
+		if err != nil {
+			return c.tableError(err)
+		}
+		if ok { // else gone since the listing
+			entries = append(entries, found{l.Scope, l.Key, e})
+		}
+	}
+	if len(entries) == 0 {
+		return kf.absent()
+	}
+	if asJSON {
+		out := make([]map[string]any, len(entries))
+		for i, f := range entries {
+			out[i] = entryJSON(f.scope, f.key, f.entry, c.now())
+		}
+		return writeJSON(c.stdout, out)
+	}
+	if len(entries) > 1 {
+		fmt.Fprintf(c.stdout, "key %q has %d entries, in %d scopes, newest first:\n", entries[0].key, len(entries), len(entries))
+	}
+	for _, f := range entries {
+		if len(entries) > 1 {
+			fmt.Fprintln(c.stdout)
+		}
+		if err := c.printEntry(f.scope, f.key, f.entry); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // entryJSON is inspect --json's object: the entry's fields, and for a claim
 // whether its lease is live at now.
 func entryJSON(scope string, key idem.Key, e idem.Entry, now time.Time) map[string]any {
 	out := map[string]any{
 		"scope":       scope,
 		"key":         key.String(),
+		"key_digest":  idem.KeyDigest(scope, key),
+		"method":      e.Labels.Method,
+		"route":       e.Labels.Route,
+		"caller":      e.Labels.Caller,
 		"state":       e.State.String(),
 		"generation":  e.Generation,
 		"fingerprint": e.Fingerprint,
@@ -77,8 +136,11 @@ func entryJSON(scope string, key idem.Key, e idem.Entry, now time.Time) map[stri
 func (c *cli) printEntry(scope string, key idem.Key, e idem.Entry) error {
 	now := c.now()
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "scope\t%s\n", scope)
+	fmt.Fprintf(tw, "scope\t%s\n", shellQuote(scope))
 	fmt.Fprintf(tw, "key\t%s\n", key)
+	fmt.Fprintf(tw, "digest\t%s\n", idem.KeyDigest(scope, key))
+	fmt.Fprintf(tw, "endpoint\t%s\n", orDash(endpoint(e.Labels)))
+	fmt.Fprintf(tw, "caller\t%s\n", orDash(e.Labels.Caller))
 	state := e.State.String()
 	if e.State == idem.StateClaimed {
 		if now.Before(e.LeaseEnd) {

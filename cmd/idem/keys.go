@@ -24,22 +24,29 @@ func (c *cli) keys(ctx context.Context, args []string) error {
 		storedPrefix string
 		limit        int
 		asJSON       bool
+		digest       string
 	)
-	fs := c.subFlagSet("keys", "[--scope S] [--state S] [--prefix P | --stored-prefix P] [--limit N] [--json]",
-		"Lists the most recently claimed keys, newest first: scope, key as stored, state (live or\n"+
-			"abandoned claim, completed or expired result), age since claimed, and owner. The scope\n"+
-			"is printed as --scope takes it (quoted for the shell when it needs to be), the key as\n"+
-			"--stored-key takes it: paste both into \"idem inspect\" or \"idem forget\". It scans the table.")
+	fs := c.subFlagSet("keys", "[--scope S] [--state S] [--prefix P | --stored-prefix P] [--digest D] [--limit N] [--json]",
+		"Lists the most recently claimed keys, newest first: scope, key as stored, digest, endpoint\n"+
+			"(method and route) and caller that claimed it, state (live or abandoned claim, completed\n"+
+			"or expired result), age since claimed, and owner. The scope is printed as --scope takes\n"+
+			"it (quoted for the shell when it needs to be), the key as --stored-key takes it: paste\n"+
+			"both into \"idem inspect\" or \"idem forget\". A key or endpoint longer than 32 characters\n"+
+			"is cut short with …: --json prints it whole, and --digest finds it. It scans the table.")
 	fs.Var(&scope, "scope", "list only the keys of this `scope`, as stored")
 	fs.StringVar(&state, "state", "", "list only keys in this `state`: live, abandoned, completed or expired")
 	fs.StringVar(&prefix, "prefix", "", "list only keys a client sent that start with `P` (Idempotency-Key: order-42 matches order-)")
 	fs.StringVar(&storedPrefix, "stored-prefix", "", "list only keys whose stored form starts with `P` (call/conv-7/ for an MCP session's calls)")
+	fs.StringVar(&digest, "digest", "", "list only the key with this `digest`, as log lines (key_digest) show it")
 	fs.IntVar(&limit, "limit", defaultKeysLimit, fmt.Sprintf("list at most `N` keys (1 to %d)", pgstore.MaxKeysLimit))
 	fs.BoolVar(&asJSON, "json", false, "print JSON: an array of objects")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	filter := pgstore.KeyFilter{Limit: limit, KeyPrefix: storedPrefix}
+	if digest != "" && !idem.IsKeyDigest(digest) {
+		return cmdUsagef(fs, "--digest %q: want the 16 hex digits of a key_digest", digest)
+	}
+	filter := pgstore.KeyFilter{Limit: limit, KeyPrefix: storedPrefix, Digest: digest}
 	if scope.set {
 		filter.Scope = &scope.value
 	}
@@ -83,10 +90,12 @@ func (c *cli) keys(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tAGE\tOWNER")
+	fmt.Fprintln(tw, "SCOPE\tKEY\tDIGEST\tENDPOINT\tCALLER\tSTATE\tAGE\tOWNER")
 	for _, k := range keys {
 		age := c.now().Sub(k.Entry.CreatedAt).Round(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", shellQuote(k.Scope), k.Key, k.Status, age, orDash(k.Entry.Owner))
+		l := k.Entry.Labels
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shellQuote(k.Scope), cut(k.Key.String()), idem.KeyDigest(k.Scope, k.Key),
+			cut(orDash(endpoint(l))), cut(orDash(l.Caller)), k.Status, age, orDash(k.Entry.Owner))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -102,6 +111,10 @@ func listedJSON(k pgstore.ListedKey) map[string]any {
 	out := map[string]any{
 		"scope":       k.Scope,
 		"key":         k.Key.String(),
+		"key_digest":  idem.KeyDigest(k.Scope, k.Key),
+		"method":      k.Entry.Labels.Method,
+		"route":       k.Entry.Labels.Route,
+		"caller":      k.Entry.Labels.Caller,
 		"state":       string(k.Status),
 		"generation":  k.Entry.Generation,
 		"fingerprint": k.Entry.Fingerprint,
@@ -116,6 +129,20 @@ func listedJSON(k pgstore.ListedKey) map[string]any {
 		out["expires_at"] = timeOrNil(k.Entry.ExpiresAt)
 	}
 	return out
+}
+
+// maxColumn is the most characters a column of "idem keys" shows of a
+// key, an endpoint or a caller; --json shows them whole.
+const maxColumn = 32
+
+// cut returns s, or its first maxColumn-1 characters and an ellipsis when
+// it is longer.
+func cut(s string) string {
+	if utf8.RuneCountInString(s) <= maxColumn {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxColumn-1]) + "…"
 }
 
 // shellQuote returns s as a POSIX shell word: as is when it holds only

@@ -19,19 +19,22 @@ import (
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := fixture(t)
-	checkOutput(t, "keys", mustRun(t, dbURL, "keys"), `SCOPE     KEY            STATE      AGE  OWNER
-tenant-1  key/done       completed  <d>  test
-tenant-1  key/abandoned  abandoned  <d>  test
-tenant-1  key/live       live       <d>  test
+	checkOutput(t, "keys", mustRun(t, dbURL, "keys"), `SCOPE     KEY            DIGEST            ENDPOINT             CALLER  STATE      AGE  OWNER
+tenant-1  key/done       f21d24f8f755e5cf  POST /payments/{id}  acct-7  completed  <d>  test
+tenant-1  key/abandoned  44cfbd316d5b56a8  tools/call refund    -       abandoned  <d>  test
+tenant-1  key/live       27fd5e52759dc76c  -                    -       live       <d>  test
 `)
-	checkOutput(t, "keys --state live", mustRun(t, dbURL, "keys", "--state", "live"), `SCOPE     KEY       STATE  AGE  OWNER
-tenant-1  key/live  live   <d>  test
+	checkOutput(t, "keys --state live", mustRun(t, dbURL, "keys", "--state", "live"), `SCOPE     KEY       DIGEST            ENDPOINT  CALLER  STATE  AGE  OWNER
+tenant-1  key/live  27fd5e52759dc76c  -         -       live   <d>  test
 `)
-	checkOutput(t, "keys --prefix ab", mustRun(t, dbURL, "keys", "--prefix", "ab", "--scope", "tenant-1"), `SCOPE     KEY            STATE      AGE  OWNER
-tenant-1  key/abandoned  abandoned  <d>  test
+	checkOutput(t, "keys --prefix ab", mustRun(t, dbURL, "keys", "--prefix", "ab", "--scope", "tenant-1"), `SCOPE     KEY            DIGEST            ENDPOINT           CALLER  STATE      AGE  OWNER
+tenant-1  key/abandoned  44cfbd316d5b56a8  tools/call refund  -       abandoned  <d>  test
 `)
-	checkOutput(t, "keys --stored-prefix key/d", mustRun(t, dbURL, "keys", "--stored-prefix", "key/d"), `SCOPE     KEY       STATE      AGE  OWNER
-tenant-1  key/done  completed  <d>  test
+	checkOutput(t, "keys --stored-prefix key/d", mustRun(t, dbURL, "keys", "--stored-prefix", "key/d"), `SCOPE     KEY       DIGEST            ENDPOINT             CALLER  STATE      AGE  OWNER
+tenant-1  key/done  f21d24f8f755e5cf  POST /payments/{id}  acct-7  completed  <d>  test
+`)
+	checkOutput(t, "keys --digest", mustRun(t, dbURL, "keys", "--digest", "44cfbd316d5b56a8"), `SCOPE     KEY            DIGEST            ENDPOINT           CALLER  STATE      AGE  OWNER
+tenant-1  key/abandoned  44cfbd316d5b56a8  tools/call refund  -       abandoned  <d>  test
 `)
 	checkOutput(t, "keys --scope tenant-2", mustRun(t, dbURL, "keys", "--scope", "tenant-2"), "no keys in table idem_keys match\n")
 
@@ -39,14 +42,16 @@ tenant-1  key/done  completed  <d>  test
 	if r.err != nil || r.stderr != "idem: keys: showed the 1 most recent; --limit N shows more\n" {
 		t.Errorf("keys --limit 1: %v, stderr %q", r.err, r.stderr)
 	}
-	checkOutput(t, "keys --limit 1", r.stdout, "SCOPE     KEY       STATE      AGE  OWNER\ntenant-1  key/done  completed  <d>  test\n")
+	checkOutput(t, "keys --limit 1", r.stdout, "SCOPE     KEY       DIGEST            ENDPOINT             CALLER  STATE      AGE  OWNER\n"+
+		"tenant-1  key/done  f21d24f8f755e5cf  POST /payments/{id}  acct-7  completed  <d>  test\n")
 
 	var listed []map[string]any
 	if err := json.Unmarshal([]byte(mustRun(t, dbURL, "keys", "--json", "--state", "completed")), &listed); err != nil {
 		t.Fatal(err)
 	}
 	if len(listed) != 1 || listed[0]["scope"] != "tenant-1" || listed[0]["key"] != "key/done" || listed[0]["state"] != "completed" ||
-		listed[0]["owner"] != "test" || listed[0]["fingerprint"] != "fp" || listed[0]["completed_at"] == nil || listed[0]["expires_at"] == nil {
+		listed[0]["owner"] != "test" || listed[0]["fingerprint"] != "fp" || listed[0]["completed_at"] == nil || listed[0]["expires_at"] == nil ||
+		listed[0]["key_digest"] != "f21d24f8f755e5cf" || listed[0]["method"] != "POST" || listed[0]["route"] != "POST /payments/{id}" || listed[0]["caller"] != "acct-7" {
 		t.Errorf("keys --json: %v", listed)
 	}
 	if out := mustRun(t, dbURL, "keys", "--json", "--scope", "nobody"); out != "[]\n" {

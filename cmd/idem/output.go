@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 func writeJSON(w io.Writer, v any) error {
@@ -55,4 +58,17 @@ func bytesText(n int64) string {
 		return fmt.Sprintf("%.1f KiB (%d bytes)", float64(n)/(1<<10), n)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// endpoint is what labels say of a request's endpoint: its route, with its
+// method in front unless the route names it ("POST /payments/{id}"); empty
+// when neither was recorded.
+func endpoint(l idem.Labels) string {
+	switch {
+	case l.Method == "" || strings.HasPrefix(l.Route, l.Method+" "):
+		return l.Route
+	case l.Route == "":
+		return l.Method
+	}
+	return l.Method + " " + l.Route
 }

@@ -46,6 +46,9 @@ func TestInspectClientKey(t *testing.T) {
 	dbURL, _ := fixture(t)
 	checkOutput(t, "inspect --key done", mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "done"), `scope        tenant-1
 key          key/done
+digest       f21d24f8f755e5cf
+endpoint     POST /payments/{id}
+caller       acct-7
 state        completed
 generation   3
 owner        test
@@ -70,7 +73,13 @@ func TestErrorLines(t *testing.T) {
 	}{
 		{[]string{"inspect", "--scope", "", "--key", ""}, `idem: inspect: --key "": empty (see idem inspect --help)`},
 		{[]string{"inspect", "--scope", "s", "--key", "a\x01"}, `idem: inspect: --key "a\x01": byte 0x01 at offset 1 is not printable ASCII (see idem inspect --help)`},
-		{[]string{"inspect", "--scope", "s"}, `idem: inspect: give exactly one of --key (the key the client sent) and --stored-key (the key as stored) (see idem inspect --help)`},
+		{[]string{"inspect", "--scope", "s"}, `idem: inspect: give exactly one of --key (the key the client sent), --stored-key (the key as stored) and --digest (a log line's key_digest) (see idem inspect --help)`},
+		{[]string{"inspect", "--digest", "F21D"}, `idem: inspect: --digest "F21D": want the 16 hex digits of a key_digest (see idem inspect --help)`},
+		{[]string{"inspect", "--digest", "f21d24f8f755e5cf", "--key", "a"}, `idem: inspect: give one of --key, --stored-key and --digest (see idem inspect --help)`},
+		{[]string{"forget", "--key", "a"}, `idem: forget: --scope is required (it may be empty: --scope '') (see idem forget --help)`},
+		{[]string{"release", "--scope", "s", "--key", "a", "--generation", "x"}, `idem: release: --generation "x": want a positive integer (see idem release --help)`},
+		{[]string{"digest", "--scope", "s", "--key", "a", "--route", "/x"}, `idem: digest: --scope names one entry: --route and --caller select among a key's scopes without it (see idem digest --help)`},
+		{[]string{"keys", "--digest", "xyz"}, `idem: keys: --digest "xyz": want the 16 hex digits of a key_digest (see idem keys --help)`},
 		{[]string{"inspect", "--scope", "s", "--stored-key", "order-42"}, `idem: inspect: --stored-key "order-42": no form tag (a stored key starts with key/, id/, req/, call/ or round/; the key a client sent goes in --key) (see idem inspect --help)`},
 		{[]string{"--table", "Bad-Name", "stats"}, `idem: --table "Bad-Name": want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes (see idem --help)`},
 		{[]string{"migrate", "up", "--table", "Bad-Name"}, `idem: --table "Bad-Name": want table or schema.table, lower-case letters, digits and underscores, table at most 48 bytes (see idem --help)`},
@@ -111,6 +120,7 @@ VERSION  STATE    APPLIED AT
 1        pending  -
 2        pending  -
 3        pending  -
+4        pending  -
 `
 	for _, args := range [][]string{{"migrate", "down"}, {"migrate", "down", "--yes"}} {
 		checkOutput(t, strings.Join(args, " ")+" with nothing applied", mustRun(t, dbURL, args...),
@@ -123,19 +133,24 @@ VERSION  STATE    APPLIED AT
 	mustRun(t, dbURL, "migrate", "up")
 	for _, step := range []struct{ confirm, done, status string }{
 		{
+			"idem: migrate down would roll back migration 4 (request_labels) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
+			"rolled back migration 4 (request_labels) of table idem_keys\n",
+			"1        applied  <time>\n2        applied  <time>\n3        applied  <time>\n4        pending  -\n",
+		},
+		{
 			"idem: migrate down would roll back migration 3 (complete_by_primary_key) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
 			"rolled back migration 3 (complete_by_primary_key) of table idem_keys\n",
-			"1        applied  <time>\n2        applied  <time>\n3        pending  -\n",
+			"1        applied  <time>\n2        applied  <time>\n3        pending  -\n4        pending  -\n",
 		},
 		{
 			"idem: migrate down would roll back migration 2 (notify_waiters) of table idem_keys: the table and its rows stay, but instances of this release need the migration; add --yes to confirm (see idem migrate --help)",
 			"rolled back migration 2 (notify_waiters) of table idem_keys\n",
-			"1        applied  <time>\n2        pending  -\n3        pending  -\n",
+			"1        applied  <time>\n2        pending  -\n3        pending  -\n4        pending  -\n",
 		},
 		{
 			"idem: migrate down would roll back migration 1 (create_table) of table idem_keys: it DROPS the table, every recorded result and the version table; add --yes to confirm (see idem migrate --help)",
 			"rolled back migration 1 (create_table) of table idem_keys: dropped the table, its recorded results and its version table\n",
-			"1        pending  -\n2        pending  -\n3        pending  -\n",
+			"1        pending  -\n2        pending  -\n3        pending  -\n4        pending  -\n",
 		},
 	} {
 		r := idemCLI(t.Context(), dbURL, "migrate", "down")
@@ -198,8 +213,8 @@ func TestCommandList(t *testing.T) {
 	want := "" +
 		"  migrate  up|down|status\n" +
 		"           create, upgrade, roll back or show the idem schema\n" +
-		"  sweep    [--once] [--interval D]\n" +
-		"           release abandoned claims and delete expired results\n"
+		"  sweep    [--once] [--interval D] [--batch N]\n" +
+		"           release abandoned claims and delete expired results; without --once, until interrupted\n"
 	if got != want {
 		t.Errorf("the command list:\n%s\nwant\n%s", got, want)
 	}

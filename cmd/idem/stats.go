@@ -12,7 +12,7 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 		"Counts the table's keys by state (live claims, abandoned claims, results, expired results),\n"+
 			"shows the oldest live claim and the longest-abandoned one, and the table's size on disk.\n"+
 			"An abandoned claim far in the past means no sweeper runs. It scans the whole table.")
-	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	fs.BoolVar(&asJSON, "json", false, "print JSON, its keys named as the text's labels (live_claims, …, table_size_bytes)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -27,14 +27,14 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 	}
 	if asJSON {
 		return writeJSON(c.stdout, map[string]any{
-			"table":            c.tableName(),
-			"claimed":          st.Claimed,
-			"abandoned":        st.Abandoned,
-			"completed":        st.Completed,
-			"expired":          st.Expired,
-			"oldest_claim":     timeOrNil(st.OldestClaim),
-			"oldest_abandoned": timeOrNil(st.OldestAbandoned),
-			"table_bytes":      st.TableBytes,
+			"table":                  c.tableName(),
+			"live_claims":            st.Claimed,
+			"abandoned_claims":       st.Abandoned,
+			"results":                st.Completed,
+			"expired_results":        st.Expired,
+			"oldest_live_claim":      timeOrNil(st.OldestClaim),
+			"oldest_abandoned_claim": timeOrNil(st.OldestAbandoned),
+			"table_size_bytes":       st.TableBytes,
 		})
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)

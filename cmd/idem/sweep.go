@@ -15,11 +15,13 @@ func (c *cli) sweep(ctx context.Context, args []string) error {
 		interval time.Duration
 		batch    int
 	)
-	fs := c.subFlagSet("sweep", "[--once] [--interval D]",
+	fs := c.subFlagSet("sweep", "[--once] [--interval D] [--batch N]",
 		"Releases claims whose lease ran out and deletes results past retention, in batches.\n"+
-			"With --once it sweeps until nothing is left and exits; otherwise it sweeps at once,\n"+
-			"then every --interval (±50%) until SIGINT/SIGTERM. Safe next to the applications' sweepers.")
-	fs.BoolVar(&once, "once", false, "sweep once and exit")
+			"Without --once it runs until interrupted (Ctrl-C, SIGINT or SIGTERM), as a service does:\n"+
+			"it sweeps at once, then every --interval (±50%), logging each sweep to stderr. With --once\n"+
+			"it sweeps until nothing is left, prints what it removed and exits: the form for a terminal\n"+
+			"or a cron job. Safe next to the applications' sweepers.")
+	fs.BoolVar(&once, "once", false, "sweep until nothing is left and exit (without it: run until interrupted)")
 	fs.DurationVar(&interval, "interval", time.Minute, "time between sweeps when not --once")
 	fs.IntVar(&batch, "batch", idem.DefaultSweepBatch, "rows deleted per statement")
 	if err := parseNoArgs(fs, args); err != nil {

@@ -1,6 +1,7 @@
 package main
 
-// TestWalkthrough runs every console block of docs/demo.md,
+// TestWalkthrough runs every console block of docs/demo.md, and those of
+// the section "From a customer's key" of docs/operations.md,
 // in order, against fresh demos, and compares what each command prints with
 // what the page says it prints. A page that drifts from the product fails
 // it, and so does a page edited without running its commands.
@@ -53,7 +54,12 @@ package main
 //   - the page's DATABASE_URL (the one a start block exports) stands for
 //     the test's, in commands;
 //   - go run ./cmd/idem runs the CLI built from this checkout;
+//   - the idem CLI's times, absolute and relative ("2026-12-01T19:44:39Z
+//     (10s ago)"), and the demo's owner name (its host and pid);
 //   - line ends (curl -i prints CRLF) and trailing blank lines.
+//
+// The session's PATH starts with the CLI built from this checkout, so a
+// page may call it idem, as an operator does.
 //
 // go test -run TestWalkthrough -update writes what the demo printed into
 // the pages instead (real dates and all, the port and session id as the
@@ -94,14 +100,17 @@ func TestWalkthrough(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "idem"), "../idem").CombinedOutput(); err != nil {
 		t.Fatalf("building the CLI: %v\n%s", err, out)
 	}
-	for _, page := range []string{"../../docs/demo.md"} {
-		t.Run(filepath.Base(page), func(t *testing.T) {
-			blocks, err := consoleBlocks(page)
+	for _, page := range []struct{ file, section string }{
+		{"../../docs/demo.md", ""},
+		{"../../docs/operations.md", "### From a customer's key"},
+	} {
+		t.Run(filepath.Base(page.file), func(t *testing.T) {
+			blocks, err := consoleBlocks(page.file, page.section)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(blocks) == 0 {
-				t.Fatalf("%s has no console block", page)
+				t.Fatalf("%s %s has no console block", page.file, page.section)
 			}
 			s := newSession(t, bin)
 			for _, b := range blocks {
@@ -111,7 +120,7 @@ func TestWalkthrough(t *testing.T) {
 				s.run(b)
 			}
 			if *updatePages {
-				s.writePage(page)
+				s.writePage(page.file)
 			}
 		})
 	}
@@ -137,9 +146,11 @@ type step struct {
 
 var directiveRE = regexp.MustCompile(`^<!-- walkthrough: (.*) -->$`)
 
-// consoleBlocks reads the ```console blocks of file, and the ```json blocks
+// consoleBlocks reads the ```console blocks of file (of its section under
+// the heading section alone, up to the next heading of its level or
+// higher, when section is not empty), and the ```json blocks
 // whose directive is "spans".
-func consoleBlocks(file string) ([]block, error) {
+func consoleBlocks(file, section string) ([]block, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -147,8 +158,24 @@ func consoleBlocks(file string) ([]block, error) {
 	var blocks []block
 	var cur *block
 	prev := "" // the last non-blank line before a fence
+	inSection := section == ""
+	level := strings.Index(section, " ") // the heading's #s
+	fenced := false                      // in a fenced block, where # starts no heading
 	for i, line := range strings.Split(string(src), "\n") {
 		n := i + 1
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+		}
+		if section != "" && !fenced && strings.HasPrefix(line, "#") {
+			if line == section {
+				inSection = true
+			} else if inSection && strings.Index(line, " ") <= level {
+				inSection = false
+			}
+		}
+		if !inSection {
+			continue
+		}
 		if cur == nil {
 			m := directiveRE.FindStringSubmatch(prev)
 			switch fence := strings.TrimSpace(line); {
@@ -223,7 +250,7 @@ func newSession(t *testing.T, bin string) *session {
 	s := &session{t: t, bin: bin}
 	s.bash = exec.Command("bash", "--noprofile", "--norc")
 	s.bash.Dir = t.TempDir()
-	s.bash.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + s.bash.Dir, "LC_ALL=C", "TERM=dumb"}
+	s.bash.Env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + s.bash.Dir, "LC_ALL=C", "TERM=dumb"}
 	s.bash.Stdout, s.bash.Stderr = &s.out, &s.out
 	var err error
 	if s.stdin, err = s.bash.StdinPipe(); err != nil {
@@ -248,6 +275,11 @@ func newSession(t *testing.T, bin string) *session {
 func (s *session) run(b block) {
 	t := s.t
 	fields := strings.Fields(b.directive)
+	for _, st := range b.steps {
+		if m := exportDatabaseURLRE.FindStringSubmatch(st.cmd); m != nil {
+			s.dbDoc = m[1]
+		}
+	}
 	switch {
 	case b.directive == "":
 	case b.directive == "spans":
@@ -263,11 +295,6 @@ func (s *session) run(b block) {
 		s.startDemo(s.demo.cfg)
 	case len(fields) >= 1 && fields[0] == "start":
 		s.startDemo(s.config(fields[1:]))
-		for _, st := range b.steps {
-			if m := exportDatabaseURLRE.FindStringSubmatch(st.cmd); m != nil {
-				s.dbDoc = m[1]
-			}
-		}
 		last := b.steps[len(b.steps)-1]
 		s.compare(b.file, last.line, "the demo's start-up", s.demo.startup, flatten(b.steps))
 		for _, st := range b.steps[:len(b.steps)-1] {
@@ -457,6 +484,8 @@ var norms = []struct {
 	{regexp.MustCompile(`\btime=\d{4}-\d\d-\d\dT\S+`), "time=<time>"},
 	{regexp.MustCompile(`^took \d+\.\d+s$`), "took <seconds>s"},
 	{regexp.MustCompile(`\bhost=\S+ port=\d+ database=\S+`), "host=<host> port=<port> database=<database>"},
+	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((\S+ ago|in \S+)\)`), "<time> (<when>)"},
+	{regexp.MustCompile(`\bidemdemo@\S+ pid \d+\b`), "idemdemo@<host> pid <pid>"},
 }
 
 func norm(line string) string {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemkit/idem"
 )
 
 // Header names both adapters read or write.
@@ -70,3 +72,20 @@ func ParseKeyHeader(v string) (string, error) {
 	}
 	return "", errors.New("unterminated string: missing closing quote")
 }
+
+// KeyReason returns err with the message a client reads: an invalid key's
+// reason alone ("empty"), without the "idem: invalid key:" that names the
+// Go package. It still matches idem.ErrInvalidKey. Any other error is
+// returned as it is.
+func KeyReason(err error) error {
+	if ik, ok := err.(*idem.InvalidKeyError); ok {
+		return reasonError{ik}
+	}
+	return err
+}
+
+// reasonError is an *idem.InvalidKeyError that reads as its reason.
+type reasonError struct{ err *idem.InvalidKeyError }
+
+func (e reasonError) Error() string { return e.err.Reason }
+func (e reasonError) Unwrap() error { return e.err }

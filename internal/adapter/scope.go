@@ -24,6 +24,8 @@ type Scoper struct {
 	logger      *slog.Logger
 	warn        sync.Once
 	warnScoping sync.Once
+	// principal is Scoping.Principal; nil without one.
+	principal func(*http.Request) string
 }
 
 // NewScoper returns the scoper of c, logging to logger, or to
@@ -58,6 +60,7 @@ func NewScoper(pkg string, c Scoping, logger *slog.Logger) *Scoper {
 		panic(pkg + ": Options.SessionCookies: " + err.Error())
 	}
 	s.Identifier = id
+	s.principal = c.Principal
 	return s
 }
 
@@ -72,4 +75,15 @@ func (s *Scoper) Unscoped(ctx context.Context, err error, msg string) bool {
 	}
 	s.warn.Do(func() { s.logger.LogAttrs(ctx, slog.LevelError, msg) })
 	return true
+}
+
+// Caller is the caller label of r that a claim stores (idem.Labels.Caller):
+// the principal, when the service's Principal names one; empty otherwise,
+// and for a nil Scoper (a service's own scope function). Credentials and
+// session ids are secrets and are never a label.
+func (s *Scoper) Caller(r *http.Request) string {
+	if s == nil || s.principal == nil {
+		return ""
+	}
+	return s.principal(r)
 }

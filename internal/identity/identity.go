@@ -144,11 +144,17 @@ func (id *Identifier) Scope(r *http.Request, extra ...string) (string, error) {
 // otherwise: /a%2Fb and /a/b are two resources). The idem CLI's "scope"
 // command computes it the same way.
 func (id *Identifier) HTTPScope(r *http.Request) (string, error) {
-	route := r.Pattern
-	if route == "" {
-		route = r.URL.EscapedPath()
+	return id.Scope(r, r.Header.Get("X-Session-Id"), r.Method, Route(r))
+}
+
+// Route is r's route as the middleware's scope and its claim's labels name
+// it: r.Pattern inside an [http.ServeMux] route, the URL path as sent,
+// escaped, otherwise.
+func Route(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
 	}
-	return id.Scope(r, r.Header.Get("X-Session-Id"), r.Method, route)
+	return r.URL.EscapedPath()
 }
 
 // MCPScope is mcphttp's scope of a call from r with _meta.sessionId

@@ -33,12 +33,17 @@
 -- execution, and a claim that also read the row in a CTE and took
 -- expired rows over with ON CONFLICT DO UPDATE costs the server about
 -- 30 µs more for every new key (pgbench, one client).
+--
+-- $8 to $10 are the request's labels (idem.Labels: method, route,
+-- caller), stored for operators; empty is stored as null.
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock_shared($7::bigint # '{{.Table}}'::regclass::oid::bigint) AS free
 ), ins AS (
-    INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
+    INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at,
+                            method, route, caller)
     SELECT $1::bytea, $2::text, nextval('{{.Sequence}}'), 'claimed', $3::text, $4::text, false,
-           {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}}
+           {{now "$6"}} + $5::bigint * interval '1 microsecond', {{now "$6"}},
+           nullif($8::text, ''), nullif($9::text, ''), nullif($10::text, '')
       FROM lock WHERE free
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING generation, lease_end

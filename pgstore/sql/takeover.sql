@@ -9,6 +9,8 @@
 -- transaction holds it, nothing is updated, and Claim looks again (and
 -- finds the key held).
 --
+-- $9 to $11 are the request's labels, as in sql/claim.sql.
+--
 -- takeover reports a claim taken from an owner that did not finish
 -- (against a result whose retention ran out, which is a new request
 -- like any other). On "state <> 'completed'": see renew.sql.
@@ -23,7 +25,10 @@ UPDATE {{.Table}} AS t
        waited = false,
        created_at = {{now "$6"}},
        completed_at = NULL,
-       expires_at = NULL
+       expires_at = NULL,
+       method = nullif($9::text, ''),
+       route = nullif($10::text, ''),
+       caller = nullif($11::text, '')
  WHERE scope = $1 AND key = $2 AND generation = $7
    AND CASE WHEN state <> 'completed' THEN lease_end <= {{now "$6"}}
             ELSE expires_at <= {{now "$6"}} END

@@ -1,7 +1,7 @@
 -- The completion of a claim's transaction (BeginClaim), sent with its
 -- COMMIT in one round trip: the key's row, written once, in its final
 -- state, with its result ($4, as sql/complete.sql takes it; with .Large
--- the JSON is built here around the body, $12, text if $13, as there).
+-- the JSON is built here around the body, $15, text if $16, as there).
 -- Until this statement the transaction held the key by its lock alone
 -- (sql/tx_lock.sql), so nothing else wrote the row: one heap tuple and
 -- its index entries (the primary key, expires_at's), no claimed row to
@@ -17,25 +17,29 @@
 -- the transaction before the COMMIT behind it runs. If the row was
 -- deleted since (released, swept), the key is free and the row is
 -- inserted.
+--
+-- $12 to $14 are the request's labels, as in sql/claim.sql.
 WITH ins AS (
     INSERT INTO {{.Table}} AS t (scope, key, generation, state, fingerprint, owner, takeover, result,
-                                 created_at, completed_at, expires_at)
+                                 created_at, completed_at, expires_at, method, route, caller)
     VALUES ($1::bytea, $2::text, $3::bigint, 'completed', $7::text, $8::text, $9::boolean,
 {{- if .Large}}
-            $4::jsonb || CASE WHEN coalesce(length($12::bytea), 0) = 0 THEN '{}'::jsonb
-                              WHEN $13::boolean THEN jsonb_build_object('body', convert_from($12::bytea, 'UTF8'))
-                              ELSE jsonb_build_object('body_base64', translate(encode($12::bytea, 'base64'), E'\n', ''))
+            $4::jsonb || CASE WHEN coalesce(length($15::bytea), 0) = 0 THEN '{}'::jsonb
+                              WHEN $16::boolean THEN jsonb_build_object('body', convert_from($15::bytea, 'UTF8'))
+                              ELSE jsonb_build_object('body_base64', translate(encode($15::bytea, 'base64'), E'\n', ''))
                          END,
 {{- else}}
             $4::jsonb,
 {{- end}}
             $10::timestamptz, {{now "$6"}},
-            CASE WHEN $5::bigint < 0 THEN NULL ELSE {{now "$6"}} + $5::bigint * interval '1 microsecond' END)
+            CASE WHEN $5::bigint < 0 THEN NULL ELSE {{now "$6"}} + $5::bigint * interval '1 microsecond' END,
+            nullif($12::text, ''), nullif($13::text, ''), nullif($14::text, ''))
     ON CONFLICT (scope, key) DO UPDATE
        SET generation = excluded.generation, state = 'completed', fingerprint = excluded.fingerprint,
            owner = excluded.owner, takeover = excluded.takeover, lease_end = NULL, result = excluded.result,
            waited = false, created_at = excluded.created_at, completed_at = excluded.completed_at,
-           expires_at = excluded.expires_at
+           expires_at = excluded.expires_at, method = excluded.method, route = excluded.route,
+           caller = excluded.caller
      WHERE t.generation = $11::bigint
        AND CASE WHEN t.state <> 'completed' THEN t.lease_end <= {{now "$6"}}
                 ELSE t.expires_at <= {{now "$6"}} END

@@ -7,9 +7,11 @@
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock_shared((:k)::bigint # 'idem_keys'::regclass::oid::bigint) AS free
 ), ins AS (
-    INSERT INTO idem_keys (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at)
+    INSERT INTO idem_keys (scope, key, generation, state, fingerprint, owner, takeover, lease_end, created_at,
+                            method, route, caller)
     SELECT '\x7363'::bytea::bytea, ('key/' || :k || '-' || :client_id)::text, nextval('idem_keys_generation_seq'), 'claimed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'::text, 'pgbench'::text, false,
-           coalesce(NULL::timestamptz, statement_timestamp()) + 30000000::bigint * interval '1 microsecond', coalesce(NULL::timestamptz, statement_timestamp())
+           coalesce(NULL::timestamptz, statement_timestamp()) + 30000000::bigint * interval '1 microsecond', coalesce(NULL::timestamptz, statement_timestamp()),
+           nullif('POST'::text, ''), nullif('POST /invoices'::text, ''), nullif('pgbench'::text, '')
       FROM lock WHERE free
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING generation, lease_end
