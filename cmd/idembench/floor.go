@@ -245,19 +245,12 @@ func demoHandler(pool *pgxpool.Pool, store *pgstore.Store, fsql floorSQL) http.H
 // inserts the invoice in the claim's transaction and answers; the
 // middleware records the answer in that transaction and commits it.
 func demoTxHandler(fsql floorSQL) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+	return claimTxHandler(func(r *http.Request) (rowScanner, bool) {
 		tx := pgstore.TxFrom(r.Context())
 		if tx == nil {
-			http.Error(w, "no claim", http.StatusInternalServerError)
-			return
+			return nil, false
 		}
-		var id int64
-		if err := tx.QueryRow(r.Context(), fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		handler(w, r)
+		return tx.QueryRow(r.Context(), fsql.insertInvoice, "ACME", 12345), true
 	})
 }
 
@@ -265,15 +258,31 @@ func demoTxHandler(fsql floorSQL) http.Handler {
 // (demo-onetx-sql): the invoice is inserted through the claim's *sql.Tx
 // (pgstore.SQLTxFrom), on the same connection.
 func demoSQLTxHandler(fsql floorSQL) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+	return claimTxHandler(func(r *http.Request) (rowScanner, bool) {
 		tx := pgstore.SQLTxFrom(r.Context())
 		if tx == nil {
+			return nil, false
+		}
+		return tx.QueryRowContext(r.Context(), fsql.insertInvoice, "ACME", 12345), true
+	})
+}
+
+// rowScanner is the row of an INSERT … RETURNING: pgx.Row or *sql.Row.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// claimTxHandler answers after insert's row, sent in the claim's
+// transaction, returned its id; insert reports false when the request has
+// no claim's transaction.
+func claimTxHandler(insert func(r *http.Request) (rowScanner, bool)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		row, ok := insert(r)
+		if !ok {
 			http.Error(w, "no claim", http.StatusInternalServerError)
 			return
 		}
 		var id int64
-		if err := tx.QueryRowContext(r.Context(), fsql.insertInvoice, "ACME", 12345).Scan(&id); err != nil {
+		if err := row.Scan(&id); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
