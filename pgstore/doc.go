@@ -36,8 +36,8 @@
 //
 // A handler with its own transaction claims first, then records with
 // [Store.CompleteTx] in the transaction that writes its rows: both commit,
-// or neither. Never call it in a savepoint the caller may roll back to;
-// its limits are in design.md.
+// or neither. Never call it in a savepoint the caller may roll back to
+// (its limits: [design.md, "pgstore's statements"]).
 //
 // # Waiting, the replay cache, sweeping
 //
