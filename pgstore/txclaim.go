@@ -71,6 +71,10 @@ const (
 	queryCanceled            = "57014" // statement_timeout (or a cancel request)
 )
 
+// uniqueViolation is the SQLSTATE of a new key's row meeting one already
+// there (sql/tx_complete.sql without .Takeover).
+const uniqueViolation = "23505"
+
 // limitOf returns the bound err, an error of a statement of the
 // transaction sent with ctx, says PostgreSQL met: the idle timeout, or the
 // statement timeout (a cancelled statement while ctx is live and a
@@ -209,7 +213,11 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
 		p.result = string(meta)
-		_, err = execLarge(ctx, c.tx, c.s.sql.txCompleteLarge, txCompleteLargeParams{p, body, jsonb.IsText(body)})
+		q := c.s.sql.txCompleteLarge
+		if p.takenOver != 0 {
+			q = c.s.sql.txTakeoverLarge
+		}
+		_, err = execLarge(ctx, c.tx, q, txCompleteLargeParams{p, body, jsonb.IsText(body)})
 		if err == nil {
 			err = c.tx.Commit(ctx)
 		}
@@ -221,7 +229,11 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	}
 	p.result = string(js)
 	batch := &pgx.Batch{}
-	c.s.sql.txComplete.queue(batch, p)
+	if p.takenOver != 0 {
+		c.s.sql.txTakeover.queue(batch, p)
+	} else {
+		c.s.sql.txComplete.queue(batch, p)
+	}
 	batch.Queue("commit")
 	br := c.conn.SendBatch(ctx, batch)
 	_, err = br.Exec()
@@ -243,6 +255,13 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 func (c *claimTx) completed(err error) error {
 	if se, ok := staleFrom(err, c.tok); ok {
 		return se
+	}
+	if pgErr := pgError(err); pgErr != nil && pgErr.Code == uniqueViolation && pgErr.TableName == c.s.sql.obj.Base {
+		// A new key's row met one written without the key's lock (see
+		// sql/tx_complete.sql): the claim is stale. (A deferred unique
+		// constraint of the work's own tables fails at the COMMIT with the
+		// same code, and names its own table.)
+		return &idem.StaleClaimError{Token: c.tok}
 	}
 	if err != nil {
 		return unavailable("complete", err)

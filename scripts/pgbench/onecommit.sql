@@ -36,27 +36,13 @@ SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coal
 \endpipeline
 INSERT INTO invoices (customer, amount_cents) VALUES ('ACME', 12345);
 \startpipeline
-WITH ins AS (
-    INSERT INTO idem_keys AS t (scope, key, generation, state, fingerprint, owner, takeover, result,
-                                 created_at, completed_at, expires_at, method, route, caller)
-    VALUES ('\x7363'::bytea::bytea, ('key/' || :k || '-' || :client_id)::text, currval('idem_keys_generation_seq')::bigint, 'completed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'::text, 'pgbench'::text, false::boolean,
-            '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
-            statement_timestamp()::timestamptz, coalesce(NULL::timestamptz, statement_timestamp()),
-            CASE WHEN 86400000000::bigint < 0 THEN NULL ELSE coalesce(NULL::timestamptz, statement_timestamp()) + 86400000000::bigint * interval '1 microsecond' END,
-            nullif('POST'::text, ''), nullif('POST /invoices'::text, ''), nullif('pgbench'::text, ''))
-    ON CONFLICT (scope, key) DO UPDATE
-       SET generation = excluded.generation, state = 'completed', fingerprint = excluded.fingerprint,
-           owner = excluded.owner, takeover = excluded.takeover, lease_end = NULL, result = excluded.result,
-           waited = false, created_at = excluded.created_at, completed_at = excluded.completed_at,
-           expires_at = excluded.expires_at, method = excluded.method, route = excluded.route,
-           caller = excluded.caller
-     WHERE t.generation = 0::bigint
-       AND CASE WHEN t.state <> 'completed' THEN t.lease_end <= coalesce(NULL::timestamptz, statement_timestamp())
-                ELSE t.expires_at <= coalesce(NULL::timestamptz, statement_timestamp()) END
-    RETURNING true
-)
-SELECT NULL::text FROM ins
-UNION ALL
-SELECT idem_keys_stale('\x7363'::bytea, ('key/' || :k || '-' || :client_id), currval('idem_keys_generation_seq'))::text WHERE NOT EXISTS (SELECT FROM ins);
+INSERT INTO idem_keys (scope, key, generation, state, fingerprint, owner, takeover, result,
+                        created_at, completed_at, expires_at, method, route, caller)
+SELECT '\x7363'::bytea::bytea, ('key/' || :k || '-' || :client_id)::text, currval('idem_keys_generation_seq')::bigint, 'completed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'::text, 'pgbench'::text, false::boolean,
+        '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
+        statement_timestamp()::timestamptz, coalesce(NULL::timestamptz, statement_timestamp()),
+        CASE WHEN 86400000000::bigint < 0 THEN NULL ELSE coalesce(NULL::timestamptz, statement_timestamp()) + 86400000000::bigint * interval '1 microsecond' END,
+        nullif('POST'::text, ''), nullif('POST /invoices'::text, ''), nullif('pgbench'::text, '')
+ WHERE 0::bigint = 0;
 COMMIT;
 \endpipeline
