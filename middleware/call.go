@@ -14,6 +14,21 @@ import (
 // callKey is the context key under which a running handler finds its call.
 type callKey struct{}
 
+// callCtx is the handler's context: the work's, carrying the call under
+// callKey, as context.WithValue would, but held in the call, so that the
+// call and its context are one allocation, not two.
+type callCtx struct {
+	context.Context
+	c *call
+}
+
+func (ctx *callCtx) Value(key any) any {
+	if key == (callKey{}) {
+		return ctx.c
+	}
+	return ctx.Context.Value(key)
+}
+
 type commitState int
 
 const (
@@ -38,6 +53,9 @@ type call struct {
 	// (holdBack), kept in the call so that holding costs no allocation of
 	// its own.
 	held held
+	// ctx is the handler's context, and body its request body.
+	ctx  callCtx
+	body bodyReader
 }
 
 // holdBack holds the response back until the claim's transaction commits
@@ -47,15 +65,20 @@ func (c *call) holdBack() {
 	if h := c.rec.W.Header(); len(h) > 0 {
 		before = h.Clone()
 	}
-	c.held = held{before: before, spill: func(res idem.Result) error {
-		if err := c.x.Commit(res); err != nil {
-			c.commit = commitFailed
-			return err
-		}
-		c.commit, c.committedStatus = committed, res.Status
-		return nil
-	}}
+	c.held = held{before: before, call: c}
 	c.rec.held = &c.held
+}
+
+// commitEarly commits the claim's transaction with res, an unreplayable
+// result, while the handler runs: its response outgrew the record limit
+// and cannot be held any longer (recorder.spill).
+func (c *call) commitEarly(res idem.Result) error {
+	if err := c.x.Commit(res); err != nil {
+		c.commit = commitFailed
+		return err
+	}
+	c.commit, c.committedStatus = committed, res.Status
+	return nil
 }
 
 // sendHeld sends the response held back, once the handler returned and the
