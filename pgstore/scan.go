@@ -77,6 +77,10 @@ func (q rowQuery[P, R, PR]) scan(r pgx.Row) (R, error) {
 func (q rowQuery[P, R, PR]) scanInto(r pgx.Row, res PR, targets []any) error {
 	var zero R
 	*res = zero
+	if rs, ok := any(res).(pgx.RowScanner); ok {
+		// A row that decodes itself (rowdecode.go), alone in the list.
+		return r.Scan(append(targets[:0], rs)...)
+	}
 	return r.Scan(res.appendTargets(targets[:0])...)
 }
 
