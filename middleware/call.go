@@ -9,25 +9,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/ctxvalue"
 )
 
 // callKey is the context key under which a running handler finds its call.
 type callKey struct{}
-
-// callCtx is the handler's context: the work's, carrying the call under
-// callKey, as context.WithValue would, but held in the call, so that the
-// call and its context are one allocation, not two.
-type callCtx struct {
-	context.Context
-	c *call
-}
-
-func (ctx *callCtx) Value(key any) any {
-	if key == (callKey{}) {
-		return ctx.c
-	}
-	return ctx.Context.Value(key)
-}
 
 type commitState int
 
@@ -53,8 +39,9 @@ type call struct {
 	// (holdBack), kept in the call so that holding costs no allocation of
 	// its own.
 	held held
-	// ctx is the handler's context, and body its request body.
-	ctx  callCtx
+	// ctx is the handler's context (carrying the call), and body its
+	// request body, held here so that the call allocates both.
+	ctx  ctxvalue.Ctx[callKey, *call]
 	body bodyReader
 }
 

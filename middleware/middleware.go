@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/adapter"
+	"github.com/idemkit/idem/internal/ctxvalue"
 	"github.com/idemkit/idem/internal/identity"
 )
 
@@ -247,7 +248,7 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Re
 	if x.InTransaction() {
 		c.holdBack()
 	}
-	c.ctx = callCtx{Context: x.Context(), c: c}
+	c.ctx = ctxvalue.Ctx[callKey, *call]{Context: x.Context(), Val: c}
 	inner := r.WithContext(&c.ctx)
 	withBody(inner, body, &c.body)
 	x.Do(func(context.Context) engine.Verdict {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/ctxvalue"
 	"github.com/idemkit/idem/internal/jsonb"
 )
 
@@ -68,7 +69,7 @@ type claimTx struct {
 	begin      txBegin
 	completion txCompleteParams
 	// ctx is the first context Context made; ctxTaken says it is.
-	ctx      txContext
+	ctx      ctxvalue.Ctx[txKey, *txView]
 	ctxTaken atomic.Bool
 }
 
@@ -150,24 +151,10 @@ type txKey struct{}
 // makes for every claim) lives in the claim: one allocation fewer.
 func (c *claimTx) Context(ctx context.Context) context.Context {
 	if c.ctxTaken.CompareAndSwap(false, true) {
-		c.ctx = txContext{Context: ctx, view: c.view}
+		c.ctx = ctxvalue.Ctx[txKey, *txView]{Context: ctx, Val: c.view}
 		return &c.ctx
 	}
-	return &txContext{Context: ctx, view: c.view}
-}
-
-// txContext is a context carrying the work's view of a claim's
-// transaction under txKey, as context.WithValue would.
-type txContext struct {
-	context.Context
-	view *txView
-}
-
-func (ctx *txContext) Value(key any) any {
-	if key == (txKey{}) {
-		return ctx.view
-	}
-	return ctx.Context.Value(key)
+	return &ctxvalue.Ctx[txKey, *txView]{Context: ctx, Val: c.view}
 }
 
 // TxFrom returns the transaction a claim was taken in, when ctx is the
