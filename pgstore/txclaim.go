@@ -77,8 +77,8 @@ const (
 // statement_timeout is in force; an operator's pg_cancel_backend reads the
 // same); nil for any other error.
 func (c *claimTx) limitOf(ctx context.Context, err error) *idem.TxLimitError {
-	pgErr := pgError(err)
-	if pgErr == nil {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok {
 		return nil
 	}
 	switch {
