@@ -56,7 +56,7 @@ func TestCrashMatrix(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim")
 		dbURL, d := schemaDB(t, app)
-		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: twoPhaseCrashArgs})
+		p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: twoPhaseCrashArgs})
 		ref := reference(t, p)
 
 		key, customer := uniq("k"), uniq("c")
@@ -70,7 +70,7 @@ func TestCrashMatrix(t *testing.T) {
 		inFlight.wait(t)
 		leaseEnd := *d.keyRow(key).leaseEnd
 
-		p = p.restart()
+		p = p.Restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
@@ -81,7 +81,7 @@ func TestCrashMatrix(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim-tx")
 		dbURL, d := schemaDB(t, app)
-		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: oneCommitCrashArgs})
+		p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: oneCommitCrashArgs})
 		ref := reference(t, p)
 
 		key, customer := uniq("k"), uniq("c")
@@ -94,7 +94,7 @@ func TestCrashMatrix(t *testing.T) {
 		inFlight.wait(t)
 		killed := d.now()
 
-		p = p.restart()
+		p = p.Restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
@@ -140,7 +140,7 @@ func TestCrashMatrix(t *testing.T) {
 			return conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&v) == nil && v == "nobody"
 		})
 		app := uniq("crash-commit")
-		p := startDemo(t, demoproc.Config{DatabaseURL: testdb.WithApp(t, s.URL, app), Args: crashArgs})
+		p := demoproc.Start(t, demoproc.Config{DatabaseURL: testdb.WithApp(t, s.URL, app), Args: crashArgs})
 		ref := reference(t, p) // before the trigger: this commit is not held
 		d := admin
 		for _, q := range []string{
@@ -177,7 +177,7 @@ func TestCrashMatrix(t *testing.T) {
 			t.Fatalf("%d invoices committed before the response, want 1", len(committed))
 		}
 
-		p = p.restart()
+		p = p.Restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		if got := decodeInvoice(t, r); got != committed[0] {
@@ -197,7 +197,7 @@ func TestCrashMatrix(t *testing.T) {
 func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
 	app := uniq("crash-mid")
 	dbURL, d := schemaDB(t, app)
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: args})
 	ref := reference(t, p)
 
 	// The test holds a lock that blocks the invoice INSERT: the
@@ -231,7 +231,7 @@ func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
 	})
 	killed := d.now()
 
-	p = p.restart()
+	p = p.Restart()
 	r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 	assertLikeReference(t, r, ref, customer, 4200)
 	assertOneInvoice(t, d, customer, decodeInvoice(t, r))
@@ -260,7 +260,7 @@ func assertTakenAtOnce(t *testing.T, d *db, key string, gone time.Time) {
 
 // reference is what an uninterrupted run answers: a POST with a fresh key,
 // for comparing shapes.
-func reference(t *testing.T, p *demo) response {
+func reference(t *testing.T, p *demoproc.Process) response {
 	t.Helper()
 	r := mustPost(t, p.URL(), "/invoices", invoiceBody(uniq("ref"), 4200, 0), "Idempotency-Key", uniq("ref"))
 	if r.status != http.StatusCreated {
@@ -359,7 +359,7 @@ func (b *background) wait(t *testing.T) {
 func TestRestartReplaysByteForByte(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("durable"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
 	type recorded struct {
 		key, body string
 		first     response
@@ -398,9 +398,9 @@ func TestRestartReplaysByteForByte(t *testing.T) {
 	}
 	check("before any restart")
 	p.Kill()
-	p = p.restart()
+	p = p.Restart()
 	check("after SIGKILL and restart")
 	p.Stop()
-	p = p.restart()
+	p = p.Restart()
 	check("after SIGTERM and restart")
 }

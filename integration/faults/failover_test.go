@@ -61,7 +61,7 @@ func TestFailover(t *testing.T) {
 			// Two instances; every attempt goes to a random one.
 			var bases []string
 			for range 2 {
-				bases = append(bases, startDemo(t, demoproc.Config{DatabaseURL: dsn, Args: []string{
+				bases = append(bases, demoproc.Start(t, demoproc.Config{DatabaseURL: dsn, Args: []string{
 					"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
 				}}).URL())
 			}

@@ -66,7 +66,7 @@ func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunk
 func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("hostile"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	addr := strings.TrimPrefix(p.URL(), "http://")
 	customer := uniq("hostile")
 	body := []byte(invoiceBody(customer, 100, 0))
@@ -142,7 +142,7 @@ func TestHostileHTTP(t *testing.T) {
 }
 
 // assertUp checks that the process runs and answers /healthz.
-func assertUp(t *testing.T, p *demo) {
+func assertUp(t *testing.T, p *demoproc.Process) {
 	t.Helper()
 	if !p.Alive() {
 		t.Fatal("the demo died")
@@ -251,7 +251,7 @@ func toolCall(id, customer string, amount int64, delayMS int, meta string) strin
 func TestHostileMCP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("hostile-mcp"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s"}})
 	s := newMCPSession(t, p.URL())
 	customer := uniq("mcp")
 
@@ -363,7 +363,7 @@ func jsonEqual(a, b []byte) bool {
 func TestMCPStreamCut(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("sse-cut"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
 	s := newMCPSession(t, p.URL())
 
 	open := func(ctx context.Context, body string) (*http.Response, error) {

@@ -31,9 +31,9 @@ func duplicateAtAnotherInstance(t *testing.T, pathArgs []string, oneCommit bool)
 	app := uniq("instances")
 	dbURL, d := schemaDB(t, app)
 	args := append([]string{"-lease", "5s", "-wait", "10s", "-log-level", "warn"}, pathArgs...)
-	var demos []*demo
+	var demos []*demoproc.Process
 	for range 3 {
-		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
+		demos = append(demos, demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
 	}
 	run := uniq("instances")
 	for n := 1; n <= 3; n++ {

@@ -33,41 +33,10 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// demoBinary is the idemdemo binary TestMain builds once.
-var demoBinary string
-
 func TestMain(m *testing.M) {
 	// Without -race: the storm runs three instances on two cores, and the
 	// demo's own tests run it with the race detector already.
-	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
-}
-
-// demo is one idemdemo process, with the configuration it was started
-// with so that it can be restarted.
-type demo struct {
-	*demoproc.Process
-	t   testing.TB
-	cfg demoproc.Config
-}
-
-// startDemo starts the demo (cfg.Binary is demoBinary) and waits until it
-// listens. The address is fixed for the life of the test (empty picks a
-// free port), so that a restarted process answers where the clients
-// already retry. When t ends it is stopped with SIGTERM, unless it was
-// killed before.
-func startDemo(t testing.TB, cfg demoproc.Config) *demo {
-	t.Helper()
-	if cfg.Addr == "" {
-		cfg.Addr = testdb.FreeAddr(t)
-	}
-	cfg.Binary = demoBinary
-	return &demo{Process: demoproc.Start(t, cfg), t: t, cfg: cfg}
-}
-
-// restart starts a new process with the same configuration and address.
-func (d *demo) restart() *demo {
-	d.t.Helper()
-	return startDemo(d.t, d.cfg)
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, nil))
 }
 
 // newClient returns an HTTP client without keep-alive: no connection to a

@@ -24,7 +24,7 @@ func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	s := testdb.StartServer(t)
 	d := openDB(t, s.URL)
-	p := startDemo(t, demoproc.Config{DatabaseURL: s.URL, Args: []string{
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: s.URL, Args: []string{
 		"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
 	}})
 
@@ -171,7 +171,7 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 }
 
-func healthz(t *testing.T, p *demo) response {
+func healthz(t *testing.T, p *demoproc.Process) response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, p.URL()+"/healthz", nil)
 	r, err := send(newClient(30*time.Second), req)

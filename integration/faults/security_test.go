@@ -31,7 +31,7 @@ import (
 func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("scopes"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	key, customer := uniq("shared-key"), uniq("c")
 	body := invoiceBody(customer, 500, 0)
 	scopes := [][]string{
@@ -77,7 +77,7 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 func TestNoReplayAcrossScopesMCP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("mcp-scopes"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 
 	t.Run("same idempotencyKey, other sessionId", func(t *testing.T) {
 		s := newMCPSession(t, p.URL())
@@ -210,7 +210,7 @@ func TestKeysNotLogged(t *testing.T) {
 func keysNotLogged(t *testing.T, pathArgs []string, oneCommit bool) {
 	app := uniq("logs")
 	dbURL, d := schemaDB(t, app)
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: append([]string{"-log-level", "info", "-wait", "100ms"}, pathArgs...)})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: append([]string{"-log-level", "info", "-wait", "100ms"}, pathArgs...)})
 	secretKey := "SECRETKEY" + uniq("")
 	secretAgentKey := "SECRETAGENTKEY" + uniq("")
 	const apiKey = "SECRETAPIKEY-123"
@@ -260,7 +260,7 @@ func TestMCPKeysNotLogged(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("mcp-logs"))
 	// Two-phase: the REST request's claim is in the table while it runs.
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-two-phase"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-two-phase"}})
 	s := newMCPSession(t, p.URL())
 	secret := "SECRETAGENTKEY" + uniq("")
 	done := make(chan struct{})
@@ -354,7 +354,7 @@ func runtimeRole(t *testing.T, owner *pgxpool.Pool, schema, app string) (role, r
 func TestLeastPrivilegeDemo(t *testing.T) {
 	t.Parallel()
 	ownerURL, d := schemaDB(t, uniq("lp-owner"))
-	owner := startDemo(t, demoproc.Config{DatabaseURL: ownerURL, Args: []string{"-log-level", "warn"}})
+	owner := demoproc.Start(t, demoproc.Config{DatabaseURL: ownerURL, Args: []string{"-log-level", "warn"}})
 	owner.Stop()
 	schema := d.schema()
 	app := uniq("lp-demo")
@@ -368,7 +368,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	// The one-commit path (the default) as the runtime role: a claim in
 	// the transaction, its bounds set, the invoice and the response
 	// committed with it, then replayed.
-	oneCommit := startDemo(t, demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-log-level", "info"}})
+	oneCommit := demoproc.Start(t, demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-log-level", "info"}})
 	customer := uniq("c")
 	key := uniq("k")
 	body := invoiceBody(customer, 10, 0)
@@ -386,7 +386,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	// a loaded machine overran with a 2 s lease. The slow request outlasts
 	// several renewals.
 	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-two-phase", "-lease", "4s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
-	p := startDemo(t, cfg)
+	p := demoproc.Start(t, cfg)
 	key = uniq("k")
 	first = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
 	again = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
@@ -409,7 +409,7 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	p.Kill()
 	inFlight.wait(t)
 	logs := p.Stderr().String()
-	p = p.restart()
+	p = p.Restart()
 	r := retryUntilAnswered(t, p.URL(), slowKey, slowBody, time.Minute)
 	if r.status != http.StatusCreated {
 		t.Fatalf("after the crash: %d %s", r.status, r.body)
@@ -567,7 +567,7 @@ func TestLeastPrivilege(t *testing.T) {
 func TestMCPUpstreamScopedByPrincipal(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("gap-principals"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	a := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-a")
 	b := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-b")
 	key, customer := uniq("agent-key"), uniq("c")

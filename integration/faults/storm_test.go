@@ -31,9 +31,9 @@ func TestStorm(t *testing.T) {
 	)
 	dbURL, d := schemaDB(t, uniq("storm"))
 	args := []string{"-lease", "5s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn"}
-	var demos []*demo
+	var demos []*demoproc.Process
 	for range instances {
-		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
+		demos = append(demos, demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
 	}
 
 	type keyCase struct {

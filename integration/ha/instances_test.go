@@ -64,7 +64,7 @@ type instance struct {
 // startDemo starts an idemdemo process on databaseURL.
 func startDemo(t *testing.T, path, databaseURL string) *instance {
 	t.Helper()
-	p := demoproc.Start(t, demoproc.Config{Binary: demoBinary, DatabaseURL: databaseURL, Args: []string{
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: databaseURL, Args: []string{
 		"-lease", instanceLease.String(), "-wait", instanceWait.String(), "-sweep-interval", "1s",
 	}})
 	return &instance{name: "invoice/" + path, kind: invoice, path: path, url: p.URL(), logs: p.Stderr()}
