@@ -21,8 +21,8 @@ import (
 	"github.com/idemkit/idem/idemconnect"
 	"github.com/idemkit/idem/idemproto"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -199,19 +199,9 @@ func TestProtocols(t *testing.T) {
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
+	store := teststore.Migrated(t, pool, pgstore.Options{}, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
 	l := &ledger{pool: pool}
 	url, hc := server(t, store, l, idemconnect.Options{InTransaction: true, RequireKey: true}, true)
 	c := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure)

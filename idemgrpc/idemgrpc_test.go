@@ -25,8 +25,8 @@ import (
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemproto"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -177,23 +177,12 @@ func (r *rig) charge(ctx context.Context, user, key, customer string) answer {
 	return answer{id: out.GetValue(), st: status.Convert(err), replayed: len(header.Get(idemproto.ReplayedHeader)) == 1}
 }
 
+// newPool is a migrated schema with the charges table, and a store on it.
 func newPool(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	return pool, store
+	return pool, teststore.Migrated(t, pool, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 }
 
 func charges(t *testing.T, pool *pgxpool.Pool) int {
