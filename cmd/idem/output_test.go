@@ -172,14 +172,10 @@ func TestSweepLogsEachRound(t *testing.T) {
 	dbURL, _ := fixture(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var stdout, stderr demoproc.Buffer
-	getenv := func(k string) string {
-		if k == "DATABASE_URL" {
-			return dbURL
-		}
-		return ""
-	}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"sweep", "--interval", "20ms"}, getenv, &stdout, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"sweep", "--interval", "20ms"}, databaseEnv(dbURL), &stdout, &stderr)
+	}()
 	for deadline := time.Now().Add(30 * time.Second); strings.Count(stderr.String(), "msg=swept") < 3; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()

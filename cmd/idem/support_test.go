@@ -165,12 +165,7 @@ func TestForgetConfirms(t *testing.T) {
 	dbURL, store := fixture(t)
 	forget := func(answer string) (string, error) {
 		var stdout bytes.Buffer
-		c := &cli{getenv: func(k string) string {
-			if k == "DATABASE_URL" {
-				return dbURL
-			}
-			return ""
-		}, stdout: &stdout, stderr: &stdout, now: time.Now, stdin: strings.NewReader(answer), terminal: true}
+		c := &cli{getenv: databaseEnv(dbURL), stdout: &stdout, stderr: &stdout, now: time.Now, stdin: strings.NewReader(answer), terminal: true}
 		err := c.run(t.Context(), []string{"forget", "--scope", "tenant-1", "--key", "done"})
 		return stdout.String(), err
 	}
