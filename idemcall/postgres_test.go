@@ -15,8 +15,8 @@ import (
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemcall"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -32,17 +32,8 @@ func newKit(t *testing.T) *kit {
 	pool, _ := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE shipments (id bigserial PRIMARY KEY, order_ref text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE shipments (id bigserial PRIMARY KEY, order_ref text NOT NULL)`)
 	return &kit{ctx: ctx, pool: pool, store: store}
 }
 

@@ -21,8 +21,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -33,17 +33,7 @@ func newTxStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgstore.Store) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	pool, _ := testdb.Pool(t)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{}, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 	return ctx, pool, store
 }
 

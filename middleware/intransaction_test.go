@@ -18,9 +18,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -38,17 +38,8 @@ func newTxKit(t *testing.T) *txKit {
 	pool, schema := testdb.Pool(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 	return &txKit{ctx: ctx, pool: pool, schema: schema, store: store}
 }
 

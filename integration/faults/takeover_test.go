@@ -13,8 +13,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/middleware"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -103,19 +103,8 @@ func newOwner(t *testing.T, name string, pool *pgxpool.Pool, pg *pgstore.Store, 
 func setupTakeover(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx := t.Context()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, owner text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	pg, err := pgstore.New(pool, pgstore.Options{Lease: takeoverLease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	return pool, pg
+	return pool, teststore.Migrated(t, pool, pgstore.Options{Lease: takeoverLease},
+		`CREATE TABLE invoices (id bigserial PRIMARY KEY, owner text NOT NULL)`)
 }
 
 // waitLeaseOver polls until the key's lease has run out by the database
