@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -247,7 +248,7 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 				store = s
 			}
 			var (
-				log    syncBuffer
+				log    testlog.Buffer
 				mu     sync.Mutex
 				events []idem.Event
 			)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/cmdmain"
-	"github.com/idemkit/idem/internal/demoproc"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // The tests in this file compare the CLI's whole output with the text it
@@ -171,7 +171,7 @@ func TestSweepLogsEachRound(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := fixture(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr demoproc.Buffer
+	var stdout, stderr testlog.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"sweep", "--interval", "20ms"}, databaseEnv(dbURL), &stdout, &stderr)

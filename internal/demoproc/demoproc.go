@@ -13,7 +13,6 @@ package demoproc
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // built is the binary Main built: what an empty Config.Binary runs.
@@ -97,27 +96,6 @@ func Build(race bool) (path string, cleanup func(), err error) {
 	return path, cleanup, nil
 }
 
-// Buffer collects a process's output; it is safe for concurrent use, so a
-// test can read it while the process writes. The zero value is empty and
-// ready to use.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns everything written so far.
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // listening is the line the demo prints on stdout once it accepts
 // connections.
 var listening = regexp.MustCompile(`idemdemo listening on (http://\S+) \(store: (\w+)\)`)
@@ -157,8 +135,8 @@ type Process struct {
 	cfg    Config     // as it was started, for Restart
 	cmd    *exec.Cmd
 	url    string
-	stdout Buffer
-	stderr Buffer
+	stdout testlog.Buffer
+	stderr testlog.Buffer
 	done   chan struct{} // closed once the process exited and its stdout is read
 	err    error         // its exit status, once done
 }
@@ -253,10 +231,10 @@ func Launch(cfg Config) (*Process, error) {
 func (p *Process) URL() string { return p.url }
 
 // Stdout is what the process printed on stdout so far.
-func (p *Process) Stdout() *Buffer { return &p.stdout }
+func (p *Process) Stdout() *testlog.Buffer { return &p.stdout }
 
 // Stderr is what the process printed on stderr (its logs) so far.
-func (p *Process) Stderr() *Buffer { return &p.stderr }
+func (p *Process) Stderr() *testlog.Buffer { return &p.stderr }
 
 // Alive reports whether the process still runs.
 func (p *Process) Alive() bool {
