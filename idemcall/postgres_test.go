@@ -61,20 +61,16 @@ func (k *kit) ship(ctx context.Context, order string) (int64, error) {
 // paths and both stores, run the function once and all get its value.
 func TestConcurrentCallsRunOnce(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		pg   bool
-		inTx bool
-	}{{"memstore", false, false}, {"postgres two-phase", true, false}, {"postgres in a transaction", true, true}} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range teststore.Paths {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			var store idem.Store = memstore.New(memstore.Options{})
 			var k *kit
-			if tc.pg {
+			if tc.Postgres {
 				k = newKit(t)
 				store = k.store
 			}
-			caller := idemcall.New(store, idemcall.Options{InTransaction: tc.inTx, Engine: engine.Options{Wait: 30 * time.Second}})
+			caller := idemcall.New(store, idemcall.Options{InTransaction: tc.InTx, Engine: engine.Options{Wait: 30 * time.Second}})
 			var runs atomic.Int64
 			const callers = 8
 			values := make([]int64, callers)

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemconnect"
 	"github.com/idemkit/idem/idemproto"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
@@ -224,27 +224,17 @@ func TestInTransaction(t *testing.T) {
 func TestRefusalsAndLabelsReported(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(memstore.Options{})
-	var (
-		mu     sync.Mutex
-		events []idem.Event
-	)
-	observe := func(e idem.Event) {
-		if e.Kind == idem.EventRefused || e.Kind == idem.EventUnprotected {
-			mu.Lock()
-			events = append(events, e)
-			mu.Unlock()
-		}
-	}
+	var events idemtest.Events
 	ctx := t.Context()
-	url, hc := server(t, store, &ledger{}, idemconnect.Options{Observe: observe}, false)
+	url, hc := server(t, store, &ledger{}, idemconnect.Options{Observe: events.Observe}, false)
 	loose := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure)
 	charge(ctx, loose, "ada", "", "acme")
 	charge(ctx, loose, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
-	url, hc = server(t, store, &ledger{}, idemconnect.Options{RequireKey: true, Observe: observe}, false)
+	url, hc = server(t, store, &ledger{}, idemconnect.Options{RequireKey: true, Observe: events.Observe}, false)
 	charge(ctx, connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure), "ada", "", "acme")
-	mu.Lock()
-	got := events
-	mu.Unlock()
+	got := slices.DeleteFunc(events.All(), func(e idem.Event) bool {
+		return e.Kind != idem.EventRefused && e.Kind != idem.EventUnprotected
+	})
 	want := []idem.Event{
 		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemconnect.AdapterName},
 		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemconnect.AdapterName},

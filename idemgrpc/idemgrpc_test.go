@@ -24,6 +24,7 @@ import (
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemproto"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
@@ -200,19 +201,15 @@ func charges(t *testing.T, pool *pgxpool.Pool) int {
 // transaction.
 func TestReplayOnEveryPath(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		pg   bool
-		inTx bool
-	}{{"memstore", false, false}, {"postgres two-phase", true, false}, {"postgres in a transaction", true, true}} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range teststore.Paths {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			l := &ledger{}
 			var store idem.Store = memstore.New(memstore.Options{})
-			if tc.pg {
+			if tc.Postgres {
 				l.pool, store = newPool(t)
 			}
-			r := newRig(t, store, l, idemgrpc.Options{InTransaction: tc.inTx})
+			r := newRig(t, store, l, idemgrpc.Options{InTransaction: tc.InTx})
 			ctx := t.Context()
 
 			first := r.charge(ctx, "ada", "k1", "acme")
@@ -237,7 +234,7 @@ func TestReplayOnEveryPath(t *testing.T) {
 			if l.runs.Load() != 5 {
 				t.Errorf("the handler ran %d times, want 5", l.runs.Load())
 			}
-			if tc.pg {
+			if tc.Postgres {
 				if n := charges(t, l.pool); n != 2 {
 					t.Errorf("%d charges, want 2", n)
 				}
@@ -339,25 +336,15 @@ func TestNilPrincipalPanics(t *testing.T) {
 func TestRefusalsAndLabelsReported(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(memstore.Options{})
-	var (
-		mu     sync.Mutex
-		events []idem.Event
-	)
-	observe := func(e idem.Event) {
-		if e.Kind == idem.EventRefused || e.Kind == idem.EventUnprotected {
-			mu.Lock()
-			events = append(events, e)
-			mu.Unlock()
-		}
-	}
+	var events idemtest.Events
 	ctx := t.Context()
-	loose := newRig(t, store, &ledger{}, idemgrpc.Options{Observe: observe})
+	loose := newRig(t, store, &ledger{}, idemgrpc.Options{Observe: events.Observe})
 	loose.charge(ctx, "ada", "", "acme")
 	loose.charge(ctx, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
-	newRig(t, store, &ledger{}, idemgrpc.Options{RequireKey: true, Observe: observe}).charge(ctx, "ada", "", "acme")
-	mu.Lock()
-	got := events
-	mu.Unlock()
+	newRig(t, store, &ledger{}, idemgrpc.Options{RequireKey: true, Observe: events.Observe}).charge(ctx, "ada", "", "acme")
+	got := slices.DeleteFunc(events.All(), func(e idem.Event) bool {
+		return e.Kind != idem.EventRefused && e.Kind != idem.EventUnprotected
+	})
 	want := []idem.Event{
 		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemgrpc.AdapterName},
 		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemgrpc.AdapterName},

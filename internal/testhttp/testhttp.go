@@ -1,7 +1,7 @@
-// Package testhttp is the client side of the tests that send HTTP requests
-// to a server in another process (the demo under faults, instances under
-// a failover): a client that keeps no connection, and the answer read
-// whole.
+// Package testhttp holds the HTTP helpers of tests: for those that send
+// requests to a server in another process (the demo under faults,
+// instances under a failover), a client that keeps no connection and the
+// answer read whole; for those that watch a server, [HangUps].
 package testhttp
 
 import (
@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -53,4 +54,17 @@ func Do(c *http.Client, req *http.Request) (Response, error) {
 		return Response{}, err
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// HangUps wraps h with what tells a test the client hung up: outside the
+// adapter under test a request's context is the client's, and net/http ends
+// it when the client closes its connection while h runs. gone is closed at
+// the first such hang-up.
+func HangUps(gone chan struct{}, h http.Handler) http.Handler {
+	hungUp := sync.OnceFunc(func() { close(gone) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stop := context.AfterFunc(r.Context(), hungUp)
+		defer stop()
+		h.ServeHTTP(w, r)
+	})
 }
