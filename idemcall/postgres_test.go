@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemcall"
+	"github.com/idemkit/idem/internal/doortest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
@@ -61,7 +62,7 @@ func (k *kit) ship(ctx context.Context, order string) (int64, error) {
 // paths and both stores, run the function once and all get its value.
 func TestConcurrentCallsRunOnce(t *testing.T) {
 	t.Parallel()
-	for _, tc := range teststore.Paths {
+	for _, tc := range doortest.Paths {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			var store idem.Store = memstore.New(memstore.Options{})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/idemkit/idem/idemconnect"
 	"github.com/idemkit/idem/idemproto"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/doortest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
@@ -232,24 +232,10 @@ func TestRefusalsAndLabelsReported(t *testing.T) {
 	charge(ctx, loose, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
 	url, hc = server(t, store, &ledger{}, idemconnect.Options{RequireKey: true, Observe: events.Observe}, false)
 	charge(ctx, connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure), "ada", "", "acme")
-	got := slices.DeleteFunc(events.All(), func(e idem.Event) bool {
-		return e.Kind != idem.EventRefused && e.Kind != idem.EventUnprotected
-	})
-	want := []idem.Event{
-		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemconnect.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemconnect.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey, Adapter: idemconnect.AdapterName},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events\n%+v\nwant\n%+v", got, want)
-	}
+	doortest.WantRefusals(t, events.All(), idemconnect.AdapterName)
 
 	if a := charge(ctx, loose, "ada", "labelled", "acme"); a.err != nil {
 		t.Fatal(a.err)
 	}
-	key, _ := idem.ParseClientKey("labelled")
-	e, ok, err := store.Inspect(ctx, "ada", key)
-	if want := (idem.Labels{Route: chargeProcedure, Caller: "ada"}); err != nil || !ok || e.Labels != want {
-		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, want)
-	}
+	doortest.WantLabels(t, store, chargeProcedure)
 }

@@ -3,7 +3,6 @@ package idemgrpc_test
 import (
 	"context"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemproto"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/doortest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
@@ -201,7 +201,7 @@ func charges(t *testing.T, pool *pgxpool.Pool) int {
 // transaction.
 func TestReplayOnEveryPath(t *testing.T) {
 	t.Parallel()
-	for _, tc := range teststore.Paths {
+	for _, tc := range doortest.Paths {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			l := &ledger{}
@@ -342,24 +342,10 @@ func TestRefusalsAndLabelsReported(t *testing.T) {
 	loose.charge(ctx, "ada", "", "acme")
 	loose.charge(ctx, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
 	newRig(t, store, &ledger{}, idemgrpc.Options{RequireKey: true, Observe: events.Observe}).charge(ctx, "ada", "", "acme")
-	got := slices.DeleteFunc(events.All(), func(e idem.Event) bool {
-		return e.Kind != idem.EventRefused && e.Kind != idem.EventUnprotected
-	})
-	want := []idem.Event{
-		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemgrpc.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemgrpc.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey, Adapter: idemgrpc.AdapterName},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events\n%+v\nwant\n%+v", got, want)
-	}
+	doortest.WantRefusals(t, events.All(), idemgrpc.AdapterName)
 
 	if a := loose.charge(ctx, "ada", "labelled", "acme"); a.st.Code() != codes.OK {
 		t.Fatal(a.st)
 	}
-	key, _ := idem.ParseClientKey("labelled")
-	e, ok, err := store.Inspect(ctx, "ada", key)
-	if want := (idem.Labels{Route: chargeMethod, Caller: "ada"}); err != nil || !ok || e.Labels != want {
-		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, want)
-	}
+	doortest.WantLabels(t, store, chargeMethod)
 }

@@ -63,14 +63,3 @@ func Migrated(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options, ddl ...str
 	t.Cleanup(store.Close)
 	return store
 }
-
-// Path is one way a door runs protected work: on memstore, or on
-// PostgreSQL, two-phase or in the claim's transaction (InTx).
-type Path struct {
-	Name     string
-	Postgres bool
-	InTx     bool
-}
-
-// Paths are the three, for a test that runs the same case on each.
-var Paths = []Path{{"memstore", false, false}, {"postgres two-phase", true, false}, {"postgres in a transaction", true, true}}
