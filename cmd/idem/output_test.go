@@ -39,12 +39,8 @@ func checkOutput(t *testing.T, what, got, want string) {
 	}
 }
 
-// TestInspectClientKey: the key a client sent, typed as is, finds its
-// entry.
-func TestInspectClientKey(t *testing.T) {
-	t.Parallel()
-	dbURL, _ := fixture(t)
-	checkOutput(t, "inspect --key done", mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "done"), `scope        tenant-1
+// doneEntry is how inspect shows the fixture's completed key.
+const doneEntry = `scope        tenant-1
 key          key/done
 digest       f21d24f8f755e5cf
 endpoint     POST /payments/{id}
@@ -61,7 +57,14 @@ header:
   Content-Type: application/json
 body:
 {"id":7}
-`)
+`
+
+// TestInspectClientKey: the key a client sent, typed as is, finds its
+// entry.
+func TestInspectClientKey(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := fixture(t)
+	checkOutput(t, "inspect --key done", mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "done"), doneEntry)
 }
 
 // TestErrorLines: what a mistake prints, whole.
