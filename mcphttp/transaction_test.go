@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -30,11 +29,8 @@ import (
 // it.
 func newTxStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	pool, _ := testdb.Pool(t)
-	store := teststore.Migrated(t, pool, pgstore.Options{}, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`)
-	return ctx, pool, store
+	k := teststore.NewKit(t, pgstore.Options{}, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`)
+	return k.Ctx, k.Pool, k.Store
 }
 
 // TestInTransaction: a tool whose side effect is a row in the store's

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -62,4 +63,33 @@ func Migrated(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options, ddl ...str
 	}
 	t.Cleanup(store.Close)
 	return store
+}
+
+// Kit is a test's PostgreSQL set up as by [Migrated], on a fresh schema of
+// its own; Ctx bounds the test's statements (a minute from the start).
+type Kit struct {
+	Ctx    context.Context
+	Pool   *pgxpool.Pool
+	Schema string
+	Store  *pgstore.Store
+}
+
+// NewKit sets up a Kit: a pool on a fresh schema (testdb.Pool), migrated,
+// with the tables of ddl, and a store on it with opts.
+func NewKit(t testing.TB, opts pgstore.Options, ddl ...string) *Kit {
+	t.Helper()
+	pool, schema := testdb.Pool(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return &Kit{Ctx: ctx, Pool: pool, Schema: schema, Store: Migrated(t, pool, opts, ddl...)}
+}
+
+// Count returns how many rows table holds.
+func (k *Kit) Count(t testing.TB, table string) int {
+	t.Helper()
+	var n int
+	if err := k.Pool.QueryRow(k.Ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
