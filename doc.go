@@ -21,8 +21,8 @@
 //     table (goose); run it before pgstore.New, or with the idem CLI.
 //   - [github.com/idemkit/idem/memstore]: the in-memory store, for tests,
 //     single-process services and development.
-//   - [Sweeper]: releases abandoned claims and deletes expired results from
-//     either store; run one per instance (the stores' Run is shorthand).
+//   - [Sweeper]: releases abandoned claims and deletes expired results;
+//     pgstore runs one from New to Close; with memstore, run one yourself.
 //   - [github.com/idemkit/idem/engine]: claim, run under a renewed lease,
 //     record or release. Both adapters use it; import it to write an adapter
 //     for another transport.
@@ -36,10 +36,10 @@
 // # How it works
 //
 // A client whose connection dropped cannot tell "never ran" from "ran, and
-// the answer was lost", so it retries. idem puts a claim in front of the
-// side effect: claim the key atomically (claiming and checking are one
-// operation), execute only if the claim is yours, record the result so every
-// later retry replays it. [design.md] is the whole account.
+// the answer was lost", so it retries. idem claims the key atomically
+// (claiming and checking are one operation), executes only if the claim is
+// yours, and records the result so every later retry replays it.
+// [design.md] is the whole account.
 //
 // This root package is the domain: [Key] and its injective constructors,
 // [Claim] outcomes, [Token]s, [Result]s, typed errors, the [Store] and

@@ -27,55 +27,38 @@
 //		// answer in flight (retry after d.RetryAfter), mismatch, unavailable
 //	}
 //
-// # Lease loss
+// # The work's context
 //
-// The lease is renewed every third of it; the work's context ends with
-// cause [idem.ErrLeaseLost] when no renewal was confirmed by an early
-// estimate of the lease end less min(lease/5, [MaxLeaseMargin]).
-//
-// # Client hang-ups
-//
-// The work's context keeps the client's values, not its cancellation (the
-// client that hangs up is the one that retries). It ends on lease loss, at
-// its deadline (Options.MaxExecution, [DefaultMaxExecution], or the client's
-// earlier one; [ErrExecutionTimeout]) and when Options.Shutdown is done
-// ([ErrShutdown]; later claims are Unavailable). Work must honour its
-// context. Options.CancelWithClient restores the client's cancellation.
+// It keeps the client's values, not its cancellation (the client that
+// hangs up is the one that retries; Options.CancelWithClient restores it).
+// It ends with cause [idem.ErrLeaseLost] when no renewal (every third of
+// the lease) was confirmed by an early estimate of the lease end less
+// min(lease/5, [MaxLeaseMargin]); at its deadline (Options.MaxExecution,
+// [DefaultMaxExecution], or the client's earlier one;
+// [ErrExecutionTimeout]); and when Options.Shutdown is done ([ErrShutdown];
+// later claims are Unavailable). Work must honour its context.
 //
 // # What is recorded
 //
-// The adapter reads the work's answer into a [Verdict]: Record, release, or
-// Leave the claim to its lease. Whatever ended the work's context, a whole
-// answer the adapter records is recorded, fenced by the generation; Leave
-// leaves the claim; anything else is released once the work returned. A
-// claim taken over is left alone. Complete is retried on an unavailable
-// store until the later of Options.StoreTimeout and the lease's end; see
-// [design.md, "What is recorded"] for every case.
+// The adapter reads the work's answer into a [Verdict]: Record, release,
+// or Leave the claim to its lease. Whatever ended the work's context, a
+// whole answer the adapter records is recorded, fenced by the generation;
+// anything else is released once the work returned; a claim taken over is
+// left alone. Complete is retried on an unavailable store until the later
+// of Options.StoreTimeout and the lease's end. With Request.InTransaction
+// the work runs in the claim's transaction ([Execution.TxContext]; an
+// [idem.TxStore]) and Record commits claim, result and writes together.
+// See [design.md, "What is recorded"] for every case and [design.md, "Two
+// ways to claim"].
 //
-// # In a transaction
+// # Retry-After and events
 //
-// With Request.InTransaction the claim is taken inside a transaction of the
-// store's database ([idem.TxStore]), the work runs in it
-// ([Execution.TxContext]), and Record commits claim, result and writes
-// together; anything else rolls back. [Execution.TxLimitErr] names a bound
-// the database enforced; an adapter holding the answer sends it only if
-// [Execution.Committed]. See [design.md, "Two ways to claim"].
-//
-// # Retry-After
-//
-// A key in flight is retried after how long the engine's work typically
-// runs (a moving average of the runs it recorded), else the wait a retry is
-// granted (Options.Wait), clamped to [[MinRetryAfter], the holder's
-// remaining lease (itself at most Lease)]; else Options.RetryAfter when the
-// lease end is unknown. An unavailable store after its hint
-// ([idem.UnavailableError].RetryAfter), else Options.RetryAfter.
-//
-// # Events
-//
-// Every [idem.Event] carries Options.Adapter. A key the store rejected is
-// reported refused (reason invalid_key). Every claim reported claimed
-// ends in completed, released, left, stale, a store error or lease lost. No
-// goroutine or timer outlives [Execution.Finish].
+// A key in flight is retried after the work's typical run time, else
+// Options.Wait, clamped to [[MinRetryAfter], the holder's remaining lease];
+// Options.RetryAfter when the lease end is unknown or the store gave no
+// hint. Every [idem.Event] carries Options.Adapter; every claim reported
+// claimed ends in completed, released, left, stale, a store error or lease
+// lost. No goroutine or timer outlives [Execution.Finish].
 //
 // [design.md, "The execution engine"]: https://github.com/idemkit/idem/blob/main/docs/design.md#the-execution-engine
 // [design.md, "What is recorded"]: https://github.com/idemkit/idem/blob/main/docs/design.md#what-is-recorded

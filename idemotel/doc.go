@@ -1,14 +1,12 @@
 // Package idemotel reports idem's events to OpenTelemetry: spans on the
 // request's trace and metrics with semantic-convention style names. It is a
-// package of its own so that services which do not use OpenTelemetry do not
-// import it.
+// module of its own, so services without OpenTelemetry do not import it.
 //
 // # Mounting
 //
-// Give the adapters the same observer; wrap the service with an
-// instrumentation that puts a server span in the request context (otelhttp,
-// or any other), since idem annotates that span rather than starting traces
-// of its own:
+// Give the adapters the same observer, behind an instrumentation that puts
+// a server span in the request context (otelhttp, or any other): idem
+// annotates that span rather than starting traces of its own:
 //
 //	obs, err := idemotel.New(idemotel.Options{TracerProvider: tp, MeterProvider: mp, Store: "postgres"})
 //	if err != nil { return err }
@@ -22,10 +20,10 @@
 // # Spans
 //
 // Everything goes on the span in the request's context
-// ([trace.SpanFromContext]); when it is not recording, no tracing work is
-// done. Each claim is a child span, backdated to the claim's start; the rest
-// are events on the request's span. Every one carries idem.adapter and
-// idem.store, and all but idem.rejected idem.key.digest:
+// ([trace.SpanFromContext]), and nothing is done when it is not recording.
+// Each claim is a child span, backdated to its start; the rest are events
+// on the request's span. All carry idem.adapter and idem.store, all but
+// idem.rejected idem.key.digest:
 //
 //	idem.claim       span: idem.outcome, idem.wait.duration (s) when it
 //	                 waited; a failed claim ("unavailable") has error.type,

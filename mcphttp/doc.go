@@ -10,7 +10,8 @@
 //
 // Only a POST whose body is one JSON-RPC request with an id, for a method in
 // [Options.Methods] (tools/call), is deduplicated; everything else passes
-// through unbuffered, and the inner handler gets the body intact. How the
+// through unbuffered, and the inner handler gets the body intact. What the
+// inner handler would reject is never answered from the store. How the
 // wrapper reads, keys, records and answers calls is in [design.md, "The MCP
 // adapter"]; the guarantees and their tests in [reliability.md].
 //
@@ -19,41 +20,35 @@
 // A call's key comes from [SourceMeta] (_meta.idempotencyKey, see
 // [agentkey.Derive]), [SourceParams], [SourceHeader] or [SourceParamHeader];
 // sources that disagree are refused. It lives in the caller's scope
-// ([Options.Principal], else credentials and [Options.SessionCookies], plus
-// _meta.sessionId); the same key for another tool or arguments is
-// [CodeKeyReused]. A call without a key is keyed by session, id, tool and
-// arguments before [SessionlessProtocol] (not with [Options.Stateless]), and not
-// deduplicated at it. [Options.NewKeyGuard] notices agents that mint a new
-// key per retry.
-//
-// A replay is the recorded response under the retry's id, with the
-// Idempotent-Replayed header and [ReplayedMetaKey] in the result's _meta. A
-// duplicate of a call in flight waits up to Options.Engine.Wait, then gets
-// [CodeInFlight]. What the inner handler would reject is never answered from
-// the store ([design.md, "Order of checks"]).
+// ([Options.Principal], else the credentials, plus _meta.sessionId); the
+// same key for another tool or arguments is [CodeKeyReused]. A call without
+// a key is keyed by session, id, tool and arguments before
+// [SessionlessProtocol] (not with [Options.Stateless]), and not deduplicated
+// from it on. [Options.NewKeyGuard] notices agents that mint a new key per
+// retry. A replay is the recorded response under the retry's id, with the
+// Idempotent-Replayed header and [ReplayedMetaKey] in its _meta; a duplicate
+// of a call in flight waits up to Options.Engine.Wait, then gets
+// [CodeInFlight].
 //
 // # Cancellation
 //
 // A keyed call runs on when its client drops the stream, and is recorded
-// for the retry; Options.Engine.CancelWithClient cancels it and releases the key
-// instead, for tools that stop cleanly ([design.md, "Cancellation and closed
-// streams"]).
+// for the retry; Options.Engine.CancelWithClient cancels it and releases
+// the key instead ([design.md, "Cancellation and closed streams"]).
 //
 // # Closed sessions
 //
-// A session's DELETE waits up to Options.Engine.Wait for its deduplicated calls,
-// so a retry from a new session replays their answers.
+// A session's DELETE waits up to Options.Engine.Wait for its deduplicated
+// calls, so a retry from a new session replays their answers.
 //
 // # Cut off
 //
-// When a lost lease, the deadline (Options.Engine.MaxExecution) or
-// Options.Engine.Shutdown cuts a call off, the inner request is not ended (go-sdk
-// would drop the answer): the tool is told through notifications/cancelled
-// on a stateful session, [ToolCancellation] on a stateless server, or
-// [WorkContext]. What it still answers is recorded; a call that answers
-// nothing within a lease after the cut-off gets [CodeInFlight] with
-// [ReasonCutOff] and leaves its claim to its lease. See [design.md, "MCP
-// calls cut off"].
+// A call cut off by a lost lease, Options.Engine.MaxExecution or
+// Options.Engine.Shutdown keeps its inner request (go-sdk would drop the
+// answer); the tool is told through notifications/cancelled,
+// [ToolCancellation] or [WorkContext], and what it still answers is
+// recorded. One that answers nothing within a lease gets [CodeInFlight]
+// with [ReasonCutOff] ([design.md, "MCP calls cut off"]).
 //
 // # Upstream calls
 //
@@ -71,7 +66,6 @@
 // reached means the call does not run.
 //
 // [design.md, "The MCP adapter"]: https://github.com/idemkit/idem/blob/main/docs/design.md#the-mcp-adapter-package-mcphttp
-// [design.md, "Order of checks"]: https://github.com/idemkit/idem/blob/main/docs/design.md#order-of-checks-the-probe
 // [design.md, "Cancellation and closed streams"]: https://github.com/idemkit/idem/blob/main/docs/design.md#cancellation-and-closed-streams
 // [design.md, "MCP calls cut off"]: https://github.com/idemkit/idem/blob/main/docs/design.md#mcp-calls-cut-off
 // [design.md, "Forwarding credentials upstream"]: https://github.com/idemkit/idem/blob/main/docs/design.md#forwarding-credentials-upstream

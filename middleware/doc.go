@@ -38,46 +38,41 @@
 //	                                            (TypeUnreplayable), not run
 //	GET/HEAD/OPTIONS/PUT/DELETE                 pass through
 //
-// # Keys, scopes and fingerprints
+// # Keys and scopes
 //
 // The key comes from Idempotency-Key or X-Idempotency-Key ([ParseKeyHeader]),
-// or Options.Key ([WebhookKey], [KeyFromHeader]). It is looked up within a
-// scope: a keyed hash (Options.ScopeSecret) of Options.Principal's answer,
-// else the credentials (Authorization, X-Api-Key, Options.SessionCookies),
-// with X-Session-Id, method and route. Set Principal: a refreshed token is
-// new credentials, and a retry under it runs again. Unnamed cookies and no
-// credential are refused ([TypeUnscopedCookies]). The fingerprint
-// ([DefaultFingerprint]) tells a reused key apart. See [design.md, "Scopes"].
+// or Options.Key ([WebhookKey], [KeyFromHeader]), and is looked up within the
+// caller's scope: Options.Principal's answer, else the credentials, hashed
+// with Options.ScopeSecret. Set Principal: a refreshed token is new
+// credentials, and a retry under it runs again. Cookies that name nobody
+// ([Options.SessionCookies]) are refused ([TypeUnscopedCookies]).
+// [DefaultFingerprint] tells a reused key apart. See [design.md, "Scopes"].
 //
 // # Capture and replay
 //
 // The response goes to the client as it is written, flushes included, and
 // is captured on the way (status, Options.RecordHeaders, the body up to
-// MaxRecordBytes; never Set-Cookie, Authorization or hop-by-hop headers). A store failure
-// outlasting Options.Engine.StoreTimeout when it is recorded leaves the key
-// claimed until its lease runs out; [Commit], which records the response in
-// the handler's own transaction, or InTransaction close that window. Writes
-// to a gone client are dropped without failing the handler; a body cut
-// short is recorded as unreplayable. Lease, deadline and shutdown are
-// package [engine]'s.
+// MaxRecordBytes; never Set-Cookie, Authorization or hop-by-hop headers).
+// If recording fails past Options.Engine.StoreTimeout, the key stays claimed
+// until its lease runs out; [Commit] (recording in the handler's own
+// transaction) or InTransaction closes that window. Lease, deadline and
+// shutdown are package [engine]'s.
 //
 // # In a transaction
 //
 // With Options.InTransaction and an [idem.TxStore] (pgstore), the handler
-// writes its rows in the claim's transaction (pgstore.TxFrom, a pgx.Tx, or
-// pgstore.SQLTxFrom, a *sql.Tx), and claim, rows and response commit
-// together; the response is held until then ([TypeCommitFailed] if it
-// fails), any other ending rolls back, and a bound PostgreSQL enforces is
-// answered [TypeTransactionLimit]. See [design.md, "Two ways to claim"].
+// writes its rows in the claim's transaction (pgstore.TxFrom or
+// pgstore.SQLTxFrom), and claim, rows and response commit together; the
+// response is held until then ([TypeCommitFailed] if it fails), and a bound
+// PostgreSQL enforces is answered [TypeTransactionLimit]. See [design.md,
+// "Two ways to claim"].
 //
 // # Observability
 //
-// Options.Engine.Logger gets logs (nil: none; keys as key_digest,
-// [idem.KeyDigest], unless at debug); Options.Observer gets an [idem.Event]
-// per claim, replay, 409, 422, completion, release, lost claim and store
-// error, per request refused before a claim ([idem.EventRefused], by reason)
-// and per request run unprotected ([idem.EventUnprotected]: KeyOptional,
-// FailOpen).
+// Options.Engine.Logger gets logs (nil: none but the scoping warnings,
+// which go to slog.Default; keys as [idem.KeyDigest], the key itself only
+// when debug is enabled); Options.Observer gets an
+// [idem.Event] for every outcome, refusal and unprotected request.
 //
 // [design.md, "Scopes"]: https://github.com/idemkit/idem/blob/main/docs/design.md#scopes-who-is-asking
 // [design.md, "Two ways to claim"]: https://github.com/idemkit/idem/blob/main/docs/design.md#two-ways-to-claim

@@ -143,6 +143,36 @@ func TestBeginClaimTakeoverIsFenced(t *testing.T) {
 	}
 }
 
+// TestBeginClaimNewKeyMeetsAnUnlockedRow: a new key's row is a plain
+// INSERT at the commit (sql/tx_complete.sql without .Takeover). A row of
+// the key written meanwhile without the key's lock (as a claim of a
+// version before the lock would) makes the Commit a stale claim, and
+// nothing of the transaction commits; the row written meanwhile stays.
+func TestBeginClaimNewKeyMeetsAnUnlockedRow(t *testing.T) {
+	t.Parallel()
+	f := newTxFixture(t, pgstore.Options{})
+	other := mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("other")}, idem.Acquired)
+	c, tx := beginClaim(t, f.ctx, f.s, "k", txLimits, idem.Acquired)
+	rollbackAtEnd(t, tx)
+	if c.Takeover {
+		t.Fatalf("claim of a new key %+v is a takeover", c)
+	}
+	insertInvoice(t, f.ctx, tx, "inv-1")
+	if _, err := f.monitor.Exec(f.ctx, `UPDATE idem_keys SET key = $1 WHERE key = $2`, key("k").String(), key("other").String()); err != nil {
+		t.Fatal(err)
+	}
+	var se *idem.StaleClaimError
+	if err := tx.Commit(f.ctx, txResult); !errors.As(err, &se) || se.Token != c.Token {
+		t.Fatalf("Commit over a row written without the lock = %v, want a stale claim", err)
+	}
+	if n := f.invoices(t); n != 0 {
+		t.Errorf("%d invoices committed with a stale claim", n)
+	}
+	if e := mustInspect(t, f.ctx, f.s, "k"); e.Generation != other.Token.Generation {
+		t.Errorf("the key's row %+v, want the one written meanwhile (generation %d)", e, other.Token.Generation)
+	}
+}
+
 // TestKeyLocksAreTheTables: the same scope and key in two tables (here in
 // two schemas) are two locks: a claim in a transaction on one table does
 // not hold the key of the other.

@@ -124,7 +124,7 @@ func Statements(table string) ([]Statement, error) {
 		switch q {
 		case statement(&st.completeLarge):
 			s.OIDs = completeLargeOIDs[:]
-		case statement(&st.txCompleteLarge):
+		case statement(&st.txCompleteLarge), statement(&st.txTakeoverLarge):
 			s.OIDs = txCompleteLargeOIDs[:]
 		}
 		all = append(all, s)

@@ -46,13 +46,17 @@ type statements struct {
 	// transaction (BeginClaim): the claim's bounds, the key's lock, the
 	// look at the key's row (which puts the bounds of the work's
 	// statements in place), and the completion that writes the row and
-	// raises the stale-claim error itself; txCompleteLarge is txComplete
-	// for a large body (sql/tx_complete.sql with .Large).
+	// raises the stale-claim error itself. txComplete writes a new key's
+	// row (a plain INSERT), txTakeover one over the row the claim found
+	// (sql/tx_complete.sql with .Takeover); the Large ones are the same
+	// for a large body (with .Large).
 	txLimits        execQuery[txLimitsParams]
 	txLock          rowQuery[txLockParams, txLockRow, *txLockRow]
 	txClaim         rowQuery[txClaimParams, txClaimRow, *txClaimRow]
 	txComplete      execQuery[txCompleteParams]
+	txTakeover      execQuery[txCompleteParams]
 	txCompleteLarge execQuery[txCompleteLargeParams]
+	txTakeoverLarge execQuery[txCompleteLargeParams]
 	// keys lists rows for operators (Store.Keys).
 	keys rowsQuery[keysParams, keysRow, *keysRow]
 	// completeLarge is complete for a large body, the JSON built in SQL
@@ -74,8 +78,10 @@ type statementData struct {
 	pgschema.Objects
 	// Notify is false for forgetQuiet.
 	Notify bool
-	// Large is true for completeLarge and txCompleteLarge.
+	// Large is true for completeLarge, txCompleteLarge and txTakeoverLarge.
 	Large bool
+	// Takeover is true for txTakeover and txTakeoverLarge.
+	Takeover bool
 	// Batch is the sweep's batch size.
 	Batch int
 }
@@ -123,7 +129,9 @@ func (st *statements) files() []sqlFile {
 		{name: "tx_lock", dst: &st.txLock},
 		{name: "tx_claim", dst: &st.txClaim},
 		{name: "tx_complete", dst: &st.txComplete, variants: []variant{
+			{".Takeover", &st.txTakeover, func(d *statementData) { d.Takeover = true }},
 			{".Large", &st.txCompleteLarge, func(d *statementData) { d.Large = true }},
+			{".Large .Takeover", &st.txTakeoverLarge, func(d *statementData) { d.Large, d.Takeover = true, true }},
 		}},
 		{name: "sweep", dst: &st.sweep},
 	}

@@ -1,18 +1,19 @@
 package main
 
-// TestWalkthrough runs every console block of docs/demo.md, and those of
-// the section "From a customer's key" of docs/operations.md,
-// in order, against fresh demos, and compares what each command prints with
-// what the page says it prints. A page that drifts from the product fails
-// it, and so does a page edited without running its commands.
+// TestWalkthrough runs every console block of docs/demo.md and
+// docs/operations.md, in order, against fresh demos, and compares what each
+// command prints with what the page says it prints. A page that drifts from
+// the product fails it, and so does a page edited without running its
+// commands.
 //
 // # Running a page
 //
 // The commands run in one bash session per page (so SID=…, arrays and
 // TIMEFORMAT carry over, as in a terminal), with stdout and stderr merged.
 // A command running in the background (a line ending in &) is waited for
-// before the next block. An HTML comment right before a block says what
-// the block needs:
+// before the next block runs (after its directive: a kill ends such a
+// request). An HTML comment right before a block says what the block
+// needs:
 //
 //	<!-- walkthrough: start [NAME=value…] [-flag…] -->
 //	    the block shows a demo starting: its commands are the reader's
@@ -25,6 +26,10 @@ package main
 //	<!-- walkthrough: restart -->
 //	    the running demo is stopped (SIGINT, as Ctrl-C) and started again
 //	    with the same configuration and database; then the block runs.
+//	<!-- walkthrough: kill -->
+//	    the running demo is killed (SIGKILL, as a crash) and not started
+//	    again: what it left in the database stays (a claim in flight);
+//	    then the block runs, with the CLI.
 //	<!-- walkthrough: spans -->
 //	    before a ```json block: each of its lines is one of the last spans
 //	    the running demo printed (OTEL_TRACES_EXPORTER=console), in order,
@@ -55,7 +60,9 @@ package main
 //     the test's, in commands;
 //   - go run ./cmd/idem runs the CLI built from this checkout;
 //   - the idem CLI's times, absolute and relative ("2026-12-01T19:44:39Z
-//     (10s ago)"), and the demo's owner name (its host and pid);
+//     (10s ago)", "(lease ended 4s ago)", a bare time in a column, the
+//     age of a key idem keys lists), and the demo's owner name (its host
+//     and pid);
 //   - line ends (curl -i prints CRLF) and trailing blank lines.
 //
 // The session's PATH starts with the CLI built from this checkout, so a
@@ -86,7 +93,7 @@ import (
 	"github.com/idemkit/idem/internal/testlog"
 )
 
-var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md")
+var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md and docs/operations.md")
 
 func TestWalkthrough(t *testing.T) {
 	t.Parallel()
@@ -102,7 +109,7 @@ func TestWalkthrough(t *testing.T) {
 	}
 	for _, page := range []struct{ file, section string }{
 		{"../../docs/demo.md", ""},
-		{"../../docs/operations.md", "### From a customer's key"},
+		{"../../docs/operations.md", ""},
 	} {
 		t.Run(filepath.Base(page.file), func(t *testing.T) {
 			blocks, err := consoleBlocks(page.file, page.section)
@@ -119,6 +126,7 @@ func TestWalkthrough(t *testing.T) {
 				}
 				s.run(b)
 			}
+			s.exec("wait")
 			if *updatePages {
 				s.writePage(page.file)
 			}
@@ -260,12 +268,14 @@ func newSession(t *testing.T, bin string) *session {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// The demo first: a background request to it (a page that failed
+		// before its wait) would keep bash's output open.
+		if s.demo != nil {
+			s.demo.stop(t)
+		}
 		_ = s.stdin.Close()
 		if err := s.bash.Wait(); err != nil {
 			t.Errorf("bash: %v", err)
-		}
-		if s.demo != nil {
-			s.demo.stop(t)
 		}
 	})
 	return s
@@ -275,6 +285,9 @@ func newSession(t *testing.T, bin string) *session {
 func (s *session) run(b block) {
 	t := s.t
 	fields := strings.Fields(b.directive)
+	if b.directive != "kill" {
+		s.exec("wait") // the previous block's background commands
+	}
 	for _, st := range b.steps {
 		if m := exportDatabaseURLRE.FindStringSubmatch(st.cmd); m != nil {
 			s.dbDoc = m[1]
@@ -282,6 +295,12 @@ func (s *session) run(b block) {
 	}
 	switch {
 	case b.directive == "":
+	case b.directive == "kill":
+		if s.demo == nil {
+			t.Fatalf("%s:%d: kill with no demo running", b.file, b.line)
+		}
+		s.demo.kill(t)
+		s.exec("wait") // the previous block's background commands, cut off
 	case b.directive == "spans":
 		if s.demo == nil {
 			t.Fatalf("%s:%d: spans with no demo running", b.file, b.line)
@@ -319,7 +338,6 @@ func (s *session) run(b block) {
 		s.compare(b.file, st.line, "$ "+strings.SplitN(st.cmd, "\n", 2)[0], got, st.want)
 		s.edits = append(s.edits, edit{from: st.cmdEnd + 1, to: st.wantEnd, lines: s.pageLines(got, st.want)})
 	}
-	s.exec("wait") // background commands end before the next block
 }
 
 // walkDemo is a demo process of the walkthrough, its stdout and stderr
@@ -429,6 +447,20 @@ func (d *walkDemo) stop(t *testing.T) {
 	}
 }
 
+// kill kills the demo as a crash does (SIGKILL), and waits for it to be
+// gone. A demo that exited already is left as it is.
+func (d *walkDemo) kill(t *testing.T) {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+}
+
 // exec runs cmd in the session's bash and returns what it printed.
 func (s *session) exec(cmd string) string {
 	s.marks++
@@ -484,7 +516,9 @@ var norms = []struct {
 	{regexp.MustCompile(`\btime=\d{4}-\d\d-\d\dT\S+`), "time=<time>"},
 	{regexp.MustCompile(`^took \d+\.\d+s$`), "took <seconds>s"},
 	{regexp.MustCompile(`\bhost=\S+ port=\d+ database=\S+`), "host=<host> port=<port> database=<database>"},
-	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((\S+ ago|in \S+)\)`), "<time> (<when>)"},
+	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(([a-z ]+ )?(\S+ ago|in \S+)\)`), "<time> (${1}<when>)"},
+	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b`), "<time>"},
+	{regexp.MustCompile(`\b\d+(?:m\d+)?s\s+(idemdemo@)`), "<age> $1"}, // idem keys' AGE, before its OWNER
 	{regexp.MustCompile(`\bidemdemo@\S+ pid \d+\b`), "idemdemo@<host> pid <pid>"},
 }
 

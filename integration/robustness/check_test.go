@@ -114,7 +114,36 @@ type report struct {
 
 func (r *report) add(v violation) { r.violations = append(r.violations, v) }
 
-// check checks a history: see the package documentation.
+// check checks a history. First porcupine (v1.3.1), per key, against the
+// model (step): a key is absent or done(the execution it records); an
+// attempt without an answer (time-out, hang-up, 409, 503) changes nothing,
+// unless it started an execution that may have been recorded, whose answer
+// may then appear any time after it began; a fresh answer records; a
+// replay must be the recorded answer; 422 only for the other body. Then
+// the effect logs; the claims, from every store call's sending and return
+// (a generation acquired before the previous one's last confirmed lease
+// ran out, or a stale generation's renewal or completion that succeeded, is
+// a violation); the rows of robust_effects against the answers and
+// records; every 2xx a client of /db or /tx got, which must name an
+// execution whose row is in the database; idem_keys once the faults
+// stopped, every key answered and the sweepers ran; the instances' stderr
+// for panics and races.
+//
+// The documented windows in which an effect outside the database may run
+// again, each counted and required to coincide with a fault on that
+// instance or on PostgreSQL: the earlier execution's process was killed
+// between the effect and the record (middleware's package doc: Commit
+// closes the window); its completion failed (docs/design.md, "What is
+// recorded": a complete that still fails leaves the claim to its lease);
+// its owner lost the lease and was fenced (docs/design.md, "Fencing is by
+// generation"); the later execution is such an owner, paused or stalled
+// past its lease while a successor recorded, whose work did not honour its
+// context (package engine: work must honour its context); its context
+// ended (Shutdown, a lost lease) without a success and it was released
+// (docs/design.md, "What is recorded"); an MCP call's inner handler
+// returned no response after a cut-off, left to its lease (docs/design.md,
+// "MCP calls cut off"). In the first three the client may hold the
+// earlier, unrecorded answer; the model allows it.
 func check(h *history) *report {
 	rep := &report{windows: map[string]int{}, execs: map[string]*execution{}, byKey: map[string][]*attempt{},
 		linear: map[string]porcupine.LinearizationInfo{}, ops: map[string][]porcupine.Operation{}}

@@ -24,6 +24,14 @@ import (
 // did not take effect (robustness/sut).
 const toolRetryable = -32000
 
+// The clients: 12 workers over 6 active keys (a key takes 2–6 logical
+// requests, then a new one replaces it), retrying after errors, time-outs
+// (4 s), 409 (after Retry-After) and 503, with jitter, up to 8 tries or
+// 15 s; two retries in three go to another instance. 6% of attempts hang up
+// at a random moment, 3% send part of the body and close; once a key was
+// replayed, clients send it with another body (a probe: it must get 422 and
+// never run).
+//
 // Kinds of key: which route, adapter and effect a key's requests take.
 const (
 	kindExt = "ext" // POST /ext: the effect outside the database, two-phase

@@ -31,6 +31,23 @@ import (
 // cluster is the system under test: a private PostgreSQL, one fault proxy
 // and one service process per instance, and the effect service, with
 // everything they report.
+//
+// Three instances of robustness/sut (its command doc lists the handlers)
+// share one private PostgreSQL (local server binaries, else a container),
+// each reaching it through its own toxiproxy proxy
+// (github.com/Shopify/toxiproxy/v2 v2.12.0, a library in the test). POST
+// /ext works up to 1.5 s ignoring its context and answers 201 naming its
+// execution; the effect service numbers effects as they arrive. POST /tx
+// runs with MaxExecution 500 ms and MaxRecordBytes 4 KiB, works up to
+// 300 ms ignoring its context, and misbehaves as its key says, as net/http
+// tolerates: status, body, then http.Error; the body before
+// WriteHeader(201); a panic after the answer; work past MaxExecution; the
+// transaction idle past its bound (body before status); an answer over the
+// record limit (committed early, unreplayable, retries answered 410); or
+// none. Panics and idle transactions come on odd row ids, so a retry gets
+// through. The MCP tool runs on go-sdk, stateless, JSON responses, with
+// mcphttp.ToolCancellation. Lease 1 s, wait 500 ms, store timeout 1 s, a
+// sweeper every 500 ms per instance, a shutdown bound of 300 ms.
 type cluster struct {
 	t     testing.TB
 	cfg   runConfig

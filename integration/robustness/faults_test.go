@@ -13,6 +13,25 @@ import (
 // Fault kinds injected by the schedule. The clients' own faults (hang-ups,
 // bodies cut short, retries to another instance, the same key with another
 // body) are part of every run.
+//
+// The schedule is drawn from the seed (FAULTS=all, a list, or rotate: four
+// kinds, at least one network and one process fault), one fault at a time
+// per target, every 1–3 s:
+//
+//	latency   toxiproxy latency, both directions, 100–1000 ms        1–4 s
+//	          (jitter a quarter)
+//	timeout   toxiproxy timeout 0: a black hole, connections held    1.5–4 leases
+//	reset     toxiproxy reset_peer on data                           0.5–2 s
+//	limit     toxiproxy limit_data 200–5000 bytes per connection     1–3 s
+//	kill      SIGKILL, restart on the same address                   down 0.2–2 s
+//	pause     SIGSTOP, then SIGCONT (twice as likely as the others)  1.5–3 leases
+//	term      SIGTERM: the 300 ms shutdown bound cuts the work off   down 0.2–1 s
+//	          (engine.ErrShutdown), restart
+//	pg-crash  pg_ctl stop -m immediate, then start                   down 0.5–3 s
+//	stall     not injected: the machine stopped (a VM snapshot,      the gap
+//	          memory reclaim), seen as a gap of 500 ms or more in a
+//	          10 ms ticker; explains what a pause of every instance
+//	          and PostgreSQL at once explains (faultStall)
 const (
 	faultLatency = "latency"  // toxiproxy latency, both directions
 	faultTimeout = "timeout"  // toxiproxy timeout 0: a black hole, connections held open

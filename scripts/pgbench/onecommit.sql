@@ -13,9 +13,9 @@ SELECT set_config('idem.lock_timeout',
                   coalesce(nullif(current_setting('idem.lock_timeout', true), ''), current_setting('lock_timeout')), true),
        set_config('idem.statement_timeout',
                   coalesce(nullif(current_setting('idem.statement_timeout', true), ''), current_setting('statement_timeout')), true),
-       set_config('lock_timeout', '5000'::text, true),
+       set_config('lock_timeout', 5000::bigint::text, true),
        set_config('statement_timeout', '0', true),
-       set_config('idle_in_transaction_session_timeout', '30000'::text, true);
+       set_config('idle_in_transaction_session_timeout', 30000::bigint::text, true);
 SELECT CASE WHEN pg_try_advisory_xact_lock((:k)::bigint # 'idem_keys'::regclass::oid::bigint) THEN false
             ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock_shared((:k)::bigint # 'idem_keys'::regclass::oid::bigint)) AS waited)
        END;
@@ -28,7 +28,7 @@ SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coal
        bounds.statement_timeout, bounds.sessions
   FROM (SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true),
                (extract(epoch FROM set_config('statement_timeout',
-                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN '300000'::text
+                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN 300000::bigint::text
                                                    ELSE current_setting('idem.statement_timeout') END, true)::interval)
                 * 1000)::bigint AS statement_timeout,
                current_setting('idem.statement_timeout') <> '0' AS sessions) AS bounds
@@ -36,27 +36,13 @@ SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coal
 \endpipeline
 INSERT INTO invoices (customer, amount_cents) VALUES ('ACME', 12345);
 \startpipeline
-WITH ins AS (
-    INSERT INTO idem_keys AS t (scope, key, generation, state, fingerprint, owner, takeover, result,
-                                 created_at, completed_at, expires_at, method, route, caller)
-    VALUES ('\x7363'::bytea::bytea, ('key/' || :k || '-' || :client_id)::text, currval('idem_keys_generation_seq')::bigint, 'completed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'::text, 'pgbench'::text, false::boolean,
-            '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
-            statement_timestamp()::timestamptz, coalesce(NULL::timestamptz, statement_timestamp()),
-            CASE WHEN 86400000000::bigint < 0 THEN NULL ELSE coalesce(NULL::timestamptz, statement_timestamp()) + 86400000000::bigint * interval '1 microsecond' END,
-            nullif('POST'::text, ''), nullif('POST /invoices'::text, ''), nullif('pgbench'::text, ''))
-    ON CONFLICT (scope, key) DO UPDATE
-       SET generation = excluded.generation, state = 'completed', fingerprint = excluded.fingerprint,
-           owner = excluded.owner, takeover = excluded.takeover, lease_end = NULL, result = excluded.result,
-           waited = false, created_at = excluded.created_at, completed_at = excluded.completed_at,
-           expires_at = excluded.expires_at, method = excluded.method, route = excluded.route,
-           caller = excluded.caller
-     WHERE t.generation = 0::bigint
-       AND CASE WHEN t.state <> 'completed' THEN t.lease_end <= coalesce(NULL::timestamptz, statement_timestamp())
-                ELSE t.expires_at <= coalesce(NULL::timestamptz, statement_timestamp()) END
-    RETURNING true
-)
-SELECT NULL::text FROM ins
-UNION ALL
-SELECT idem_keys_stale('\x7363'::bytea, ('key/' || :k || '-' || :client_id), currval('idem_keys_generation_seq'))::text WHERE NOT EXISTS (SELECT FROM ins);
+INSERT INTO idem_keys (scope, key, generation, state, fingerprint, owner, takeover, result,
+                        created_at, completed_at, expires_at, method, route, caller)
+SELECT '\x7363'::bytea::bytea, ('key/' || :k || '-' || :client_id)::text, currval('idem_keys_generation_seq')::bigint, 'completed', 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'::text, 'pgbench'::text, false::boolean,
+        '{"status":201,"header":{"Content-Type":["application/json"]},"body":"{\"id\":\"inv_0000000000\",\"customer\":\"ACME\",\"amount_cents\":12345}"}'::jsonb,
+        statement_timestamp()::timestamptz, coalesce(NULL::timestamptz, statement_timestamp()),
+        CASE WHEN 86400000000::bigint < 0 THEN NULL ELSE coalesce(NULL::timestamptz, statement_timestamp()) + 86400000000::bigint * interval '1 microsecond' END,
+        nullif('POST'::text, ''), nullif('POST /invoices'::text, ''), nullif('pgbench'::text, '')
+ WHERE 0::bigint = 0;
 COMMIT;
 \endpipeline
