@@ -139,23 +139,27 @@ func appendHeaderJSON(b []byte, h map[string][]string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONStringHTMLSafe(b, k)
-		b = append(b, ':')
-		vs := h[k]
-		if vs == nil {
-			b = append(b, "null"...)
-			continue
-		}
-		b = append(b, '[')
-		for j, v := range vs {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONStringHTMLSafe(b, v)
-		}
-		b = append(b, ']')
+		b = append(appendJSONStringHTMLSafe(b, k), ':')
+		b = appendJSONStrings(b, h[k])
 	}
 	return append(b, '}')
+}
+
+// appendJSONStrings appends vs as encoding/json encodes a []string: null
+// when vs is nil, else an array of strings escaped as
+// [appendJSONStringHTMLSafe] escapes them.
+func appendJSONStrings(b []byte, vs []string) []byte {
+	if vs == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONStringHTMLSafe(b, v)
+	}
+	return append(b, ']')
 }
 
 // headerJSONSize is about the size of h's encoding, for the buffer's

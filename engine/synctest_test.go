@@ -9,6 +9,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -146,25 +147,13 @@ func TestSynctestRenewalSchedule(t *testing.T) {
 		for i := 1; i <= 9; i++ {
 			want = append(want, time.Duration(i)*time.Second)
 		}
-		if !equalDurations(store.renews, want) {
+		if !slices.Equal(store.renews, want) {
 			t.Errorf("renewals at %v, want every second: %v", store.renews, want)
 		}
 		if got := ev.of(idem.EventCompleted); len(got) != 1 || got[0] != 9500*time.Millisecond {
 			t.Errorf("completed at %v, want once at 9.5s", got)
 		}
 	})
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestSynctestLeaseLostWhenRenewalsHang: a renewal that never answers is
@@ -255,7 +244,7 @@ func TestSynctestConfirmedRenewalMovesTheDeadline(t *testing.T) {
 		if want := 4400 * time.Millisecond; !errors.Is(cause, idem.ErrLeaseLost) || ended != want {
 			t.Errorf("the work's context ended at %v (%v), want at %v", ended, cause, want)
 		}
-		if !equalDurations(store.renews, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}) {
+		if !slices.Equal(store.renews, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}) {
 			t.Errorf("renewals at %v, want 1s, 2s, 3s", store.renews)
 		}
 	})
@@ -284,7 +273,7 @@ func TestSynctestFailingRenewalsRetry(t *testing.T) {
 		// 698.5ms before: the next in 349.25ms, at 2.05075s; and so on, each
 		// half as far from the deadline, until one fails after it.
 		want := []time.Duration{time.Second, 1700500 * time.Microsecond, 2050750 * time.Microsecond}
-		if len(store.renews) < len(want) || !equalDurations(store.renews[:len(want)], want) {
+		if len(store.renews) < len(want) || !slices.Equal(store.renews[:len(want)], want) {
 			t.Errorf("renewals at %v, want them to start %v", store.renews, want)
 		}
 		if n := len(store.renews); n > 12 {

@@ -79,20 +79,6 @@ func ExplainTxLimit(le *idem.TxLimitError) string {
 	return fmt.Sprintf("a statement of the work ran longer than MaxExecution (%v, its %s), and the database cancelled it; raise MaxExecution", le.Bound, le.Setting)
 }
 
-// txLimitIn returns the *idem.TxLimitError in err's chain, or nil. It
-// looks only at a non-nil err: errors.As's target escapes to the heap, and
-// a transaction that commits calls this with nil.
-func txLimitIn(err error) *idem.TxLimitError {
-	if err == nil {
-		return nil
-	}
-	var le *idem.TxLimitError
-	if errors.As(err, &le) {
-		return le
-	}
-	return nil
-}
-
 // txLimitHit keeps and logs le, the bound at which the database ended the
 // claim's transaction: nothing committed, the key is free again, and the
 // operator must know which setting to raise. The release is reported
@@ -144,7 +130,7 @@ func (x *Execution) Commit(res idem.Result) error {
 		return err
 	}
 	if err := x.commitTx(res); err != nil {
-		if le := txLimitIn(err); le != nil {
+		if le, ok := errors.AsType[*idem.TxLimitError](err); ok {
 			x.txLimitHit(le) // the release is reported by Finish
 			return err
 		}
@@ -181,7 +167,7 @@ func (x *Execution) txVerdict(v Verdict) Verdict {
 // transaction). A commit is not tried again: a failed one rolled back.
 func (x *Execution) completeTx(res idem.Result, ran time.Duration, reportStale bool) {
 	err := x.commitTx(res)
-	le := txLimitIn(err)
+	le, _ := errors.AsType[*idem.TxLimitError](err)
 	switch {
 	case err == nil:
 		x.e.observe(x.req, idem.Event{Kind: idem.EventCompleted, Status: res.Status, Duration: ran})
@@ -208,7 +194,7 @@ func (x *Execution) rollbackTx(why string, cause error, ran time.Duration) {
 	err := x.tx.Rollback(ctx)
 	cancel()
 	x.txEnded = true
-	if le := txLimitIn(err); le != nil {
+	if le, ok := errors.AsType[*idem.TxLimitError](err); ok {
 		x.txLimitHit(le)
 		err = nil
 	}

@@ -9,51 +9,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemcall"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/doortest"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
 // kit is a migrated schema with a shipments table and a store on it.
-type kit struct {
-	ctx   context.Context
-	pool  *pgxpool.Pool
-	store *pgstore.Store
-}
+type kit struct{ *teststore.Kit }
 
 func newKit(t *testing.T) *kit {
 	t.Helper()
-	pool, _ := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE shipments (id bigserial PRIMARY KEY, order_ref text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	return &kit{ctx: ctx, pool: pool, store: store}
+	return &kit{teststore.NewKit(t, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE shipments (id bigserial PRIMARY KEY, order_ref text NOT NULL)`)}
 }
 
-func (k *kit) shipments(t *testing.T) int {
-	t.Helper()
-	var n int
-	if err := k.pool.QueryRow(k.ctx, `SELECT count(*) FROM shipments`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (k *kit) shipments(t *testing.T) int { return k.Count(t, "shipments") }
 
 // ship writes a shipment through the claim's transaction (in-transaction
 // path) or the pool (two-phase), and returns its id.
@@ -63,27 +37,23 @@ func (k *kit) ship(ctx context.Context, order string) (int64, error) {
 	if tx := pgstore.TxFrom(ctx); tx != nil {
 		return id, tx.QueryRow(ctx, insert, order).Scan(&id)
 	}
-	return id, k.pool.QueryRow(ctx, insert, order).Scan(&id)
+	return id, k.Pool.QueryRow(ctx, insert, order).Scan(&id)
 }
 
 // TestConcurrentCallsRunOnce: many callers of one key at once, on both
 // paths and both stores, run the function once and all get its value.
 func TestConcurrentCallsRunOnce(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		pg   bool
-		inTx bool
-	}{{"memstore", false, false}, {"postgres two-phase", true, false}, {"postgres in a transaction", true, true}} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range doortest.Paths {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			var store idem.Store = memstore.New(memstore.Options{})
 			var k *kit
-			if tc.pg {
+			if tc.Postgres {
 				k = newKit(t)
-				store = k.store
+				store = k.Store
 			}
-			caller := idemcall.New(store, idemcall.Options{InTransaction: tc.inTx, Engine: engine.Options{Wait: 30 * time.Second}})
+			caller := idemcall.New(store, idemcall.Options{InTransaction: tc.InTx, Engine: engine.Options{Wait: 30 * time.Second}})
 			var runs atomic.Int64
 			const callers = 8
 			values := make([]int64, callers)
@@ -128,10 +98,10 @@ func TestConcurrentCallsRunOnce(t *testing.T) {
 func TestInTransactionRollsBackAFailure(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
-	caller := idemcall.New(k.store, idemcall.Options{InTransaction: true})
+	caller := idemcall.New(k.Store, idemcall.Options{InTransaction: true})
 	call := idemcall.Call{Key: "order-43", Fingerprint: idemcall.Fingerprint([]byte("order-43"))}
 	carrierDown := errors.New("the carrier is down")
-	_, _, err := idemcall.Do(k.ctx, caller, call, func(ctx context.Context) (int64, error) {
+	_, _, err := idemcall.Do(k.Ctx, caller, call, func(ctx context.Context) (int64, error) {
 		if _, err := k.ship(ctx, "order-43"); err != nil {
 			return 0, err
 		}
@@ -143,11 +113,11 @@ func TestInTransactionRollsBackAFailure(t *testing.T) {
 	if n := k.shipments(t); n != 0 {
 		t.Fatalf("%d shipments after the failed call, want 0 (rolled back)", n)
 	}
-	id, replayed, err := idemcall.Do(k.ctx, caller, call, func(ctx context.Context) (int64, error) { return k.ship(ctx, "order-43") })
+	id, replayed, err := idemcall.Do(k.Ctx, caller, call, func(ctx context.Context) (int64, error) { return k.ship(ctx, "order-43") })
 	if err != nil || replayed {
 		t.Fatalf("second call: %d %v %v", id, replayed, err)
 	}
-	again, replayed, err := idemcall.Do(k.ctx, caller, call, func(ctx context.Context) (int64, error) {
+	again, replayed, err := idemcall.Do(k.Ctx, caller, call, func(ctx context.Context) (int64, error) {
 		t.Error("a completed key ran its function")
 		return 0, nil
 	})
@@ -155,7 +125,7 @@ func TestInTransactionRollsBackAFailure(t *testing.T) {
 		t.Fatalf("third call: %d %v %v, want %d replayed", again, replayed, err, id)
 	}
 	call.Fingerprint = idemcall.Fingerprint([]byte("order-44"))
-	_, _, err = idemcall.Do(k.ctx, caller, call, func(ctx context.Context) (int64, error) { return k.ship(ctx, "order-44") })
+	_, _, err = idemcall.Do(k.Ctx, caller, call, func(ctx context.Context) (int64, error) { return k.ship(ctx, "order-44") })
 	var mismatch *idem.MismatchError
 	if !errors.As(err, &mismatch) || !mismatch.Completed {
 		t.Fatalf("another input under the key: %v, want a *idem.MismatchError of a completed key", err)
@@ -173,8 +143,8 @@ func TestInTransactionCommitFails(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
 	const idle = 300 * time.Millisecond
-	caller := idemcall.New(k.store, idemcall.Options{InTransaction: true, Engine: engine.Options{IdleInTransaction: idle}})
-	_, _, err := idemcall.Do(k.ctx, caller, idemcall.Call{Key: "slow"}, func(ctx context.Context) (int64, error) {
+	caller := idemcall.New(k.Store, idemcall.Options{InTransaction: true, Engine: engine.Options{IdleInTransaction: idle}})
+	_, _, err := idemcall.Do(k.Ctx, caller, idemcall.Call{Key: "slow"}, func(ctx context.Context) (int64, error) {
 		id, err := k.ship(ctx, "slow")
 		// Idle for a real duration: PostgreSQL's
 		// idle_in_transaction_session_timeout ends the transaction.
@@ -188,7 +158,7 @@ func TestInTransactionCommitFails(t *testing.T) {
 	if n := k.shipments(t); n != 0 {
 		t.Errorf("%d shipments, want 0", n)
 	}
-	v, replayed, err := idemcall.Do(k.ctx, caller, idemcall.Call{Key: "slow"}, func(ctx context.Context) (int64, error) { return k.ship(ctx, "slow") })
+	v, replayed, err := idemcall.Do(k.Ctx, caller, idemcall.Call{Key: "slow"}, func(ctx context.Context) (int64, error) { return k.ship(ctx, "slow") })
 	if err != nil || replayed || v == 0 {
 		t.Errorf("retry: %d %v %v, want a fresh run", v, replayed, err)
 	}
@@ -200,12 +170,12 @@ func TestInTransactionCommitFails(t *testing.T) {
 func TestTwoPhaseInFlight(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
-	hasty := idemcall.New(k.store, idemcall.Options{})
-	patient := idemcall.New(k.store, idemcall.Options{Engine: engine.Options{Wait: 30 * time.Second}})
+	hasty := idemcall.New(k.Store, idemcall.Options{})
+	patient := idemcall.New(k.Store, idemcall.Options{Engine: engine.Options{Wait: 30 * time.Second}})
 	inside, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error)
 	go func() {
-		_, _, err := idemcall.Do(k.ctx, hasty, idemcall.Call{Key: "job"}, func(ctx context.Context) (string, error) {
+		_, _, err := idemcall.Do(k.Ctx, hasty, idemcall.Call{Key: "job"}, func(ctx context.Context) (string, error) {
 			close(inside)
 			<-release
 			return "done", nil
@@ -213,14 +183,14 @@ func TestTwoPhaseInFlight(t *testing.T) {
 		done <- err
 	}()
 	<-inside
-	_, _, err := idemcall.Do(k.ctx, hasty, idemcall.Call{Key: "job"}, func(context.Context) (string, error) { return "twice", nil })
+	_, _, err := idemcall.Do(k.Ctx, hasty, idemcall.Call{Key: "job"}, func(context.Context) (string, error) { return "twice", nil })
 	var inFlight *idemcall.InFlightError
 	if !errors.As(err, &inFlight) || inFlight.RetryAfter <= 0 {
 		t.Fatalf("duplicate without Wait: %v, want an *InFlightError with a delay", err)
 	}
 	got := make(chan string)
 	go func() {
-		v, _, err := idemcall.Do(k.ctx, patient, idemcall.Call{Key: "job"}, func(context.Context) (string, error) { return "twice", nil })
+		v, _, err := idemcall.Do(k.Ctx, patient, idemcall.Call{Key: "job"}, func(context.Context) (string, error) { return "twice", nil })
 		got <- fmt.Sprintf("%v %v", v, err)
 	}()
 	close(release)

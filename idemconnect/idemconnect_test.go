@@ -5,9 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,9 +18,11 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemconnect"
 	"github.com/idemkit/idem/idemproto"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/doortest"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -199,19 +199,9 @@ func TestProtocols(t *testing.T) {
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
+	store := teststore.Migrated(t, pool, pgstore.Options{}, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
 	l := &ledger{pool: pool}
 	url, hc := server(t, store, l, idemconnect.Options{InTransaction: true, RequireKey: true}, true)
 	c := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure)
@@ -234,42 +224,18 @@ func TestInTransaction(t *testing.T) {
 func TestRefusalsAndLabelsReported(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(memstore.Options{})
-	var (
-		mu     sync.Mutex
-		events []idem.Event
-	)
-	observe := func(e idem.Event) {
-		if e.Kind == idem.EventRefused || e.Kind == idem.EventUnprotected {
-			mu.Lock()
-			events = append(events, e)
-			mu.Unlock()
-		}
-	}
+	var events idemtest.Events
 	ctx := t.Context()
-	url, hc := server(t, store, &ledger{}, idemconnect.Options{Observe: observe}, false)
+	url, hc := server(t, store, &ledger{}, idemconnect.Options{Observe: events.Observe}, false)
 	loose := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure)
 	charge(ctx, loose, "ada", "", "acme")
 	charge(ctx, loose, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
-	url, hc = server(t, store, &ledger{}, idemconnect.Options{RequireKey: true, Observe: observe}, false)
+	url, hc = server(t, store, &ledger{}, idemconnect.Options{RequireKey: true, Observe: events.Observe}, false)
 	charge(ctx, connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure), "ada", "", "acme")
-	mu.Lock()
-	got := events
-	mu.Unlock()
-	want := []idem.Event{
-		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemconnect.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemconnect.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey, Adapter: idemconnect.AdapterName},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events\n%+v\nwant\n%+v", got, want)
-	}
+	doortest.WantRefusals(t, events.All(), idemconnect.AdapterName)
 
 	if a := charge(ctx, loose, "ada", "labelled", "acme"); a.err != nil {
 		t.Fatal(a.err)
 	}
-	key, _ := idem.ParseClientKey("labelled")
-	e, ok, err := store.Inspect(ctx, "ada", key)
-	if want := (idem.Labels{Route: chargeProcedure, Caller: "ada"}); err != nil || !ok || e.Labels != want {
-		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, want)
-	}
+	doortest.WantLabels(t, store, chargeProcedure)
 }

@@ -3,7 +3,6 @@ package idemgrpc_test
 import (
 	"context"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +23,11 @@ import (
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemproto"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/doortest"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -177,23 +178,12 @@ func (r *rig) charge(ctx context.Context, user, key, customer string) answer {
 	return answer{id: out.GetValue(), st: status.Convert(err), replayed: len(header.Get(idemproto.ReplayedHeader)) == 1}
 }
 
+// newPool is a migrated schema with the charges table, and a store on it.
 func newPool(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	return pool, store
+	return pool, teststore.Migrated(t, pool, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 }
 
 func charges(t *testing.T, pool *pgxpool.Pool) int {
@@ -211,19 +201,15 @@ func charges(t *testing.T, pool *pgxpool.Pool) int {
 // transaction.
 func TestReplayOnEveryPath(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		pg   bool
-		inTx bool
-	}{{"memstore", false, false}, {"postgres two-phase", true, false}, {"postgres in a transaction", true, true}} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range doortest.Paths {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			l := &ledger{}
 			var store idem.Store = memstore.New(memstore.Options{})
-			if tc.pg {
+			if tc.Postgres {
 				l.pool, store = newPool(t)
 			}
-			r := newRig(t, store, l, idemgrpc.Options{InTransaction: tc.inTx})
+			r := newRig(t, store, l, idemgrpc.Options{InTransaction: tc.InTx})
 			ctx := t.Context()
 
 			first := r.charge(ctx, "ada", "k1", "acme")
@@ -248,7 +234,7 @@ func TestReplayOnEveryPath(t *testing.T) {
 			if l.runs.Load() != 5 {
 				t.Errorf("the handler ran %d times, want 5", l.runs.Load())
 			}
-			if tc.pg {
+			if tc.Postgres {
 				if n := charges(t, l.pool); n != 2 {
 					t.Errorf("%d charges, want 2", n)
 				}
@@ -350,40 +336,16 @@ func TestNilPrincipalPanics(t *testing.T) {
 func TestRefusalsAndLabelsReported(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(memstore.Options{})
-	var (
-		mu     sync.Mutex
-		events []idem.Event
-	)
-	observe := func(e idem.Event) {
-		if e.Kind == idem.EventRefused || e.Kind == idem.EventUnprotected {
-			mu.Lock()
-			events = append(events, e)
-			mu.Unlock()
-		}
-	}
+	var events idemtest.Events
 	ctx := t.Context()
-	loose := newRig(t, store, &ledger{}, idemgrpc.Options{Observe: observe})
+	loose := newRig(t, store, &ledger{}, idemgrpc.Options{Observe: events.Observe})
 	loose.charge(ctx, "ada", "", "acme")
 	loose.charge(ctx, "ada", strings.Repeat("k", idem.MaxHeaderKeyLen+1), "acme")
-	newRig(t, store, &ledger{}, idemgrpc.Options{RequireKey: true, Observe: observe}).charge(ctx, "ada", "", "acme")
-	mu.Lock()
-	got := events
-	mu.Unlock()
-	want := []idem.Event{
-		{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey, Adapter: idemgrpc.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedInvalidKey, Scope: "ada", Adapter: idemgrpc.AdapterName},
-		{Kind: idem.EventRefused, Reason: idem.RefusedMissingKey, Adapter: idemgrpc.AdapterName},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events\n%+v\nwant\n%+v", got, want)
-	}
+	newRig(t, store, &ledger{}, idemgrpc.Options{RequireKey: true, Observe: events.Observe}).charge(ctx, "ada", "", "acme")
+	doortest.WantRefusals(t, events.All(), idemgrpc.AdapterName)
 
 	if a := loose.charge(ctx, "ada", "labelled", "acme"); a.st.Code() != codes.OK {
 		t.Fatal(a.st)
 	}
-	key, _ := idem.ParseClientKey("labelled")
-	e, ok, err := store.Inspect(ctx, "ada", key)
-	if want := (idem.Labels{Route: chargeMethod, Caller: "ada"}); err != nil || !ok || e.Labels != want {
-		t.Errorf("Inspect: labels %+v (%v, %v), want %+v", e.Labels, ok, err, want)
-	}
+	doortest.WantLabels(t, store, chargeMethod)
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -25,17 +25,8 @@ import (
 // schema, with every tool claimed in a transaction (Options.InTransactionTools).
 func txHarness(t *testing.T, wrap mcphttp.Options) (*harness, *pgxpool.Pool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	pool, _ := testdb.Pool(t)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{})
 	wrap.InTransactionTools = func(string) bool { return true }
 	return newHarness(t, harnessOptions{store: store, wrap: wrap}), pool
 }
@@ -151,17 +142,7 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	pool, _ := testdb.Pool(t)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{}, `CREATE TABLE invoices (id bigserial PRIMARY KEY)`)
 	server := mcp.NewServer(&mcp.Implementation{Name: "mcphttp-tx-limit-test", Version: "1"}, nil)
 	pause := func(toolError bool) mcp.ToolHandlerFor[textArgs, any] {
 		return func(ctx context.Context, req *mcp.CallToolRequest, _ textArgs) (*mcp.CallToolResult, any, error) {

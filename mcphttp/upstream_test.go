@@ -10,16 +10,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -103,17 +102,7 @@ func TestTwoCallersOneKeyUpstream(t *testing.T) {
 		"pgstore": func(t *testing.T) (idem.Store, idem.Store) {
 			open := func() idem.Store {
 				pool, _ := testdb.Pool(t)
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-					t.Fatalf("migrations.Up: %v", err)
-				}
-				s, err := pgstore.New(pool, pgstore.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(s.Close)
-				return s
+				return teststore.Migrated(t, pool, pgstore.Options{})
 			}
 			return open(), open()
 		},

@@ -10,13 +10,13 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
@@ -58,19 +58,6 @@ func retry(t *testing.T, url, k string) (*http.Response, []byte) {
 		t.Fatal(err)
 	}
 	return resp, body
-}
-
-// hangUps wraps h with what tells a test the client hung up: outside the
-// middleware a request's context is the client's, and net/http ends it
-// when the client closes its connection while h runs. gone is closed at
-// the first such hang-up.
-func hangUps(gone chan struct{}, h http.Handler) http.Handler {
-	hungUp := sync.OnceFunc(func() { close(gone) })
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		stop := context.AfterFunc(r.Context(), hungUp)
-		defer stop()
-		h.ServeHTTP(w, r)
-	})
 }
 
 // waitGone waits until the front server saw the client hang up, failing
@@ -177,7 +164,7 @@ func TestReverseProxyHangUp(t *testing.T) {
 			proxy := httputil.NewSingleHostReverseProxy(target)
 			proxy.ErrorLog = log.New(io.Discard, "", 0)
 			var events idemtest.Events
-			srv := quietServer(t, hangUps(gone, middleware.New(memstore.New(memstore.Options{}), middleware.Options{Observer: events.ObserveHTTP})(proxy)))
+			srv := quietServer(t, testhttp.HangUps(gone, middleware.New(memstore.New(memstore.Options{}), middleware.Options{Observer: events.ObserveHTTP})(proxy)))
 
 			tc.hangUp(t, srv.URL, started)
 			waitEnded(t, &events)
@@ -224,7 +211,7 @@ func TestCopyTruncatedByHangUp(t *testing.T) {
 	var calls atomic.Int64
 	copied := make(chan error, 2)
 	gone := make(chan struct{})
-	front := quietServer(t, hangUps(gone, middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(http.HandlerFunc(
+	front := quietServer(t, testhttp.HangUps(gone, middleware.New(memstore.New(memstore.Options{}), middleware.Options{})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
 			w.Header().Set("Content-Type", "application/octet-stream")

@@ -14,52 +14,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
 // txKit is a migrated schema with an invoices table and a store on it.
 type txKit struct {
-	ctx    context.Context
-	pool   *pgxpool.Pool
-	schema string
-	store  *pgstore.Store
-	calls  atomic.Int64
+	*teststore.Kit
+	calls atomic.Int64
 }
 
 func newTxKit(t *testing.T) *txKit {
 	t.Helper()
-	pool, schema := testdb.Pool(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	return &txKit{ctx: ctx, pool: pool, schema: schema, store: store}
+	return &txKit{Kit: teststore.NewKit(t, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`)}
 }
 
-func (k *txKit) invoices(t *testing.T) int {
-	t.Helper()
-	var n int
-	if err := k.pool.QueryRow(k.ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (k *txKit) invoices(t *testing.T) int { return k.Count(t, "invoices") }
 
 // create is a handler under InTransaction: it inserts the invoice named
 // by the body in the claim's transaction and answers 201 with its id.
@@ -126,7 +101,7 @@ func TestInTransaction(t *testing.T) {
 	var watched atomic.Pointer[httptest.ResponseRecorder]
 	client := httptest.NewRecorder()
 	watched.Store(client)
-	h := middleware.New(k.store, opts)(k.create(t, &watched))
+	h := middleware.New(k.Store, opts)(k.create(t, &watched))
 	h.ServeHTTP(client, newReq("POST", "/invoices", "acme", key("k1")))
 	watched.Store(nil)
 	wantStatus(t, client, http.StatusCreated)
@@ -193,8 +168,8 @@ func TestInTransactionDuplicates(t *testing.T) {
 	release := make(chan struct{})
 	inside := make(chan struct{}, 1)
 	handler := k.gatedInvoice(inside, release)
-	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 20 * time.Second}})(handler)
-	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 50 * time.Millisecond}})(handler)
+	patient := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 20 * time.Second}})(handler)
+	hasty := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 50 * time.Millisecond}})(handler)
 
 	firstDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { firstDone <- postTo(patient, "", "k") }()
@@ -206,7 +181,7 @@ func TestInTransactionDuplicates(t *testing.T) {
 	}
 	dupDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { dupDone <- postTo(patient, "", "k") }()
-	testdb.WaitLockWaiter(t, k.pool, "idem_keys") // the duplicate is waiting
+	testdb.WaitLockWaiter(t, k.Pool, "idem_keys") // the duplicate is waiting
 	close(release)
 	first := <-firstDone
 	wantStatus(t, first, http.StatusCreated)
@@ -223,7 +198,7 @@ func TestInTransactionCommit(t *testing.T) {
 	k := newTxKit(t)
 	var useRecord atomic.Bool
 	commitErr := make(chan error, 1)
-	h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var id int64
 		if err := pgstore.TxFrom(r.Context()).QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
 			commitErr <- err
@@ -260,7 +235,7 @@ func TestInTransactionCommit(t *testing.T) {
 func TestInTransactionBound(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{MaxExecution: 300 * time.Millisecond}})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{MaxExecution: 300 * time.Millisecond}})(k.create(t, new(atomic.Pointer[httptest.ResponseRecorder])))
 	began := time.Now()
 	rec := postTo(h, "slow", "k")
 	wantStatus(t, rec, http.StatusServiceUnavailable)
@@ -285,7 +260,7 @@ func TestInTransactionLargeResponse(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
 	big := strings.Repeat("x", 4096)
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 1024})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true, MaxRecordBytes: 1024})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := pgstore.TxFrom(r.Context()).Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme')`); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
@@ -323,7 +298,7 @@ func TestInTransactionIdleBound(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
 	const idle = 300 * time.Millisecond
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{IdleInTransaction: idle}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{IdleInTransaction: idle}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.TxFrom(r.Context())
 		body, _ := io.ReadAll(r.Body)
 		if _, err := tx.Exec(r.Context(), `INSERT INTO invoices (customer) VALUES ($1)`, string(body)); err != nil {
@@ -431,7 +406,7 @@ func TestInTransactionHoldsEverything(t *testing.T) {
 	}
 	for name, misbehave := range misbehaviours {
 		for _, broken := range []bool{true, false} {
-			h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := middleware.New(k.Store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				tx := pgstore.TxFrom(r.Context())
 				var id int64
 				if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING id`).Scan(&id); err != nil {
@@ -491,7 +466,7 @@ func TestInTransactionFailedSpillOnce(t *testing.T) {
 	k := newTxKit(t)
 	var logs strings.Builder // written on the request's goroutine only: no lease to renew in a transaction
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, MaxRecordBytes: 100, Engine: engine.Options{Logger: logger}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true, MaxRecordBytes: 100, Engine: engine.Options{Logger: logger}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = pgstore.TxFrom(r.Context()).Exec(r.Context(), `SELECT 1/0`) // ignored: COMMIT will roll back
 		for range 200 {
 			_, _ = io.WriteString(w, strings.Repeat("x", 50))
@@ -555,14 +530,14 @@ func TestInTransactionRefusesWhatCannotWork(t *testing.T) {
 func TestInTransactionCommitOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
-	h := middleware.New(k.store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.TxFrom(r.Context())
 		var pid int
 		if err := tx.QueryRow(r.Context(), `INSERT INTO invoices (customer) VALUES ('acme') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if _, err := k.pool.Exec(r.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		if _, err := k.Pool.Exec(r.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
 			t.Error(err)
 		}
 		w.WriteHeader(http.StatusCreated)

@@ -14,8 +14,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/middleware"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -25,16 +25,7 @@ func TestPgstore(t *testing.T) {
 	t.Parallel()
 	runSuite(t, func(t *testing.T) storeKit {
 		pool, _ := testdb.Pool(t)
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-			t.Fatalf("migrations.Up: %v", err)
-		}
-		store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatalf("pgstore.New: %v", err)
-		}
-		t.Cleanup(store.Close)
+		store := teststore.Migrated(t, pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
 		return storeKit{store: store, breakStore: pool.Close}
 	})
 }
@@ -46,17 +37,8 @@ func TestPgstoreCommitTx(t *testing.T) {
 	t.Parallel()
 	pool, _ := testdb.Pool(t)
 	ctx := t.Context()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{PollInterval: 50 * time.Millisecond},
+		`CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text NOT NULL)`)
 
 	// failure, when set, happens inside record after the row was written.
 	var failure atomic.Value // func(ctx, tok) error
@@ -151,19 +133,11 @@ func TestPgstoreCommitTx(t *testing.T) {
 // (instead of a 409 until the lease runs out, then a second run).
 func TestPgstoreCompleteAfterConnectionKilled(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	schema := testdb.Schema(t)
 	cfg := testdb.Config(t, schema)
 	cfg.MaxConns = 1
 	pool := testdb.NewPool(t, cfg)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatalf("migrations.Up: %v", err)
-	}
-	store, err := pgstore.New(pool, pgstore.Options{NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := teststore.Migrated(t, pool, pgstore.Options{NoListen: true})
 	admin := testdb.NewPool(t, testdb.DirectConfig(t, schema))
 	var events idemtest.Events
 	var runs atomic.Int64

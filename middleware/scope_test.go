@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
@@ -214,7 +215,7 @@ func TestScopingWarnings(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs testlog.Buffer
 			tc.opts.Engine.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			h := middleware.New(memstore.New(memstore.Options{}), tc.opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.WriteHeader(http.StatusCreated)

@@ -1,16 +1,15 @@
 package middleware_test
 
 import (
-	"bytes"
 	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"
 )
 
@@ -74,7 +73,7 @@ func suiteObserve(t *testing.T, newStore newKit) {
 
 	t.Run("KeysNotLoggedInClear", func(t *testing.T) {
 		t.Parallel()
-		var buf syncBuffer
+		var buf testlog.Buffer
 		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		f := setup(t, newStore, middleware.Options{Engine: engine.Options{Logger: logger}}, func(f *fixture) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }
@@ -89,21 +88,4 @@ func suiteObserve(t *testing.T, newStore newKit) {
 			t.Fatalf("key logged in clear at info level: %s", out)
 		}
 	})
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

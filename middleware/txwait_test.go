@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -51,14 +52,14 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	k := newTxKit(t)
 	const maxExecution, idle = 300 * time.Millisecond, 30 * time.Second
 	inside, gate := make(chan struct{}, 1), make(chan struct{})
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
 
 	firstDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { firstDone <- postTo(h, "", "k") }()
 	<-inside
 	dupDone, dupReturned := make(chan *httptest.ResponseRecorder, 1), make(chan struct{})
 	go func() { defer close(dupReturned); dupDone <- postTo(h, "", "k") }()
-	if !testdb.WaitBlockedFor(t, k.pool, "idem_keys", 3*maxExecution, dupReturned) {
+	if !testdb.WaitBlockedFor(t, k.Pool, "idem_keys", 3*maxExecution, dupReturned) {
 		close(gate)
 		rec := <-dupDone
 		t.Fatalf("the duplicate was answered %d %s while the original was still open", rec.Code, rec.Body)
@@ -74,8 +75,8 @@ func TestInTransactionDuplicateOutwaitsMaxExecution(t *testing.T) {
 	// The original still open when the duplicate's Wait runs out.
 	const wait = 4 * maxExecution
 	inside, gate = make(chan struct{}, 1), make(chan struct{})
-	patient := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
-	hasty := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: wait, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
+	patient := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: 30 * time.Second, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
+	hasty := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{Wait: wait, MaxExecution: maxExecution, IdleInTransaction: idle}})(k.gatedInvoice(inside, gate))
 	secondDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { secondDone <- postTo(patient, "", "k2") }()
 	defer func() { close(gate); <-secondDone }()
@@ -102,10 +103,10 @@ func TestTwoPhaseClaimOfAKeyHeldInATransaction(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
 	inside, gate := make(chan struct{}, 1), make(chan struct{})
-	original := middleware.New(k.store, middleware.Options{InTransaction: true})(k.gatedInvoice(inside, gate))
+	original := middleware.New(k.Store, middleware.Options{InTransaction: true})(k.gatedInvoice(inside, gate))
 	const wait, storeTimeout = 300 * time.Millisecond, 5 * time.Second
 	twoPhase := func(wait time.Duration) http.Handler {
-		return middleware.New(k.store, middleware.Options{Engine: engine.Options{Wait: wait, StoreTimeout: storeTimeout}})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		return middleware.New(k.Store, middleware.Options{Engine: engine.Options{Wait: wait, StoreTimeout: storeTimeout}})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			t.Error("the two-phase handler ran while the key was held")
 			w.WriteHeader(http.StatusCreated)
 		}))
@@ -130,7 +131,7 @@ func TestTwoPhaseClaimOfAKeyHeldInATransaction(t *testing.T) {
 
 	dupDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { dupDone <- postTo(twoPhase(30*time.Second), "", "k") }()
-	testdb.WaitLockWaiter(t, k.pool, "idem_keys") // the two-phase claim waits in PostgreSQL
+	testdb.WaitLockWaiter(t, k.Pool, "idem_keys") // the two-phase claim waits in PostgreSQL
 	first := release()
 	wantStatus(t, first, http.StatusCreated)
 	wantReplay(t, first, <-dupDone)
@@ -148,7 +149,7 @@ func TestInTransactionPauseLongerThanTheLease(t *testing.T) {
 	t.Parallel()
 	k := newTxKit(t)
 	const lease = 300 * time.Millisecond
-	h := middleware.New(k.store, middleware.Options{InTransaction: true, Engine: engine.Options{Lease: lease}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware.New(k.Store, middleware.Options{InTransaction: true, Engine: engine.Options{Lease: lease}})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx := pgstore.TxFrom(r.Context())
 		// A real pause: PostgreSQL measures the idle time between
 		// statements on its own clock.
@@ -235,9 +236,9 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			k := newTxKit(t)
-			store := k.store
+			store := k.Store
 			if tc.session {
-				cfg := testdb.Config(t, k.schema)
+				cfg := testdb.Config(t, k.Schema)
 				cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(bound.Milliseconds())
 				s, err := pgstore.New(testdb.NewPool(t, cfg), pgstore.Options{})
 				if err != nil {
@@ -247,7 +248,7 @@ func TestInTransactionEndedByTheDatabase(t *testing.T) {
 				store = s
 			}
 			var (
-				log    syncBuffer
+				log    testlog.Buffer
 				mu     sync.Mutex
 				events []idem.Event
 			)

@@ -17,25 +17,11 @@ func unavailable(op string, err error) error {
 	return &idem.UnavailableError{Op: op, Err: fmt.Errorf("pgstore: %w", err)}
 }
 
-// pgError returns the PostgreSQL error in err's chain, or nil. It looks
-// only at a non-nil err: errors.As's target escapes to the heap, and the
-// hot path calls this with nil on every success.
-func pgError(err error) *pgconn.PgError {
-	if err == nil {
-		return nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr
-	}
-	return nil
-}
-
 // staleFrom maps the stale-claim SQLSTATE (sql/stale.sql) to a stale-claim
 // error.
 func staleFrom(err error, tok idem.Token) (*idem.StaleClaimError, bool) {
-	pgErr := pgError(err)
-	if pgErr == nil || pgErr.Code != pgschema.StaleClaimSQLState {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || pgErr.Code != pgschema.StaleClaimSQLState {
 		return nil, false
 	}
 	se := &idem.StaleClaimError{Token: tok}

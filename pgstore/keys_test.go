@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestKeys(t *testing.T) {
 		{"status", pgstore.KeyFilter{Status: pgstore.KeyLive}, []string{"a key/live live"}},
 		{"limit", pgstore.KeyFilter{Limit: 2}, []string{" key/order%251 completed", "b key/order_1 expired"}},
 	} {
-		if got := list(tc.f); !equalStrings(got, tc.want) {
+		if got := list(tc.f); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -81,18 +82,6 @@ func TestKeys(t *testing.T) {
 			t.Errorf("Keys(%+v): no error", f)
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestLabelsFindAKeyAcrossScopes: the labels a claim gives are stored with

@@ -2,7 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/internal/pause"
 )
@@ -21,8 +24,8 @@ const maxSerializationAttempts = 20
 // snapshot, decides as it would have. It is not used inside a caller's
 // transaction (CompleteTx): there the caller must roll back and retry.
 func retryable(err error) bool {
-	pgErr := pgError(err)
-	return pgErr != nil && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 // pauseBeforeSerializationRetry waits a short random time (up to 2 ms,

@@ -2,10 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -217,6 +219,6 @@ func (b *txBegin) claimed(tok idem.Token, found *txClaimRow) *claimTx {
 }
 
 func isLockTimeout(err error) bool {
-	pgErr := pgError(err)
-	return pgErr != nil && pgErr.Code == lockNotAvailable
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == lockNotAvailable
 }

@@ -90,8 +90,8 @@ const uniqueViolation = "23505"
 // statement_timeout is in force; an operator's pg_cancel_backend reads the
 // same); nil for any other error.
 func (c *claimTx) limitOf(ctx context.Context, err error) *idem.TxLimitError {
-	pgErr := pgError(err)
-	if pgErr == nil {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok {
 		return nil
 	}
 	switch {
@@ -272,7 +272,7 @@ func (c *claimTx) completed(err error) error {
 	if se, ok := staleFrom(err, c.tok); ok {
 		return se
 	}
-	if pgErr := pgError(err); pgErr != nil && pgErr.Code == uniqueViolation && pgErr.TableName == c.s.sql.obj.Base {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == uniqueViolation && pgErr.TableName == c.s.sql.obj.Base {
 		// A new key's row met one written without the key's lock (see
 		// sql/tx_complete.sql): the claim is stale. (A deferred unique
 		// constraint of the work's own tables fails at the COMMIT with the

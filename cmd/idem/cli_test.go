@@ -36,14 +36,19 @@ func (r result) code() int { return cmdmain.ExitCode(r.err) }
 // unset).
 func idemCLI(ctx context.Context, dbURL string, args ...string) result {
 	var stdout, stderr bytes.Buffer
-	getenv := func(k string) string {
+	err := run(ctx, args, databaseEnv(dbURL), &stdout, &stderr)
+	return result{err: err, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// databaseEnv is an environment with only DATABASE_URL, set to dbURL
+// (empty: unset), for run.
+func databaseEnv(dbURL string) func(string) string {
+	return func(k string) string {
 		if k == "DATABASE_URL" {
 			return dbURL
 		}
 		return ""
 	}
-	err := run(ctx, args, getenv, &stdout, &stderr)
-	return result{err: err, stdout: stdout.String(), stderr: stderr.String()}
 }
 
 func mustRun(t *testing.T, dbURL string, args ...string) string {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/cmdmain"
-	"github.com/idemkit/idem/internal/demoproc"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // The tests in this file compare the CLI's whole output with the text it
@@ -39,12 +39,8 @@ func checkOutput(t *testing.T, what, got, want string) {
 	}
 }
 
-// TestInspectClientKey: the key a client sent, typed as is, finds its
-// entry.
-func TestInspectClientKey(t *testing.T) {
-	t.Parallel()
-	dbURL, _ := fixture(t)
-	checkOutput(t, "inspect --key done", mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "done"), `scope        tenant-1
+// doneEntry is how inspect shows the fixture's completed key.
+const doneEntry = `scope        tenant-1
 key          key/done
 digest       f21d24f8f755e5cf
 endpoint     POST /payments/{id}
@@ -61,7 +57,14 @@ header:
   Content-Type: application/json
 body:
 {"id":7}
-`)
+`
+
+// TestInspectClientKey: the key a client sent, typed as is, finds its
+// entry.
+func TestInspectClientKey(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := fixture(t)
+	checkOutput(t, "inspect --key done", mustRun(t, dbURL, "inspect", "--scope", "tenant-1", "--key", "done"), doneEntry)
 }
 
 // TestErrorLines: what a mistake prints, whole.
@@ -171,15 +174,11 @@ func TestSweepLogsEachRound(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := fixture(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr demoproc.Buffer
-	getenv := func(k string) string {
-		if k == "DATABASE_URL" {
-			return dbURL
-		}
-		return ""
-	}
+	var stdout, stderr testlog.Buffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"sweep", "--interval", "20ms"}, getenv, &stdout, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"sweep", "--interval", "20ms"}, databaseEnv(dbURL), &stdout, &stderr)
+	}()
 	for deadline := time.Now().Add(30 * time.Second); strings.Count(stderr.String(), "msg=swept") < 3; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()

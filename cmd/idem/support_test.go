@@ -44,24 +44,7 @@ fingerprint  -
 claimed      <time> (<d> ago)
 lease end    <time> (in <d>)
 
-scope        tenant-1
-key          key/done
-digest       f21d24f8f755e5cf
-endpoint     POST /payments/{id}
-caller       acct-7
-state        completed
-generation   3
-owner        test
-fingerprint  fp
-claimed      <time> (<d> ago)
-completed    <time> (<d> ago)
-expires      <time> (in <d>)
-result       status 201, 9 body bytes
-header:
-  Content-Type: application/json
-body:
-{"id":7}
-`)
+`+doneEntry)
 	checkOutput(t, "inspect --digest", mustRun(t, dbURL, "inspect", "--digest", "44cfbd316d5b56a8"), `scope        tenant-1
 key          key/abandoned
 digest       44cfbd316d5b56a8
@@ -165,12 +148,7 @@ func TestForgetConfirms(t *testing.T) {
 	dbURL, store := fixture(t)
 	forget := func(answer string) (string, error) {
 		var stdout bytes.Buffer
-		c := &cli{getenv: func(k string) string {
-			if k == "DATABASE_URL" {
-				return dbURL
-			}
-			return ""
-		}, stdout: &stdout, stderr: &stdout, now: time.Now, stdin: strings.NewReader(answer), terminal: true}
+		c := &cli{getenv: databaseEnv(dbURL), stdout: &stdout, stderr: &stdout, now: time.Now, stdin: strings.NewReader(answer), terminal: true}
 		err := c.run(t.Context(), []string{"forget", "--scope", "tenant-1", "--key", "done"})
 		return stdout.String(), err
 	}

@@ -89,8 +89,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 var updatePages = flag.Bool("update", false, "TestWalkthrough: write what the demo printed into docs/demo.md and docs/operations.md")
@@ -240,7 +240,7 @@ type session struct {
 
 	bash  *exec.Cmd
 	stdin io.WriteCloser
-	out   demoproc.Buffer
+	out   testlog.Buffer
 	marks int
 
 	// edits are the outputs -update writes into the page.
@@ -345,7 +345,7 @@ func (s *session) run(b block) {
 type walkDemo struct {
 	cfg     demoConfig
 	cmd     *exec.Cmd
-	out     demoproc.Buffer
+	out     testlog.Buffer
 	done    chan struct{} // closed when it exited
 	startup string        // its output when it started listening
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.Main(m)) }
@@ -108,7 +108,7 @@ func TestMinimalRuns(t *testing.T) {
 // process is a program a test started.
 type process struct {
 	cmd    *exec.Cmd
-	stderr *demoproc.Buffer
+	stderr *testlog.Buffer
 	done   chan error // its exit status
 }
 
@@ -116,7 +116,7 @@ type process struct {
 // accepts connections; the process is killed when t ends, if still there.
 func start(t *testing.T, bin, addr string, env ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin), stderr: &demoproc.Buffer{}, done: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin), stderr: &testlog.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {

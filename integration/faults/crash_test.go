@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -56,7 +57,7 @@ func TestCrashMatrix(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim")
 		dbURL, d := schemaDB(t, app)
-		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: twoPhaseCrashArgs})
+		p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: twoPhaseCrashArgs})
 		ref := reference(t, p)
 
 		key, customer := uniq("k"), uniq("c")
@@ -70,7 +71,7 @@ func TestCrashMatrix(t *testing.T) {
 		inFlight.wait(t)
 		leaseEnd := *d.keyRow(key).leaseEnd
 
-		p = p.restart()
+		p = p.Restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
@@ -81,7 +82,7 @@ func TestCrashMatrix(t *testing.T) {
 		t.Parallel()
 		app := uniq("crash-claim-tx")
 		dbURL, d := schemaDB(t, app)
-		p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: oneCommitCrashArgs})
+		p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: oneCommitCrashArgs})
 		ref := reference(t, p)
 
 		key, customer := uniq("k"), uniq("c")
@@ -94,7 +95,7 @@ func TestCrashMatrix(t *testing.T) {
 		inFlight.wait(t)
 		killed := d.now()
 
-		p = p.restart()
+		p = p.Restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		assertOneInvoice(t, d, customer, decodeInvoice(t, r))
@@ -140,7 +141,7 @@ func TestCrashMatrix(t *testing.T) {
 			return conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&v) == nil && v == "nobody"
 		})
 		app := uniq("crash-commit")
-		p := startDemo(t, demoproc.Config{DatabaseURL: testdb.WithApp(t, s.URL, app), Args: crashArgs})
+		p := demoproc.Start(t, demoproc.Config{DatabaseURL: testdb.WithApp(t, s.URL, app), Args: crashArgs})
 		ref := reference(t, p) // before the trigger: this commit is not held
 		d := admin
 		for _, q := range []string{
@@ -161,7 +162,7 @@ func TestCrashMatrix(t *testing.T) {
 		})
 		p.Kill()
 		if r, err := inFlight.result(); err == nil {
-			t.Fatalf("the client got an answer from a process killed before it answered: %d %s", r.status, r.body)
+			t.Fatalf("the client got an answer from a process killed before it answered: %d %s", r.Status, r.Body)
 		}
 		for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
 			if _, err := admin.pool.Exec(ctx, q); err != nil {
@@ -177,14 +178,14 @@ func TestCrashMatrix(t *testing.T) {
 			t.Fatalf("%d invoices committed before the response, want 1", len(committed))
 		}
 
-		p = p.restart()
+		p = p.Restart()
 		r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 		assertLikeReference(t, r, ref, customer, 4200)
 		if got := decodeInvoice(t, r); got != committed[0] {
 			t.Fatalf("retry answered invoice %+v, want the committed %+v", got, committed[0])
 		}
-		if r.header.Get("Idempotent-Replayed") != "true" {
-			t.Fatalf("the retry was not a replay: headers %v", r.header)
+		if r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the retry was not a replay: headers %v", r.Header)
 		}
 		assertOneInvoice(t, d, customer, committed[0])
 	})
@@ -197,7 +198,7 @@ func TestCrashMatrix(t *testing.T) {
 func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
 	app := uniq("crash-mid")
 	dbURL, d := schemaDB(t, app)
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: args})
 	ref := reference(t, p)
 
 	// The test holds a lock that blocks the invoice INSERT: the
@@ -231,7 +232,7 @@ func crashMidHandler(t *testing.T, args []string, oneCommit bool) {
 	})
 	killed := d.now()
 
-	p = p.restart()
+	p = p.Restart()
 	r := retryUntilAnswered(t, p.URL(), key, body, time.Minute)
 	assertLikeReference(t, r, ref, customer, 4200)
 	assertOneInvoice(t, d, customer, decodeInvoice(t, r))
@@ -260,23 +261,23 @@ func assertTakenAtOnce(t *testing.T, d *db, key string, gone time.Time) {
 
 // reference is what an uninterrupted run answers: a POST with a fresh key,
 // for comparing shapes.
-func reference(t *testing.T, p *demo) response {
+func reference(t *testing.T, p *demoproc.Process) testhttp.Response {
 	t.Helper()
 	r := mustPost(t, p.URL(), "/invoices", invoiceBody(uniq("ref"), 4200, 0), "Idempotency-Key", uniq("ref"))
-	if r.status != http.StatusCreated {
-		t.Fatalf("reference POST: %d %s", r.status, r.body)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("reference POST: %d %s", r.Status, r.Body)
 	}
 	return r
 }
 
 // assertLikeReference checks that r is the answer an uninterrupted run gives
 // for (customer, amount): same status, content type and JSON shape.
-func assertLikeReference(t *testing.T, r, ref response, customer string, amount int64) {
+func assertLikeReference(t *testing.T, r, ref testhttp.Response, customer string, amount int64) {
 	t.Helper()
-	if r.status != ref.status {
-		t.Fatalf("status %d, an uninterrupted run answers %d; body %s", r.status, ref.status, r.body)
+	if r.Status != ref.Status {
+		t.Fatalf("status %d, an uninterrupted run answers %d; body %s", r.Status, ref.Status, r.Body)
 	}
-	if got, want := r.header.Get("Content-Type"), ref.header.Get("Content-Type"); got != want {
+	if got, want := r.Header.Get("Content-Type"), ref.Header.Get("Content-Type"); got != want {
 		t.Fatalf("Content-Type %q, an uninterrupted run answers %q", got, want)
 	}
 	inv := decodeInvoice(t, r) // same members, nothing else
@@ -284,8 +285,8 @@ func assertLikeReference(t *testing.T, r, ref response, customer string, amount 
 	if inv.Customer != customer || inv.AmountCents != amount || inv.ID <= 0 {
 		t.Fatalf("invoice %+v, want customer %q amount %d", inv, customer, amount)
 	}
-	if !bytes.HasSuffix(r.body, []byte("\n")) || !bytes.HasSuffix(ref.body, []byte("\n")) {
-		t.Fatalf("bodies differ in framing: %q vs %q", r.body, ref.body)
+	if !bytes.HasSuffix(r.Body, []byte("\n")) || !bytes.HasSuffix(ref.Body, []byte("\n")) {
+		t.Fatalf("bodies differ in framing: %q vs %q", r.Body, ref.Body)
 	}
 }
 
@@ -320,7 +321,7 @@ func assertNotStuck(t *testing.T, d *db, key string, killedLeaseEnd time.Time) {
 // the server under.
 type background struct {
 	wg       sync.WaitGroup
-	resp     response
+	resp     testhttp.Response
 	err      error
 	answered time.Time // when the answer (or error) arrived
 }
@@ -332,13 +333,13 @@ func sendInBackground(base, key, body string) *background {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		b.resp, b.err = post(ctx, newClient(2*time.Minute), base, "/invoices", body, "Idempotency-Key", key)
+		b.resp, b.err = testhttp.Post(ctx, testhttp.NewClient(2*time.Minute), base+"/invoices", body, "Idempotency-Key", key)
 		b.answered = time.Now()
 	}()
 	return b
 }
 
-func (b *background) result() (response, error) {
+func (b *background) result() (testhttp.Response, error) {
 	b.wg.Wait()
 	return b.resp, b.err
 }
@@ -348,7 +349,7 @@ func (b *background) result() (response, error) {
 func (b *background) wait(t *testing.T) {
 	t.Helper()
 	if r, err := b.result(); err == nil {
-		t.Fatalf("a killed process answered: %d %s", r.status, r.body)
+		t.Fatalf("a killed process answered: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -359,10 +360,10 @@ func (b *background) wait(t *testing.T) {
 func TestRestartReplaysByteForByte(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("durable"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: crashArgs})
 	type recorded struct {
 		key, body string
-		first     response
+		first     testhttp.Response
 	}
 	customer := uniq("c")
 	cases := []*recorded{
@@ -372,24 +373,24 @@ func TestRestartReplaysByteForByte(t *testing.T) {
 	}
 	for _, c := range cases {
 		c.first = mustPost(t, p.URL(), "/invoices", c.body, "Idempotency-Key", c.key)
-		if c.first.status != http.StatusCreated && c.first.status != http.StatusBadRequest {
-			t.Fatalf("first answer %d %s", c.first.status, c.first.body)
+		if c.first.Status != http.StatusCreated && c.first.Status != http.StatusBadRequest {
+			t.Fatalf("first answer %d %s", c.first.Status, c.first.Body)
 		}
 	}
 	check := func(when string) {
 		t.Helper()
 		for _, c := range cases {
 			r := mustPost(t, p.URL(), "/invoices", c.body, "Idempotency-Key", c.key)
-			if r.status != c.first.status || !bytes.Equal(r.body, c.first.body) {
-				t.Fatalf("%s: key %s replayed %d %q, first answer was %d %q", when, c.key, r.status, r.body, c.first.status, c.first.body)
+			if r.Status != c.first.Status || !bytes.Equal(r.Body, c.first.Body) {
+				t.Fatalf("%s: key %s replayed %d %q, first answer was %d %q", when, c.key, r.Status, r.Body, c.first.Status, c.first.Body)
 			}
 			for _, h := range []string{"Content-Type", "Content-Length"} {
-				if r.header.Get(h) != c.first.header.Get(h) {
-					t.Fatalf("%s: key %s replayed %s %q, first answer had %q", when, c.key, h, r.header.Get(h), c.first.header.Get(h))
+				if r.Header.Get(h) != c.first.Header.Get(h) {
+					t.Fatalf("%s: key %s replayed %s %q, first answer had %q", when, c.key, h, r.Header.Get(h), c.first.Header.Get(h))
 				}
 			}
-			if r.header.Get("Idempotent-Replayed") != "true" {
-				t.Fatalf("%s: key %s was not replayed (headers %v)", when, c.key, r.header)
+			if r.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("%s: key %s was not replayed (headers %v)", when, c.key, r.Header)
 			}
 		}
 		if n := d.count(`SELECT count(*) FROM idemdemo_invoices`); n != 2 {
@@ -398,9 +399,9 @@ func TestRestartReplaysByteForByte(t *testing.T) {
 	}
 	check("before any restart")
 	p.Kill()
-	p = p.restart()
+	p = p.Restart()
 	check("after SIGKILL and restart")
 	p.Stop()
-	p = p.restart()
+	p = p.Restart()
 	check("after SIGTERM and restart")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testhttp"
 )
 
 // TestFailover runs two demo instances on a primary with a streaming
@@ -61,7 +62,7 @@ func TestFailover(t *testing.T) {
 			// Two instances; every attempt goes to a random one.
 			var bases []string
 			for range 2 {
-				bases = append(bases, startDemo(t, demoproc.Config{DatabaseURL: dsn, Args: []string{
+				bases = append(bases, demoproc.Start(t, demoproc.Config{DatabaseURL: dsn, Args: []string{
 					"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
 				}}).URL())
 			}
@@ -109,11 +110,11 @@ func TestFailover(t *testing.T) {
 				if len(invoices) > 1 {
 					t.Errorf("key %s has %d invoices after the failover: %+v", a.key, len(invoices), invoices)
 				}
-				if r.status == a.status && bytes.Equal(r.body, a.resp) && r.header.Get("Idempotent-Replayed") == "true" {
+				if r.Status == a.status && bytes.Equal(r.Body, a.resp) && r.Header.Get("Idempotent-Replayed") == "true" {
 					continue
 				}
 				lost[a.key] = fmt.Sprintf("%s: answered %d %s, now %d %s (replayed %q)",
-					a.key, a.status, a.resp, r.status, r.body, r.header.Get("Idempotent-Replayed"))
+					a.key, a.status, a.resp, r.Status, r.Body, r.Header.Get("Idempotent-Replayed"))
 			}
 			var relost []string
 			for _, a := range answers {
@@ -178,13 +179,13 @@ func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad 
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			client := newClient(5 * time.Second)
+			client := testhttp.NewClient(5 * time.Second)
 			var mine []failoverAnswer
 			for n := 0; ctx.Err() == nil; n++ {
 				if len(mine) > 0 && rand.IntN(5) == 0 {
 					a := mine[rand.IntN(len(mine))]
-					r, err := post(ctx, client, bases[rand.IntN(len(bases))], "/invoices", a.body, "Idempotency-Key", a.key)
-					if err == nil && r.status < 300 && (r.status != a.status || !bytes.Equal(r.body, a.resp)) {
+					r, err := testhttp.Post(ctx, client, bases[rand.IntN(len(bases))]+"/invoices", a.body, "Idempotency-Key", a.key)
+					if err == nil && r.Status < 300 && (r.Status != a.status || !bytes.Equal(r.Body, a.resp)) {
 						l.mu.Lock()
 						l.changed = append(l.changed, a)
 						l.mu.Unlock()
@@ -194,9 +195,9 @@ func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad 
 				customer := fmt.Sprintf("%s-c%d-%04d", run, c, n)
 				a := failoverAnswer{key: customer, customer: customer, body: invoiceBody(customer, 100, rand.IntN(50))}
 				for attempt := 0; ctx.Err() == nil; attempt++ {
-					r, err := post(ctx, client, bases[rand.IntN(len(bases))], "/invoices", a.body, "Idempotency-Key", a.key)
-					if err == nil && r.status < 300 {
-						a.status, a.resp = r.status, r.body
+					r, err := testhttp.Post(ctx, client, bases[rand.IntN(len(bases))]+"/invoices", a.body, "Idempotency-Key", a.key)
+					if err == nil && r.Status < 300 {
+						a.status, a.resp = r.Status, r.Body
 						l.mu.Lock()
 						a.seq = len(l.answered)
 						l.answered = append(l.answered, a)
@@ -207,8 +208,8 @@ func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad 
 						mine = append(mine, a)
 						break
 					}
-					if err == nil && r.status != http.StatusConflict && r.status < 500 {
-						l.fail(fmt.Sprintf("key %s: %d %s", a.key, r.status, r.body))
+					if err == nil && r.Status != http.StatusConflict && r.Status < 500 {
+						l.fail(fmt.Sprintf("key %s: %d %s", a.key, r.Status, r.Body))
 						return
 					}
 					time.Sleep(50 * time.Millisecond)

@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/demoproc"
+	"github.com/idemkit/idem/internal/testhttp"
 )
 
 // rawPost sends a POST /invoices written byte for byte, so that headers Go's
 // client refuses to send (control characters, invalid UTF-8) reach the
 // server as a hostile client would send them.
-func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunked bool) response {
+func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunked bool) testhttp.Response {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
@@ -56,7 +57,7 @@ func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunk
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return testhttp.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
 
 // TestHostileHTTP sends malformed keys and oversized bodies to POST
@@ -66,7 +67,7 @@ func rawPost(t *testing.T, addr string, headerLines []string, body []byte, chunk
 func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("hostile"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	addr := strings.TrimPrefix(p.URL(), "http://")
 	customer := uniq("hostile")
 	body := []byte(invoiceBody(customer, 100, 0))
@@ -99,31 +100,31 @@ func TestHostileHTTP(t *testing.T) {
 	}
 	for _, c := range keyCases {
 		r := rawPost(t, addr, c.headers, body, false)
-		if r.status != http.StatusBadRequest {
-			t.Errorf("key %s: %d %q, want 400", c.name, r.status, r.body)
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("key %s: %d %q, want 400", c.name, r.Status, r.Body)
 			continue
 		}
-		if ct := r.header.Get("Content-Type"); ct == "application/problem+json" {
+		if ct := r.Header.Get("Content-Type"); ct == "application/problem+json" {
 			var prob struct {
 				Type   string `json:"type"`
 				Status int    `json:"status"`
 				Detail string `json:"detail"`
 			}
-			if err := json.Unmarshal(r.body, &prob); err != nil || prob.Status != 400 || prob.Detail == "" ||
+			if err := json.Unmarshal(r.Body, &prob); err != nil || prob.Status != 400 || prob.Detail == "" ||
 				!strings.Contains(prob.Type, "#TypeInvalidKey") && !strings.Contains(prob.Type, "#TypeMissingKey") {
-				t.Errorf("key %s: problem %s, want a clear invalid or missing key problem", c.name, r.body)
+				t.Errorf("key %s: problem %s, want a clear invalid or missing key problem", c.name, r.Body)
 			}
-		} else if !strings.Contains(string(r.body), "400 Bad Request") {
+		} else if !strings.Contains(string(r.Body), "400 Bad Request") {
 			// Refused by net/http before the middleware saw it.
-			t.Errorf("key %s: 400 with Content-Type %q and body %q", c.name, ct, r.body)
+			t.Errorf("key %s: 400 with Content-Type %q and body %q", c.name, ct, r.Body)
 		}
 	}
 
 	huge := []byte(`{"customer":"` + customer + `","amount_cents":1,"x":"` + strings.Repeat("z", 2<<20) + `"}`)
 	for _, chunked := range []bool{false, true} {
 		r := rawPost(t, addr, []string{"Idempotency-Key: " + uniq("huge")}, huge, chunked)
-		if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "#TypeBodyTooLarge") {
-			t.Errorf("2 MiB body (chunked %v): %d %.200s, want 413 problem", chunked, r.status, r.body)
+		if r.Status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.Body), "#TypeBodyTooLarge") {
+			t.Errorf("2 MiB body (chunked %v): %d %.200s, want 413 problem", chunked, r.Status, r.Body)
 		}
 	}
 
@@ -136,20 +137,20 @@ func TestHostileHTTP(t *testing.T) {
 	assertUp(t, p)
 	// And it still works.
 	key := uniq("after")
-	if r := mustPost(t, p.URL(), "/invoices", string(body), "Idempotency-Key", key); r.status != http.StatusCreated {
-		t.Fatalf("a valid request after the hostile ones: %d %s", r.status, r.body)
+	if r := mustPost(t, p.URL(), "/invoices", string(body), "Idempotency-Key", key); r.Status != http.StatusCreated {
+		t.Fatalf("a valid request after the hostile ones: %d %s", r.Status, r.Body)
 	}
 }
 
 // assertUp checks that the process runs and answers /healthz.
-func assertUp(t *testing.T, p *demo) {
+func assertUp(t *testing.T, p *demoproc.Process) {
 	t.Helper()
 	if !p.Alive() {
 		t.Fatal("the demo died")
 	}
 	req, _ := http.NewRequest(http.MethodGet, p.URL()+"/healthz", nil)
-	r, err := send(newClient(30*time.Second), req)
-	if err != nil || r.status != http.StatusOK {
+	r, err := testhttp.Do(testhttp.NewClient(30*time.Second), req)
+	if err != nil || r.Status != http.StatusOK {
 		t.Fatalf("/healthz: %+v %v", r, err)
 	}
 }
@@ -168,17 +169,17 @@ func newMCPSession(t *testing.T, base string, header ...string) *mcpSession {
 	t.Helper()
 	s := &mcpSession{t: t, base: base, header: header}
 	r := s.postRaw(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+mcpProtocol+`","capabilities":{},"clientInfo":{"name":"faults","version":"1"}}}`, nil)
-	s.id = r.header.Get("Mcp-Session-Id")
-	if r.status != http.StatusOK || s.id == "" {
-		t.Fatalf("initialize: %d %s (session %q)", r.status, r.body, s.id)
+	s.id = r.Header.Get("Mcp-Session-Id")
+	if r.Status != http.StatusOK || s.id == "" {
+		t.Fatalf("initialize: %d %s (session %q)", r.Status, r.Body, s.id)
 	}
-	if r := s.postRaw(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil); r.status != http.StatusAccepted {
-		t.Fatalf("notifications/initialized: %d %s", r.status, r.body)
+	if r := s.postRaw(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil); r.Status != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s", r.Status, r.Body)
 	}
 	return s
 }
 
-func (s *mcpSession) postRaw(body string, ctx context.Context) response {
+func (s *mcpSession) postRaw(body string, ctx context.Context) testhttp.Response {
 	s.t.Helper()
 	if ctx == nil {
 		var cancel context.CancelFunc
@@ -189,7 +190,7 @@ func (s *mcpSession) postRaw(body string, ctx context.Context) response {
 	if s.id != "" {
 		h = append(h, "Mcp-Session-Id", s.id)
 	}
-	r, err := post(ctx, newClient(time.Minute), s.base, "/mcp", body, h...)
+	r, err := testhttp.Post(ctx, testhttp.NewClient(time.Minute), s.base+"/mcp", body, h...)
 	if err != nil {
 		s.t.Fatalf("POST /mcp: %v", err)
 	}
@@ -213,10 +214,10 @@ type rpcMessage struct {
 }
 
 // messages returns the JSON-RPC messages of an answer, JSON or SSE.
-func messages(r response) []rpcMessage {
+func messages(r testhttp.Response) []rpcMessage {
 	var out []rpcMessage
-	if strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
-		for _, line := range strings.Split(string(r.body), "\n") {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "text/event-stream") {
+		for _, line := range strings.Split(string(r.Body), "\n") {
 			if data, ok := strings.CutPrefix(line, "data:"); ok {
 				var m rpcMessage
 				if json.Unmarshal([]byte(strings.TrimSpace(data)), &m) == nil {
@@ -227,7 +228,7 @@ func messages(r response) []rpcMessage {
 		return out
 	}
 	var m rpcMessage
-	if json.Unmarshal(r.body, &m) == nil {
+	if json.Unmarshal(r.Body, &m) == nil {
 		out = append(out, m)
 	}
 	return out
@@ -251,7 +252,7 @@ func toolCall(id, customer string, amount int64, delayMS int, meta string) strin
 func TestHostileMCP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("hostile-mcp"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s"}})
 	s := newMCPSession(t, p.URL())
 	customer := uniq("mcp")
 
@@ -282,14 +283,14 @@ func TestHostileMCP(t *testing.T) {
 	for _, c := range refused {
 		r := s.postRaw(c.body, nil)
 		switch {
-		case r.status >= 400 && r.status < 500:
-		case r.status == http.StatusOK:
+		case r.Status >= 400 && r.Status < 500:
+		case r.Status == http.StatusOK:
 			msgs := messages(r)
 			if len(msgs) != 1 || (msgs[0].Error == nil && (msgs[0].Result == nil || !msgs[0].Result.IsError)) {
-				t.Errorf("%s: 200 %s, want a JSON-RPC error (or a tool error)", c.name, r.body)
+				t.Errorf("%s: 200 %s, want a JSON-RPC error (or a tool error)", c.name, r.Body)
 			}
 		default:
-			t.Errorf("%s: %d %s, want 4xx or a JSON-RPC error", c.name, r.status, r.body)
+			t.Errorf("%s: %d %s, want 4xx or a JSON-RPC error", c.name, r.Status, r.Body)
 		}
 	}
 	// An invalid _meta.idempotencyKey is named as such.
@@ -305,9 +306,9 @@ func TestHostileMCP(t *testing.T) {
 	for _, id := range []string{"1.5", "123456789012345678901234567890", "9007199254740993"} {
 		r := s.postRaw(toolCall(id, customer, 1, 0, ""), nil)
 		msgs := messages(r)
-		if r.status != http.StatusBadRequest || len(msgs) != 1 || msgs[0].Error == nil ||
+		if r.Status != http.StatusBadRequest || len(msgs) != 1 || msgs[0].Error == nil ||
 			msgs[0].Error.Code != -32600 || msgs[0].Error.Data.Reason != "unsupported_id" || !jsonEqual(msgs[0].ID, []byte(id)) {
-			t.Errorf("id %s: %d %s, want 400 with -32600 unsupported_id", id, r.status, r.body)
+			t.Errorf("id %s: %d %s, want 400 with -32600 unsupported_id", id, r.Status, r.Body)
 		}
 	}
 	if invs := d.invoicesOf(customer); len(invs) != 0 {
@@ -363,7 +364,7 @@ func jsonEqual(a, b []byte) bool {
 func TestMCPStreamCut(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("sse-cut"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn", "-lease", "2s", "-sweep-interval", "1s", "-wait", "500ms"}})
 	s := newMCPSession(t, p.URL())
 
 	open := func(ctx context.Context, body string) (*http.Response, error) {
@@ -372,7 +373,7 @@ func TestMCPStreamCut(t *testing.T) {
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("MCP-Protocol-Version", mcpProtocol)
 		req.Header.Set("Mcp-Session-Id", s.id)
-		return newClient(0).Do(req)
+		return testhttp.NewClient(0).Do(req)
 	}
 	retryUntilResult := func(t *testing.T, customer string, delayMS int, meta string) {
 		t.Helper()

@@ -31,9 +31,9 @@ func duplicateAtAnotherInstance(t *testing.T, pathArgs []string, oneCommit bool)
 	app := uniq("instances")
 	dbURL, d := schemaDB(t, app)
 	args := append([]string{"-lease", "5s", "-wait", "10s", "-log-level", "warn"}, pathArgs...)
-	var demos []*demo
+	var demos []*demoproc.Process
 	for range 3 {
-		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
+		demos = append(demos, demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
 	}
 	run := uniq("instances")
 	for n := 1; n <= 3; n++ {
@@ -52,12 +52,12 @@ func duplicateAtAnotherInstance(t *testing.T, pathArgs []string, oneCommit bool)
 			if err != nil {
 				t.Fatalf("%d instances, original at #%d: %v", n, first, err)
 			}
-			if orig.status != http.StatusCreated {
-				t.Fatalf("%d instances, original at #%d: %d %s", n, first, orig.status, orig.body)
+			if orig.Status != http.StatusCreated {
+				t.Fatalf("%d instances, original at #%d: %d %s", n, first, orig.Status, orig.Body)
 			}
-			if dup.status != orig.status || !bytes.Equal(dup.body, orig.body) || dup.header.Get("Idempotent-Replayed") != "true" {
+			if dup.Status != orig.Status || !bytes.Equal(dup.Body, orig.Body) || dup.Header.Get("Idempotent-Replayed") != "true" {
 				t.Errorf("%d instances: duplicate at #%d of an original at #%d answered %d %s (replayed %q), want the replay of %d %s",
-					n, second, first, dup.status, dup.body, dup.header.Get("Idempotent-Replayed"), orig.status, orig.body)
+					n, second, first, dup.Status, dup.Body, dup.Header.Get("Idempotent-Replayed"), orig.Status, orig.Body)
 			}
 			if invs := d.invoicesOf(key); len(invs) != 1 {
 				t.Errorf("%d instances, key %s: %d invoices, want 1", n, key, len(invs))

@@ -17,11 +17,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,91 +29,21 @@ import (
 	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testhttp"
 )
-
-// demoBinary is the idemdemo binary TestMain builds once.
-var demoBinary string
 
 func TestMain(m *testing.M) {
 	// Without -race: the storm runs three instances on two cores, and the
 	// demo's own tests run it with the race detector already.
-	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
-}
-
-// demo is one idemdemo process, with the configuration it was started
-// with so that it can be restarted.
-type demo struct {
-	*demoproc.Process
-	t   testing.TB
-	cfg demoproc.Config
-}
-
-// startDemo starts the demo (cfg.Binary is demoBinary) and waits until it
-// listens. The address is fixed for the life of the test (empty picks a
-// free port), so that a restarted process answers where the clients
-// already retry. When t ends it is stopped with SIGTERM, unless it was
-// killed before.
-func startDemo(t testing.TB, cfg demoproc.Config) *demo {
-	t.Helper()
-	if cfg.Addr == "" {
-		cfg.Addr = testdb.FreeAddr(t)
-	}
-	cfg.Binary = demoBinary
-	return &demo{Process: demoproc.Start(t, cfg), t: t, cfg: cfg}
-}
-
-// restart starts a new process with the same configuration and address.
-func (d *demo) restart() *demo {
-	d.t.Helper()
-	return startDemo(d.t, d.cfg)
-}
-
-// newClient returns an HTTP client without keep-alive: no connection to a
-// killed process is reused, and none outlives a test (goleak).
-func newClient(timeout time.Duration) *http.Client {
-	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: timeout}
-}
-
-// response is what a test keeps of an HTTP answer.
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// post sends POST path with the body and headers (name, value pairs),
-// returning an error when no answer arrived.
-func post(ctx context.Context, c *http.Client, base, path, body string, header ...string) (response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	return send(c, req)
-}
-
-func send(c *http.Client, req *http.Request) (response, error) {
-	resp, err := c.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, err
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, nil))
 }
 
 // mustPost is post for a test that expects an answer.
-func mustPost(t testing.TB, base, path, body string, header ...string) response {
+func mustPost(t testing.TB, base, path, body string, header ...string) testhttp.Response {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	r, err := post(ctx, newClient(time.Minute), base, path, body, header...)
+	r, err := testhttp.Post(ctx, testhttp.NewClient(time.Minute), base+path, body, header...)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
@@ -126,27 +54,27 @@ func mustPost(t testing.TB, base, path, body string, header ...string) response 
 // until it gets an answer other than 409 or 5xx (connection errors included:
 // the process may be down), as a well-behaved client would, and returns it.
 // It fails t after the deadline.
-func retryUntilAnswered(t testing.TB, base, key, body string, deadline time.Duration) response {
+func retryUntilAnswered(t testing.TB, base, key, body string, deadline time.Duration) testhttp.Response {
 	t.Helper()
-	c := newClient(30 * time.Second)
+	c := testhttp.NewClient(30 * time.Second)
 	end := time.Now().Add(deadline)
 	var last string
 	for time.Now().Before(end) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		r, err := post(ctx, c, base, "/invoices", body, "Idempotency-Key", key)
+		r, err := testhttp.Post(ctx, c, base+"/invoices", body, "Idempotency-Key", key)
 		cancel()
 		switch {
 		case err != nil:
 			last = err.Error()
-		case r.status == http.StatusConflict || r.status >= 500:
-			last = fmt.Sprintf("%d %s", r.status, r.body)
+		case r.Status == http.StatusConflict || r.Status >= 500:
+			last = fmt.Sprintf("%d %s", r.Status, r.Body)
 		default:
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("key %s: no answer within %v; last: %s", key, deadline, last)
-	return response{}
+	return testhttp.Response{}
 }
 
 // Invoice is the demo's invoice JSON.
@@ -156,13 +84,13 @@ type Invoice struct {
 	AmountCents int64  `json:"amount_cents"`
 }
 
-func decodeInvoice(t testing.TB, r response) Invoice {
+func decodeInvoice(t testing.TB, r testhttp.Response) Invoice {
 	t.Helper()
 	var inv Invoice
-	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec := json.NewDecoder(bytes.NewReader(r.Body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&inv); err != nil {
-		t.Fatalf("invoice body %q: %v", r.body, err)
+		t.Fatalf("invoice body %q: %v", r.Body, err)
 	}
 	return inv
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testhttp"
 )
 
 // TestDatabaseOutage crashes the demo's PostgreSQL (pg_ctl stop -m
@@ -24,7 +25,7 @@ func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	s := testdb.StartServer(t)
 	d := openDB(t, s.URL)
-	p := startDemo(t, demoproc.Config{DatabaseURL: s.URL, Args: []string{
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: s.URL, Args: []string{
 		"-lease", "2s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn",
 	}})
 
@@ -32,12 +33,12 @@ func TestDatabaseOutage(t *testing.T) {
 	// Results recorded before the outage.
 	type recorded struct{ key, body string }
 	var before []recorded
-	var beforeAnswers []response
+	var beforeAnswers []testhttp.Response
 	for i := range 5 {
 		rc := recorded{key: fmt.Sprintf("%s-before-%d", run, i), body: invoiceBody(fmt.Sprintf("%s-before-%d", run, i), 100, 0)}
 		r := mustPost(t, p.URL(), "/invoices", rc.body, "Idempotency-Key", rc.key)
-		if r.status != http.StatusCreated {
-			t.Fatalf("before the outage: %d %s", r.status, r.body)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("before the outage: %d %s", r.Status, r.Body)
 		}
 		before = append(before, rc)
 		beforeAnswers = append(beforeAnswers, r)
@@ -62,11 +63,11 @@ func TestDatabaseOutage(t *testing.T) {
 			defer wg.Done()
 			key, customer := fmt.Sprintf("%s-load-%02d", run, i), fmt.Sprintf("%s-load-%02d", run, i)
 			body := invoiceBody(customer, 200, 100+i*40)
-			c := newClient(0)
+			c := testhttp.NewClient(0)
 			first := true
 			for ctx.Err() == nil {
 				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
-				r, err := post(actx, c, p.URL(), "/invoices", body, "Idempotency-Key", key)
+				r, err := testhttp.Post(actx, c, p.URL()+"/invoices", body, "Idempotency-Key", key)
 				acancel()
 				if first {
 					first = false
@@ -79,14 +80,14 @@ func TestDatabaseOutage(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				statuses[r.status]++
-				if r.status == http.StatusServiceUnavailable && r.header.Get("Retry-After") == "" {
-					noRetryAfter = append(noRetryAfter, string(r.body))
+				statuses[r.Status]++
+				if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
+					noRetryAfter = append(noRetryAfter, string(r.Body))
 				}
 				mu.Unlock()
-				switch r.status {
+				switch r.Status {
 				case http.StatusCreated:
-					inv, err := parseInvoice(r.body)
+					inv, err := parseInvoice(r.Body)
 					mu.Lock()
 					if err != nil {
 						loadErrs = append(loadErrs, err.Error())
@@ -98,7 +99,7 @@ func TestDatabaseOutage(t *testing.T) {
 					time.Sleep(100 * time.Millisecond)
 				default:
 					mu.Lock()
-					loadErrs = append(loadErrs, fmt.Sprintf("key %s: %d %s", key, r.status, r.body))
+					loadErrs = append(loadErrs, fmt.Sprintf("key %s: %d %s", key, r.Status, r.Body))
 					mu.Unlock()
 					return
 				}
@@ -117,21 +118,21 @@ func TestDatabaseOutage(t *testing.T) {
 		key := fmt.Sprintf("%s-probe-%d", run, i)
 		probes = append(probes, key)
 		r := mustPost(t, p.URL(), "/invoices", invoiceBody(key, 300, 0), "Idempotency-Key", key)
-		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || r.header.Get("Content-Type") != "application/problem+json" {
+		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || r.Header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("during the outage: %d, Retry-After %q, Content-Type %q, body %s; want 503 problem+json with Retry-After",
-				r.status, r.header.Get("Retry-After"), r.header.Get("Content-Type"), r.body)
+				r.Status, r.Header.Get("Retry-After"), r.Header.Get("Content-Type"), r.Body)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	if !p.Alive() {
 		t.Fatal("the demo died during the outage")
 	}
-	if r := healthz(t, p); r.status != http.StatusServiceUnavailable {
-		t.Fatalf("/healthz during the outage: %d %s, want 503", r.status, r.body)
+	if r := healthz(t, p); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz during the outage: %d %s, want 503", r.Status, r.Body)
 	}
 
 	s.Start()
-	waitFor(t, "/healthz to report the database back", time.Minute, func() bool { return healthz(t, p).status == http.StatusOK })
+	waitFor(t, "/healthz to report the database back", time.Minute, func() bool { return healthz(t, p).Status == http.StatusOK })
 	wg.Wait()
 	t.Logf("outage: load answers by status %v; %d probes refused", statuses, len(probes))
 	if len(loadErrs) > 0 {
@@ -161,9 +162,9 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 	for i, rc := range before {
 		r := mustPost(t, p.URL(), "/invoices", rc.body, "Idempotency-Key", rc.key)
-		if r.status != beforeAnswers[i].status || !bytes.Equal(r.body, beforeAnswers[i].body) || r.header.Get("Idempotent-Replayed") != "true" {
+		if r.Status != beforeAnswers[i].Status || !bytes.Equal(r.Body, beforeAnswers[i].Body) || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("key %s recorded before the outage replays %d %q (replayed %q), want %d %q",
-				rc.key, r.status, r.body, r.header.Get("Idempotent-Replayed"), beforeAnswers[i].status, beforeAnswers[i].body)
+				rc.key, r.Status, r.Body, r.Header.Get("Idempotent-Replayed"), beforeAnswers[i].Status, beforeAnswers[i].Body)
 		}
 	}
 	if n := d.count(`SELECT count(*) FROM idemdemo_invoices`); n != len(before)+loaders {
@@ -171,10 +172,10 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 }
 
-func healthz(t *testing.T, p *demo) response {
+func healthz(t *testing.T, p *demoproc.Process) testhttp.Response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, p.URL()+"/healthz", nil)
-	r, err := send(newClient(30*time.Second), req)
+	r, err := testhttp.Do(testhttp.NewClient(30*time.Second), req)
 	if err != nil {
 		t.Fatalf("/healthz: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
@@ -31,7 +32,7 @@ import (
 func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("scopes"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	key, customer := uniq("shared-key"), uniq("c")
 	body := invoiceBody(customer, 500, 0)
 	scopes := [][]string{
@@ -48,11 +49,11 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 		{"Cookie", "session=bob; theme=dark"},
 	}
 	ids := map[int64]bool{}
-	first := make([]response, len(scopes))
+	first := make([]testhttp.Response, len(scopes))
 	for i, h := range scopes {
 		r := mustPost(t, p.URL(), "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
-		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
-			t.Fatalf("scope %v: %d (replayed %q) %s, want a fresh 201", h, r.status, r.header.Get("Idempotent-Replayed"), r.body)
+		if r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("scope %v: %d (replayed %q) %s, want a fresh 201", h, r.Status, r.Header.Get("Idempotent-Replayed"), r.Body)
 		}
 		ids[decodeInvoice(t, r).ID] = true
 		first[i] = r
@@ -62,8 +63,8 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 	}
 	for i, h := range scopes {
 		r := mustPost(t, p.URL(), "/invoices", body, append([]string{"Idempotency-Key", key}, h...)...)
-		if string(r.body) != string(first[i].body) || r.header.Get("Idempotent-Replayed") != "true" {
-			t.Fatalf("scope %v: retry answered %s, want the replay of its own %s", h, r.body, first[i].body)
+		if string(r.Body) != string(first[i].Body) || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("scope %v: retry answered %s, want the replay of its own %s", h, r.Body, first[i].Body)
 		}
 	}
 	if n := len(d.invoicesOf(customer)); n != len(scopes) {
@@ -77,7 +78,7 @@ func TestNoReplayAcrossScopesHTTP(t *testing.T) {
 func TestNoReplayAcrossScopesMCP(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("mcp-scopes"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 
 	t.Run("same idempotencyKey, other sessionId", func(t *testing.T) {
 		s := newMCPSession(t, p.URL())
@@ -159,20 +160,20 @@ func TestCredentialsNeverReplayed(t *testing.T) {
 
 	key := uniq("k")
 	first := mustPost(t, srv.URL, "/things", `{}`, "Idempotency-Key", key, "Authorization", "Bearer client")
-	if first.header.Get("Set-Cookie") != cookie {
-		t.Fatalf("the original answer lost its Set-Cookie: %v", first.header)
+	if first.Header.Get("Set-Cookie") != cookie {
+		t.Fatalf("the original answer lost its Set-Cookie: %v", first.Header)
 	}
 	replay := mustPost(t, srv.URL, "/things", `{}`, "Idempotency-Key", key, "Authorization", "Bearer client")
-	if replay.header.Get("Idempotent-Replayed") != "true" || string(replay.body) != string(first.body) || replay.status != first.status {
-		t.Fatalf("not a replay: %d %v %s", replay.status, replay.header, replay.body)
+	if replay.Header.Get("Idempotent-Replayed") != "true" || string(replay.Body) != string(first.Body) || replay.Status != first.Status {
+		t.Fatalf("not a replay: %d %v %s", replay.Status, replay.Header, replay.Body)
 	}
 	for _, name := range []string{"Set-Cookie", "Authorization", "Proxy-Authorization", "X-Internal-Secret"} {
-		if v := replay.header.Values(name); len(v) > 0 {
+		if v := replay.Header.Values(name); len(v) > 0 {
 			t.Errorf("replay carries %s: %q", name, v)
 		}
 	}
-	if replay.header.Get("Location") != "/things/1" {
-		t.Errorf("replay lost the recorded Location header: %v", replay.header)
+	if replay.Header.Get("Location") != "/things/1" {
+		t.Errorf("replay lost the recorded Location header: %v", replay.Header)
 	}
 	var stored string
 	if err := pool.QueryRow(ctx, `SELECT result::text FROM idem_keys WHERE key = $1`, "key/"+key).Scan(&stored); err != nil {
@@ -210,7 +211,7 @@ func TestKeysNotLogged(t *testing.T) {
 func keysNotLogged(t *testing.T, pathArgs []string, oneCommit bool) {
 	app := uniq("logs")
 	dbURL, d := schemaDB(t, app)
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: append([]string{"-log-level", "info", "-wait", "100ms"}, pathArgs...)})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: append([]string{"-log-level", "info", "-wait", "100ms"}, pathArgs...)})
 	secretKey := "SECRETKEY" + uniq("")
 	secretAgentKey := "SECRETAGENTKEY" + uniq("")
 	const apiKey = "SECRETAPIKEY-123"
@@ -219,20 +220,20 @@ func keysNotLogged(t *testing.T, pathArgs []string, oneCommit bool) {
 
 	slow := sendInBackgroundHeaders(p.URL(), body, h...)
 	d.waitInFlight(app, secretKey, oneCommit)
-	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.status != http.StatusConflict {
-		t.Fatalf("duplicate in flight: %d %s, want 409", r.status, r.body)
+	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.Status != http.StatusConflict {
+		t.Fatalf("duplicate in flight: %d %s, want 409", r.Status, r.Body)
 	}
-	if r, err := slow.result(); err != nil || r.status != http.StatusCreated {
+	if r, err := slow.result(); err != nil || r.Status != http.StatusCreated {
 		t.Fatalf("slow request: %+v %v", r, err)
 	}
-	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.status != http.StatusCreated {
-		t.Fatalf("replay: %d %s", r.status, r.body)
+	if r := mustPost(t, p.URL(), "/invoices", body, h...); r.Status != http.StatusCreated {
+		t.Fatalf("replay: %d %s", r.Status, r.Body)
 	}
-	if r := mustPost(t, p.URL(), "/invoices", invoiceBody("other", 2, 0), h...); r.status != http.StatusUnprocessableEntity {
-		t.Fatalf("key reused: %d %s", r.status, r.body)
+	if r := mustPost(t, p.URL(), "/invoices", invoiceBody("other", 2, 0), h...); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("key reused: %d %s", r.Status, r.Body)
 	}
-	if r := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", secretKey+strings.Repeat("x", 300)); r.status != http.StatusBadRequest {
-		t.Fatalf("invalid key: %d %s", r.status, r.body)
+	if r := mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", secretKey+strings.Repeat("x", 300)); r.Status != http.StatusBadRequest {
+		t.Fatalf("invalid key: %d %s", r.Status, r.Body)
 	}
 	s := newMCPSession(t, p.URL(), "X-Api-Key", apiKey)
 	meta := `{"sessionId":"SECRETSESSION","idempotencyKey":"` + secretAgentKey + `"}`
@@ -260,7 +261,7 @@ func TestMCPKeysNotLogged(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("mcp-logs"))
 	// Two-phase: the REST request's claim is in the table while it runs.
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-two-phase"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "info", "-two-phase"}})
 	s := newMCPSession(t, p.URL())
 	secret := "SECRETAGENTKEY" + uniq("")
 	done := make(chan struct{})
@@ -290,7 +291,7 @@ func sendInBackgroundHeaders(base, body string, header ...string) *background {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		b.resp, b.err = post(ctx, newClient(2*time.Minute), base, "/invoices", body, header...)
+		b.resp, b.err = testhttp.Post(ctx, testhttp.NewClient(2*time.Minute), base+"/invoices", body, header...)
 	}()
 	return b
 }
@@ -354,7 +355,7 @@ func runtimeRole(t *testing.T, owner *pgxpool.Pool, schema, app string) (role, r
 func TestLeastPrivilegeDemo(t *testing.T) {
 	t.Parallel()
 	ownerURL, d := schemaDB(t, uniq("lp-owner"))
-	owner := startDemo(t, demoproc.Config{DatabaseURL: ownerURL, Args: []string{"-log-level", "warn"}})
+	owner := demoproc.Start(t, demoproc.Config{DatabaseURL: ownerURL, Args: []string{"-log-level", "warn"}})
 	owner.Stop()
 	schema := d.schema()
 	app := uniq("lp-demo")
@@ -368,14 +369,14 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	// The one-commit path (the default) as the runtime role: a claim in
 	// the transaction, its bounds set, the invoice and the response
 	// committed with it, then replayed.
-	oneCommit := startDemo(t, demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-log-level", "info"}})
+	oneCommit := demoproc.Start(t, demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-log-level", "info"}})
 	customer := uniq("c")
 	key := uniq("k")
 	body := invoiceBody(customer, 10, 0)
 	first := mustPost(t, oneCommit.URL(), "/invoices", body, "Idempotency-Key", key)
 	again := mustPost(t, oneCommit.URL(), "/invoices", body, "Idempotency-Key", key)
-	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
-		t.Fatalf("as the runtime role, one commit: %d %s then %d %s", first.status, first.body, again.status, again.body)
+	if first.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" || string(again.Body) != string(first.Body) {
+		t.Fatalf("as the runtime role, one commit: %d %s then %d %s", first.Status, first.Body, again.Status, again.Body)
 	}
 	oneCommit.Stop()
 
@@ -386,12 +387,12 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 	// a loaded machine overran with a 2 s lease. The slow request outlasts
 	// several renewals.
 	cfg := demoproc.Config{DatabaseURL: roleURL, Args: []string{"-migrate=false", "-two-phase", "-lease", "4s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "info"}}
-	p := startDemo(t, cfg)
+	p := demoproc.Start(t, cfg)
 	key = uniq("k")
 	first = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
 	again = mustPost(t, p.URL(), "/invoices", body, "Idempotency-Key", key)
-	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
-		t.Fatalf("as the runtime role, two-phase: %d %s then %d %s", first.status, first.body, again.status, again.body)
+	if first.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" || string(again.Body) != string(first.Body) {
+		t.Fatalf("as the runtime role, two-phase: %d %s then %d %s", first.Status, first.Body, again.Status, again.Body)
 	}
 
 	// A slow request (its lease renewed as the runtime role), killed; the
@@ -403,16 +404,16 @@ func TestLeastPrivilegeDemo(t *testing.T) {
 		rs := d.keyRows(slowKey)
 		return len(rs) == 1 && rs[0].state == "claimed"
 	})
-	if r := mustPost(t, p.URL(), "/invoices", slowBody, "Idempotency-Key", slowKey); r.status != http.StatusConflict {
-		t.Fatalf("duplicate in flight: %d %s, want 409", r.status, r.body)
+	if r := mustPost(t, p.URL(), "/invoices", slowBody, "Idempotency-Key", slowKey); r.Status != http.StatusConflict {
+		t.Fatalf("duplicate in flight: %d %s, want 409", r.Status, r.Body)
 	}
 	p.Kill()
 	inFlight.wait(t)
 	logs := p.Stderr().String()
-	p = p.restart()
+	p = p.Restart()
 	r := retryUntilAnswered(t, p.URL(), slowKey, slowBody, time.Minute)
-	if r.status != http.StatusCreated {
-		t.Fatalf("after the crash: %d %s", r.status, r.body)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("after the crash: %d %s", r.Status, r.Body)
 	}
 	assertOneInvoice(t, d, slowCustomer, decodeInvoice(t, r))
 	if n := d.count(`SELECT count(*) FROM pg_stat_activity WHERE usename = $1`, role); n == 0 {
@@ -501,8 +502,8 @@ func TestLeastPrivilege(t *testing.T) {
 	key := uniq("k")
 	first := mustPost(t, srv.URL, "/invoices", `{}`, "Idempotency-Key", key)
 	again := mustPost(t, srv.URL, "/invoices", `{}`, "Idempotency-Key", key)
-	if first.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
-		t.Fatalf("as the runtime role: first %d %s, retry %d %s", first.status, first.body, again.status, again.body)
+	if first.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" || string(again.Body) != string(first.Body) {
+		t.Fatalf("as the runtime role: first %d %s, retry %d %s", first.Status, first.Body, again.Status, again.Body)
 	}
 
 	// Every store operation: claim, renew, release, complete, wait, sweep.
@@ -567,7 +568,7 @@ func TestLeastPrivilege(t *testing.T) {
 func TestMCPUpstreamScopedByPrincipal(t *testing.T) {
 	t.Parallel()
 	dbURL, d := schemaDB(t, uniq("gap-principals"))
-	p := startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-log-level", "warn"}})
 	a := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-a")
 	b := newMCPSession(t, p.URL(), "X-Api-Key", "tenant-b")
 	key, customer := uniq("agent-key"), uniq("c")

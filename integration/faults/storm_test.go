@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/demoproc"
+	"github.com/idemkit/idem/internal/testhttp"
 )
 
 // TestStorm runs three demo instances on one database and sends 200
@@ -31,9 +32,9 @@ func TestStorm(t *testing.T) {
 	)
 	dbURL, d := schemaDB(t, uniq("storm"))
 	args := []string{"-lease", "5s", "-sweep-interval", "1s", "-wait", "300ms", "-log-level", "warn"}
-	var demos []*demo
+	var demos []*demoproc.Process
 	for range instances {
-		demos = append(demos, startDemo(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
+		demos = append(demos, demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: args}))
 	}
 
 	type keyCase struct {
@@ -66,7 +67,7 @@ func TestStorm(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			kc := cases[k]
-			client := newClient(0)
+			client := testhttp.NewClient(0)
 			<-start
 			for ctx.Err() == nil {
 				base := demos[rand.IntN(instances)].URL()
@@ -77,7 +78,7 @@ func TestStorm(t *testing.T) {
 					timeout = 20 * time.Second
 				}
 				actx, acancel := context.WithTimeout(ctx, timeout)
-				r, err := post(actx, client, base, "/invoices", kc.body, "Idempotency-Key", kc.key)
+				r, err := testhttp.Post(actx, client, base+"/invoices", kc.body, "Idempotency-Key", kc.key)
 				acancel()
 				mu.Lock()
 				if err != nil {
@@ -86,22 +87,22 @@ func TestStorm(t *testing.T) {
 					time.Sleep(rand.N(100 * time.Millisecond))
 					continue
 				}
-				statuses[r.status]++
+				statuses[r.Status]++
 				switch {
-				case r.status == http.StatusCreated:
+				case r.Status == http.StatusCreated:
 					var inv Invoice
-					if err := json.Unmarshal(r.body, &inv); err != nil {
-						errs = append(errs, fmt.Sprintf("key %s: 201 with body %q: %v", kc.key, r.body, err))
+					if err := json.Unmarshal(r.Body, &inv); err != nil {
+						errs = append(errs, fmt.Sprintf("key %s: 201 with body %q: %v", kc.key, r.Body, err))
 					}
 					answered[k] = append(answered[k], inv)
 					mu.Unlock()
 					return
-				case r.status == http.StatusConflict:
-				case r.status == http.StatusServiceUnavailable && r.header.Get("Retry-After") != "":
+				case r.Status == http.StatusConflict:
+				case r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "":
 					// Promised: a claim lost under load, or a store call
 					// that timed out. Retried like a 409.
 				default:
-					errs = append(errs, fmt.Sprintf("key %s: unexpected %d %s", kc.key, r.status, r.body))
+					errs = append(errs, fmt.Sprintf("key %s: unexpected %d %s", kc.key, r.Status, r.Body))
 					mu.Unlock()
 					return
 				}

@@ -13,8 +13,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testhttp"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/middleware"
-	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -103,19 +104,8 @@ func newOwner(t *testing.T, name string, pool *pgxpool.Pool, pg *pgstore.Store, 
 func setupTakeover(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	pool, _ := testdb.Pool(t)
-	ctx := t.Context()
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigserial PRIMARY KEY, owner text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	pg, err := pgstore.New(pool, pgstore.Options{Lease: takeoverLease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	return pool, pg
+	return pool, teststore.Migrated(t, pool, pgstore.Options{Lease: takeoverLease},
+		`CREATE TABLE invoices (id bigserial PRIMARY KEY, owner text NOT NULL)`)
 }
 
 // waitLeaseOver polls until the key's lease has run out by the database
@@ -149,8 +139,8 @@ func TestSlowOwnerTakeover(t *testing.T) {
 		waitLeaseOver(t, pool, key)
 
 		r := mustPost(t, fast.srv.URL, "/", `{}`, "Idempotency-Key", key)
-		if r.status != http.StatusCreated || !strings.Contains(string(r.body), `"owner":"fast"`) {
-			t.Fatalf("second owner: %d %s, want 201 from the second owner", r.status, r.body)
+		if r.Status != http.StatusCreated || !strings.Contains(string(r.Body), `"owner":"fast"`) {
+			t.Fatalf("second owner: %d %s, want 201 from the second owner", r.Status, r.Body)
 		}
 		close(slow.hold)
 		out := <-slow.result
@@ -161,8 +151,8 @@ func TestSlowOwnerTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sr.status != http.StatusServiceUnavailable || !strings.Contains(string(sr.body), middleware.TypeCommitFailed) {
-			t.Fatalf("the slow owner answered %d %s, want 503 commit failed", sr.status, sr.body)
+		if sr.Status != http.StatusServiceUnavailable || !strings.Contains(string(sr.Body), middleware.TypeCommitFailed) {
+			t.Fatalf("the slow owner answered %d %s, want 503 commit failed", sr.Status, sr.Body)
 		}
 		assertTakeoverOutcome(t, pool, key, fast, r, true)
 	})
@@ -185,24 +175,24 @@ func TestSlowOwnerTakeover(t *testing.T) {
 		if out.commitErr == nil {
 			t.Fatal("the slow owner's Commit succeeded after its lease was lost")
 		}
-		if sr, err := slowAnswer.result(); err != nil || sr.status != http.StatusServiceUnavailable {
+		if sr, err := slowAnswer.result(); err != nil || sr.Status != http.StatusServiceUnavailable {
 			t.Fatalf("the slow owner answered %+v, %v; want 503", sr, err)
 		}
 		// The failed commit released the key (the release reached the
 		// store): the second owner claims it afresh.
-		var r response
+		var r testhttp.Response
 		waitFor(t, "the second owner to run", time.Minute, func() bool {
 			r = mustPost(t, fast.srv.URL, "/", `{}`, "Idempotency-Key", key)
-			return r.status != http.StatusConflict
+			return r.Status != http.StatusConflict
 		})
-		if r.status != http.StatusCreated || !strings.Contains(string(r.body), `"owner":"fast"`) {
-			t.Fatalf("second owner: %d %s, want 201 from the second owner", r.status, r.body)
+		if r.Status != http.StatusCreated || !strings.Contains(string(r.Body), `"owner":"fast"`) {
+			t.Fatalf("second owner: %d %s, want 201 from the second owner", r.Status, r.Body)
 		}
 		assertTakeoverOutcome(t, pool, key, fast, r, false)
 	})
 }
 
-func assertTakeoverOutcome(t *testing.T, pool *pgxpool.Pool, key string, fast *owner, fastAnswer response, wantTakeover bool) {
+func assertTakeoverOutcome(t *testing.T, pool *pgxpool.Pool, key string, fast *owner, fastAnswer testhttp.Response, wantTakeover bool) {
 	t.Helper()
 	ctx := t.Context()
 	var owners []string
@@ -233,8 +223,8 @@ func assertTakeoverOutcome(t *testing.T, pool *pgxpool.Pool, key string, fast *o
 	}
 	// A retry, to either owner, replays the second owner's answer.
 	r := mustPost(t, fast.srv.URL, "/", `{}`, "Idempotency-Key", key)
-	if r.status != fastAnswer.status || string(r.body) != string(fastAnswer.body) || r.header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("retry answered %d %s, want the replay of %d %s", r.status, r.body, fastAnswer.status, fastAnswer.body)
+	if r.Status != fastAnswer.Status || string(r.Body) != string(fastAnswer.Body) || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry answered %d %s, want the replay of %d %s", r.Status, r.Body, fastAnswer.Status, fastAnswer.Body)
 	}
 }
 
@@ -246,7 +236,7 @@ func sendTo(base, key string) *background {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		b.resp, b.err = post(ctx, newClient(2*time.Minute), base, "/", `{}`, "Idempotency-Key", key)
+		b.resp, b.err = testhttp.Post(ctx, testhttp.NewClient(2*time.Minute), base+"/", `{}`, "Idempotency-Key", key)
 	}()
 	return b
 }

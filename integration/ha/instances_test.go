@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/demoproc"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
@@ -58,13 +59,13 @@ type instance struct {
 	kind kind
 	path string // "haproxy" or "multi-host"
 	url  string // its base URL
-	logs *demoproc.Buffer
+	logs *testlog.Buffer
 }
 
 // startDemo starts an idemdemo process on databaseURL.
 func startDemo(t *testing.T, path, databaseURL string) *instance {
 	t.Helper()
-	p := demoproc.Start(t, demoproc.Config{Binary: demoBinary, DatabaseURL: databaseURL, Args: []string{
+	p := demoproc.Start(t, demoproc.Config{DatabaseURL: databaseURL, Args: []string{
 		"-lease", instanceLease.String(), "-wait", instanceWait.String(), "-sweep-interval", "1s",
 	}})
 	return &instance{name: "invoice/" + path, kind: invoice, path: path, url: p.URL(), logs: p.Stderr()}
@@ -132,7 +133,7 @@ func startEffects(t *testing.T, path, databaseURL string, fx *effects) *instance
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &demoproc.Buffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	store, err := pgstore.New(pool, pgstore.Options{Lease: instanceLease, Logger: logger, ReplayCacheBytes: 16 << 20, SweepInterval: time.Second})
 	if err != nil {

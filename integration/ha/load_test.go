@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/testhttp"
 )
 
 // answer is a 2xx a client received.
@@ -95,17 +96,17 @@ func (l *load) client(ctx context.Context, c int) {
 	// A request may hang while a primary waits for a standby that is
 	// gone, or while its completion waits for a new primary: the client
 	// gives up after a while and retries, as clients do.
-	hc := newClient(30 * time.Second)
+	hc := testhttp.NewClient(30 * time.Second)
 	var mine []answer
 	for n := 0; ctx.Err() == nil; n++ {
 		if len(mine) > 0 && rand.IntN(5) == 0 {
 			a := mine[rand.IntN(len(mine))]
 			in := l.pick(a.kind)
-			r, err := post(ctx, hc, in.url+a.path, a.body, a.key)
-			if err == nil && r.status < 300 && (r.status != a.status || !bytes.Equal(r.body, a.resp)) {
+			r, err := testhttp.Post(ctx, hc, in.url+a.path, a.body, "Idempotency-Key", a.key)
+			if err == nil && r.Status < 300 && (r.Status != a.status || !bytes.Equal(r.Body, a.resp)) {
 				l.mu.Lock()
 				l.changed = append(l.changed, fmt.Sprintf("%s %s: answered %d %s, a retry at %s got %d %s",
-					a.kind, a.key, a.status, a.resp, in.name, r.status, r.body))
+					a.kind, a.key, a.status, a.resp, in.name, r.Status, r.Body))
 				l.mu.Unlock()
 			}
 			continue
@@ -120,15 +121,15 @@ func (l *load) client(ctx context.Context, c int) {
 		for ctx.Err() == nil {
 			a.attempts++
 			in := l.pick(k)
-			r, err := post(ctx, hc, in.url+a.path, a.body, a.key)
-			if err == nil && r.status < 300 {
-				a.status, a.resp, a.at, a.via = r.status, r.body, time.Now(), in.name
+			r, err := testhttp.Post(ctx, hc, in.url+a.path, a.body, "Idempotency-Key", a.key)
+			if err == nil && r.Status < 300 {
+				a.status, a.resp, a.at, a.via = r.Status, r.Body, time.Now(), in.name
 				l.record(&a)
 				mine = append(mine, a)
 				break
 			}
-			if err == nil && r.status != http.StatusConflict && r.status < 500 {
-				l.fail(fmt.Sprintf("%s %s at %s: %d %s", k, a.key, in.name, r.status, r.body))
+			if err == nil && r.Status != http.StatusConflict && r.Status < 500 {
+				l.fail(fmt.Sprintf("%s %s at %s: %d %s", k, a.key, in.name, r.Status, r.Body))
 				return
 			}
 			sleep(ctx, 50*time.Millisecond)
@@ -139,7 +140,7 @@ func (l *load) client(ctx context.Context, c int) {
 }
 
 func (l *load) prober(ctx context.Context, in *instance) {
-	hc := newClient(2 * time.Second)
+	hc := testhttp.NewClient(2 * time.Second)
 	for n := 0; ctx.Err() == nil; n++ {
 		a := answer{kind: in.kind, key: fmt.Sprintf("%s-probe-%s-%05d", l.run, strings.ReplaceAll(in.name, "/", "-"), n), attempts: 1}
 		a.path, a.body = requestBody(in.kind, a.key, 0)
@@ -147,13 +148,13 @@ func (l *load) prober(ctx context.Context, in *instance) {
 		l.sent[a.key] = in.kind
 		l.mu.Unlock()
 		a.first = time.Now()
-		r, err := post(ctx, hc, in.url+a.path, a.body, a.key)
-		p := probe{sent: a.first, done: time.Now(), ok: err == nil && r.status < 300}
+		r, err := testhttp.Post(ctx, hc, in.url+a.path, a.body, "Idempotency-Key", a.key)
+		p := probe{sent: a.first, done: time.Now(), ok: err == nil && r.Status < 300}
 		if ctx.Err() != nil {
 			return
 		}
 		if p.ok {
-			a.status, a.resp, a.at, a.via = r.status, r.body, p.done, in.name
+			a.status, a.resp, a.at, a.via = r.Status, r.Body, p.done, in.name
 			l.record(&a)
 		}
 		l.mu.Lock()
@@ -293,36 +294,4 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// newClient returns an HTTP client without keep-alive, so that no
-// connection outlives a test (goleak).
-func newClient(timeout time.Duration) *http.Client {
-	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: timeout}
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// post sends a protected POST with key.
-func post(ctx context.Context, c *http.Client, url, body, key string) (response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, err
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }

@@ -22,9 +22,6 @@ import (
 	"github.com/idemkit/idem/internal/demoproc"
 )
 
-// demoBinary is the idemdemo binary TestMain builds.
-var demoBinary string
-
 // enabled reports whether IDEM_TEST_HA asks for the suite.
 func enabled() bool { return os.Getenv("IDEM_TEST_HA") != "" }
 
@@ -35,7 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	// Without -race: the demo's own tests race-test it, and two cores
 	// run three PostgreSQL servers, Patroni and etcd here.
-	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, nil))
 }
 
 // requireHA skips t unless the suite was asked for and its tools are

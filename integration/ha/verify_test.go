@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/testhttp"
 )
 
 // checked is what the checks after a fault found.
@@ -47,11 +49,11 @@ func check(t *testing.T, c *cluster, l *load, answers []answer, fx *effects) che
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hc := newClient(30 * time.Second)
+			hc := testhttp.NewClient(30 * time.Second)
 			for a := range work {
 				in := l.pick(a.kind)
 				r, err := replay(hc, in, a)
-				if err == nil && r.status == a.status && bytes.Equal(r.body, a.resp) && r.header.Get("Idempotent-Replayed") == "true" {
+				if err == nil && r.Status == a.status && bytes.Equal(r.Body, a.resp) && r.Header.Get("Idempotent-Replayed") == "true" {
 					continue
 				}
 				mu.Lock()
@@ -60,7 +62,7 @@ func check(t *testing.T, c *cluster, l *load, answers []answer, fx *effects) che
 				} else {
 					res.lost[a.key] = fmt.Sprintf("%s %s: answered %d %s by %s at %s (attempt %d, first sent %s); now at %s %d %s (replayed %q)",
 						a.kind, a.key, a.status, a.resp, a.via, a.at.Format("15:04:05.000"), a.attempts, a.first.Format("15:04:05.000"),
-						in.name, r.status, r.body, r.header.Get("Idempotent-Replayed"))
+						in.name, r.Status, r.Body, r.Header.Get("Idempotent-Replayed"))
 				}
 				mu.Unlock()
 			}
@@ -144,13 +146,13 @@ func check(t *testing.T, c *cluster, l *load, answers []answer, fx *effects) che
 
 // replay sends a's request again to in, retrying (the cluster may still
 // settle) until an answer other than 409 or 5xx, for up to 30s.
-func replay(hc *http.Client, in *instance, a answer) (response, error) {
+func replay(hc *http.Client, in *instance, a answer) (testhttp.Response, error) {
 	end := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		r, err := post(ctx, hc, in.url+a.path, a.body, a.key)
+		r, err := testhttp.Post(ctx, hc, in.url+a.path, a.body, "Idempotency-Key", a.key)
 		cancel()
-		if (err == nil && r.status != http.StatusConflict && r.status < 500) || time.Now().After(end) {
+		if (err == nil && r.Status != http.StatusConflict && r.Status < 500) || time.Now().After(end) {
 			return r, err
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -62,14 +62,11 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// demoBinary is the idemdemo binary TestMain builds, when the SDK is there.
-var demoBinary string
-
 func TestMain(m *testing.M) {
 	if os.Getenv("MCP_SDK_DIR") == "" {
 		os.Exit(m.Run()) // nothing to build: the test skips
 	}
-	os.Exit(demoproc.Main(pgcontainer.Main(m), false, &demoBinary))
+	os.Exit(demoproc.Main(pgcontainer.Main(m), false, nil))
 }
 
 // versions are the SDKs the script runs: the protocol revision each speaks.
@@ -95,8 +92,7 @@ func TestTypeScriptSDK(t *testing.T) {
 			if store == "postgres" {
 				dbURL = testdb.SchemaURL(t, testdb.Schema(t))
 			}
-			cfg := demoproc.Config{Binary: demoBinary, Addr: testdb.FreeAddr(t), DatabaseURL: dbURL, Args: []string{"-wait", "1s", "-log-level", "warn"}}
-			d := demoproc.Start(t, cfg)
+			d := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-wait", "1s", "-log-level", "warn"}})
 			cutCall := startProxy(t, d.URL(), cutAfterCall)
 			cutProgress := startProxy(t, d.URL(), cutAtProgress)
 			env := func(version, phase string) []string {
@@ -117,7 +113,7 @@ func TestTypeScriptSDK(t *testing.T) {
 				check(t, d.URL(), runScript(t, node, script, env(version, "before-restart")))
 			}
 			d.Stop()
-			d = demoproc.Start(t, cfg)
+			d = d.Restart()
 			for _, version := range versions {
 				t.Run(version+"/restart", func(t *testing.T) {
 					check(t, d.URL(), runScript(t, node, script, env(version, "after-restart")))

@@ -2,7 +2,6 @@ package robustness
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/idemkit/idem/integration/robustness/wire"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/migrations"
 )
 
@@ -205,25 +205,8 @@ type process struct {
 	pid    int
 	done   chan struct{} // closed once it exited and its stdout was read
 	err    error
-	stderr lockedBuffer
+	stderr testlog.Buffer
 	paused bool
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (n *instance) url() string { return "http://" + n.addr }

@@ -29,6 +29,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
@@ -190,7 +191,7 @@ func newEnv(t *testing.T, a adapter, store idem.Store, o mountOptions, w work) *
 		e.store = memstore.New(memstore.Options{})
 	}
 	o.observe = e.events.Observe
-	srv := httptest.NewUnstartedServer(hangUps(e.gone, a.mount(e.store, o, func(ctx context.Context) (string, error) {
+	srv := httptest.NewUnstartedServer(testhttp.HangUps(e.gone, a.mount(e.store, o, func(ctx context.Context) (string, error) {
 		n := e.runs.Add(1)
 		text, err := w(ctx)
 		if err == nil && text == "" {
@@ -206,19 +207,6 @@ func newEnv(t *testing.T, a adapter, store idem.Store, o mountOptions, w work) *
 	})
 	e.url = srv.URL
 	return e
-}
-
-// hangUps wraps h with what tells a test the client hung up: outside the
-// adapter a request's context is the client's, and net/http ends it when
-// the client closes its connection while h runs. gone is closed at the
-// first such hang-up.
-func hangUps(gone chan struct{}, h http.Handler) http.Handler {
-	hungUp := sync.OnceFunc(func() { close(gone) })
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		stop := context.AfterFunc(r.Context(), hungUp)
-		defer stop()
-		h.ServeHTTP(w, r)
-	})
 }
 
 // client opens a connection per request: a connection the test's client

@@ -7,11 +7,12 @@
 // [Build]), then starts a process per test with [Start]. Start waits until the demo prints its
 // listening line and registers a cleanup that stops it with SIGTERM, so no
 // process and no goroutine reading its output outlives the test (goleak).
+// A program that runs the demo (integration/cmd/scaleload) starts it with
+// [Launch] and stops it with [Process.Terminate].
 package demoproc
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,10 +27,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
+// built is the binary Main built: what an empty Config.Binary runs.
+var built string
+
 // Main is a TestMain body: it builds the demo as Build does (with race, the
-// race detector), stores the binary's path in *binary, runs the tests with
+// race detector), keeps the binary's path as the one an empty
+// [Config.Binary] runs (and stores it in *binary, unless binary is nil for
+// a package that needs it nowhere else), runs the tests with
 // m (testdb.Main(m), or in the integration module pgcontainer.Main(m),
 // which removes the PostgreSQL containers they started) and, if they
 // passed, fails unless no goroutine is left behind. It returns the exit
@@ -42,7 +48,10 @@ func Main(m testdb.Runner, race bool, binary *string) int {
 		return 1
 	}
 	defer cleanup()
-	*binary = path
+	built = path
+	if binary != nil {
+		*binary = path
+	}
 	code := m.Run()
 	if code == 0 {
 		// goleak.VerifyTestMain would call os.Exit itself, before the
@@ -87,27 +96,6 @@ func Build(race bool) (path string, cleanup func(), err error) {
 	return path, cleanup, nil
 }
 
-// Buffer collects a process's output; it is safe for concurrent use, so a
-// test can read it while the process writes. The zero value is empty and
-// ready to use.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns everything written so far.
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // listening is the line the demo prints on stdout once it accepts
 // connections.
 var listening = regexp.MustCompile(`idemdemo listening on (http://\S+) \(store: (\w+)\)`)
@@ -124,7 +112,8 @@ func ListeningURL(line string) (string, bool) {
 
 // Config is how a demo process is run.
 type Config struct {
-	// Binary is the demo binary, from Build. Required.
+	// Binary is the demo binary, from Build. Empty means the one Main
+	// built; outside a test binary whose TestMain is Main it is required.
 	Binary string
 	// Addr is passed as -addr (host:port). Empty means 127.0.0.1:0: the
 	// process picks a free port, which URL then reports.
@@ -142,11 +131,12 @@ type Config struct {
 
 // Process is a running (or exited) demo process.
 type Process struct {
-	t      testing.TB
+	t      testing.TB // the test that started it; nil when Launch did
+	cfg    Config     // as it was started, for Restart
 	cmd    *exec.Cmd
 	url    string
-	stdout Buffer
-	stderr Buffer
+	stdout testlog.Buffer
+	stderr testlog.Buffer
 	done   chan struct{} // closed once the process exited and its stdout is read
 	err    error         // its exit status, once done
 }
@@ -157,11 +147,37 @@ type Process struct {
 // is logged if t failed.
 func Start(t testing.TB, cfg Config) *Process {
 	t.Helper()
+	p, err := Launch(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.t = t
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("idemdemo (%s) stderr:\n%s", p.url, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// Launch runs the demo as cfg says and waits until it listens, for a
+// program rather than a test: where Start fails its test, Launch returns
+// the error, with the process gone (killed if it did not listen within a
+// minute). The caller stops the process with [Process.Terminate]; Stop,
+// Kill and Restart are for a process Start started.
+func Launch(cfg Config) (*Process, error) {
+	if cfg.Binary == "" {
+		cfg.Binary = built
+	}
+	if cfg.Binary == "" {
+		return nil, errors.New("demoproc: no idemdemo binary: Config.Binary is empty and Main built none")
+	}
 	addr := cfg.Addr
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	p := &Process{t: t, done: make(chan struct{})}
+	p := &Process{cfg: cfg, done: make(chan struct{})}
 	p.cmd = exec.Command(cfg.Binary, append([]string{"-addr", addr}, cfg.Args...)...)
 	var env []string
 	for _, kv := range os.Environ() {
@@ -175,11 +191,11 @@ func Start(t testing.TB, cfg Config) *Process {
 	p.cmd.Env = append(env, cfg.Env...)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	found := make(chan string, 1)
 	// Reads stdout to its end, which comes when the process exits, then
@@ -199,30 +215,26 @@ func Start(t testing.TB, cfg Config) *Process {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		p.Stop()
-		if t.Failed() {
-			t.Logf("idemdemo (%s) stderr:\n%s", p.url, p.stderr.String())
-		}
-	})
 	select {
 	case p.url = <-found:
+		return p, nil
 	case <-p.done:
-		t.Fatalf("idemdemo exited before listening (%v); stderr:\n%s", p.err, p.stderr.String())
+		return nil, fmt.Errorf("idemdemo exited before listening (%v); stderr:\n%s", p.err, p.stderr.String())
 	case <-time.After(time.Minute):
-		t.Fatalf("idemdemo did not listen within a minute; stderr:\n%s", p.stderr.String())
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return nil, fmt.Errorf("idemdemo did not listen within a minute; stderr:\n%s", p.stderr.String())
 	}
-	return p
 }
 
 // URL is the base URL the process listens on (http://host:port).
 func (p *Process) URL() string { return p.url }
 
 // Stdout is what the process printed on stdout so far.
-func (p *Process) Stdout() *Buffer { return &p.stdout }
+func (p *Process) Stdout() *testlog.Buffer { return &p.stdout }
 
 // Stderr is what the process printed on stderr (its logs) so far.
-func (p *Process) Stderr() *Buffer { return &p.stderr }
+func (p *Process) Stderr() *testlog.Buffer { return &p.stderr }
 
 // Alive reports whether the process still runs.
 func (p *Process) Alive() bool {
@@ -249,13 +261,34 @@ func (p *Process) Kill() {
 	}
 }
 
+// Restart starts a new process as p was started, on the address p
+// listened on, so that the clients that retry p's URL reach it, and waits
+// until it listens; p must be gone (Kill or Stop it first). The new process
+// belongs to the test that started p, as by Start.
+func (p *Process) Restart() *Process {
+	p.t.Helper()
+	cfg := p.cfg
+	cfg.Addr = strings.TrimPrefix(p.url, "http://")
+	return Start(p.t, cfg)
+}
+
 // Stop sends SIGTERM and waits for the process to exit; a process that does
 // not exit cleanly within a minute is a test error. A process that is gone
 // already is left as it is.
 func (p *Process) Stop() {
+	if err := p.Terminate(); err != nil {
+		p.t.Error(err)
+	}
+}
+
+// Terminate sends SIGTERM and waits for the process to exit, and returns
+// an error if it did not exit cleanly: with a failure status, or not
+// within a minute (it is killed then). A process that is gone already is
+// left as it is, and nil returned.
+func (p *Process) Terminate() error {
 	select {
 	case <-p.done:
-		return
+		return nil
 	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -264,10 +297,10 @@ func (p *Process) Stop() {
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		p.t.Errorf("idemdemo did not stop within a minute of SIGTERM")
-		return
+		return errors.New("idemdemo did not stop within a minute of SIGTERM")
 	}
 	if p.err != nil {
-		p.t.Errorf("idemdemo exited with %v", p.err)
+		return fmt.Errorf("idemdemo exited with %w", p.err)
 	}
+	return nil
 }

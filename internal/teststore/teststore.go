@@ -1,16 +1,23 @@
-// Package teststore holds stores for tests that inject a store's faults
-// around a real one. It is shared by the engine's tests and the adapter
+// Package teststore holds stores for tests: stores that inject a store's
+// faults around a real one, shared by the engine's tests and the adapter
 // table in the integration module (integration/situations), which check
-// the same faults from both sides.
+// the same faults from both sides; and [Migrated], the pgstore every test
+// over PostgreSQL sets up the same way.
 package teststore
 
 import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/migrations"
+	"github.com/idemkit/idem/pgstore"
 )
 
 // CompleteFailsUntil is a store whose Complete fails as unavailable until
@@ -32,4 +39,57 @@ func (s *CompleteFailsUntil) Complete(ctx context.Context, tok idem.Token, res i
 		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection refused")}
 	}
 	return s.Store.Complete(ctx, tok, res)
+}
+
+// Migrated is the setup of a test over PostgreSQL: it migrates the schema
+// of pool (a pool of [testdb], on a schema of the test's own), runs each
+// of ddl there (the tables of the test's side effects), and opens a
+// pgstore.Store on pool with opts, closed when t ends.
+func Migrated(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options, ddl ...string) *pgstore.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
+		t.Fatalf("migrations.Up: %v", err)
+	}
+	for _, q := range ddl {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	store, err := pgstore.New(pool, opts)
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	t.Cleanup(store.Close)
+	return store
+}
+
+// Kit is a test's PostgreSQL set up as by [Migrated], on a fresh schema of
+// its own; Ctx bounds the test's statements (a minute from the start).
+type Kit struct {
+	Ctx    context.Context
+	Pool   *pgxpool.Pool
+	Schema string
+	Store  *pgstore.Store
+}
+
+// NewKit sets up a Kit: a pool on a fresh schema (testdb.Pool), migrated,
+// with the tables of ddl, and a store on it with opts.
+func NewKit(t testing.TB, opts pgstore.Options, ddl ...string) *Kit {
+	t.Helper()
+	pool, schema := testdb.Pool(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return &Kit{Ctx: ctx, Pool: pool, Schema: schema, Store: Migrated(t, pool, opts, ddl...)}
+}
+
+// Count returns how many rows table holds.
+func (k *Kit) Count(t testing.TB, table string) int {
+	t.Helper()
+	var n int
+	if err := k.Pool.QueryRow(k.Ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

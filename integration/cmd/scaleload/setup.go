@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,11 +8,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -127,12 +122,12 @@ func setupInstances(ctx context.Context, cfg config, b demoBinary, n int) (targe
 	if err != nil {
 		return target{}, nil, err
 	}
-	var demos []*demo
+	var demos []*demoproc.Process
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients}, Timeout: 30 * time.Second}
 	closeAll := func() {
 		client.CloseIdleConnections()
 		for _, d := range demos {
-			d.stop()
+			_ = d.Terminate()
 		}
 		drop()
 	}
@@ -144,13 +139,13 @@ func setupInstances(ctx context.Context, cfg config, b demoBinary, n int) (targe
 	u.RawQuery = q.Encode()
 	var bases []string
 	for range n {
-		d, err := startDemo(cfg, b.path, u.String())
+		d, err := demoproc.Launch(demoproc.Config{Binary: b.path, DatabaseURL: u.String(), Args: cfg.demoArgs})
 		if err != nil {
 			closeAll()
 			return target{}, nil, err
 		}
 		demos = append(demos, d)
-		bases = append(bases, d.url)
+		bases = append(bases, d.URL())
 	}
 	run := fmt.Sprintf("%08x", rand.Uint32())
 	made := make([][]answered, cfg.clients)
@@ -191,51 +186,4 @@ func setupInstances(ctx context.Context, cfg config, b demoBinary, n int) (targe
 		}
 		return resp.StatusCode, nil
 	}}, closeAll, nil
-}
-
-// demo is one idemdemo process.
-type demo struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{}
-	logs bytes.Buffer
-}
-
-func startDemo(cfg config, binary, dbURL string) (*demo, error) {
-	d := &demo{done: make(chan struct{})}
-	d.cmd = exec.Command(binary, append([]string{"-addr", "127.0.0.1:0"}, cfg.demoArgs...)...)
-	d.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
-	d.cmd.Stderr = &d.logs
-	out, err := d.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	found := make(chan string, 1)
-	go func() {
-		defer close(d.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if u, ok := demoproc.ListeningURL(sc.Text()); ok {
-				found <- u
-			}
-		}
-		_ = d.cmd.Wait()
-	}()
-	select {
-	case d.url = <-found:
-		return d, nil
-	case <-d.done:
-		return nil, fmt.Errorf("idemdemo exited before listening: %s", d.logs.String())
-	case <-time.After(time.Minute):
-		d.stop()
-		return nil, fmt.Errorf("idemdemo did not listen within a minute")
-	}
-}
-
-func (d *demo) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	<-d.done
 }
