@@ -19,8 +19,8 @@
 -- reads as the stale claim it is, and the transaction is rolled back. The
 -- plain INSERT spares a new key the ON CONFLICT's speculative insertion
 -- and the CTE around it (about 15% of the transaction at 16 clients, in
--- pgbench). The WHERE keeps $11 a parameter of the statement: it inserts
--- nothing if sent with a generation, which Commit never does.
+-- pgbench). Sent with a generation to take over (which Commit never does),
+-- the WHERE raises the stale-claim error rather than insert nothing.
 --
 -- With .Takeover, ON CONFLICT updates that row only if it is still that
 -- generation and still run out, by the statement's clock (its owner may
@@ -66,5 +66,5 @@ SELECT {{.StaleFunc}}($1, $2, $3)::text WHERE NOT EXISTS (SELECT FROM ins)
 INSERT INTO {{.Table}} (scope, key, generation, state, fingerprint, owner, takeover, result,
                         created_at, completed_at, expires_at, method, route, caller)
 SELECT {{template "row" .}}
- WHERE $11::bigint = 0
+ WHERE CASE WHEN $11::bigint = 0 THEN true ELSE {{.StaleFunc}}($1, $2, $3)::text IS NULL END
 {{- end}}
