@@ -12,7 +12,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/adapter"
-	"github.com/idemkit/idem/internal/ctxvalue"
 	"github.com/idemkit/idem/internal/identity"
 )
 
@@ -128,7 +127,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.cfg.logger.WarnContext(r.Context(), "idempotency store failed; running the handler UNPROTECTED (FailOpen)",
 				"key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key), "err", d.Err)
 			h.report(r, idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedFailOpen, Scope: scope, Key: key})
-			withBody(r, body, new(bodyReader))
+			withBody(r, body)
 			h.next.ServeHTTP(w, r)
 			return
 		}
@@ -192,11 +191,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// withBody gives the handler the body the middleware read, through b.
-func withBody(r *http.Request, body []byte, b *bodyReader) {
+// withBody gives the handler the body the middleware read.
+func withBody(r *http.Request, body []byte) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
+	b := new(bodyReader)
 	b.Reset(body)
 	r.Body = b
 }
@@ -248,9 +248,8 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Re
 	if x.InTransaction() {
 		c.holdBack()
 	}
-	c.ctx = ctxvalue.Ctx[callKey, *call]{Context: x.Context(), Val: c}
-	inner := r.WithContext(&c.ctx)
-	withBody(inner, body, &c.body)
+	inner := r.WithContext(context.WithValue(x.Context(), callKey{}, c))
+	withBody(inner, body)
 	x.Do(func(context.Context) engine.Verdict {
 		h.next.ServeHTTP(&c.rec, inner)
 		c.final = c.verdict()
