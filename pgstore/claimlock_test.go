@@ -150,7 +150,23 @@ func TestBeginClaimTakeoverIsFenced(t *testing.T) {
 // nothing of the transaction commits; the row written meanwhile stays.
 func TestBeginClaimNewKeyMeetsAnUnlockedRow(t *testing.T) {
 	t.Parallel()
-	f := newTxFixture(t, pgstore.Options{})
+	for _, partitions := range []int{0, 2} {
+		t.Run(fmt.Sprint("partitions=", partitions), func(t *testing.T) {
+			t.Parallel()
+			testNewKeyMeetsAnUnlockedRow(t, partitions)
+		})
+	}
+}
+
+// testNewKeyMeetsAnUnlockedRow: on a partitioned table the primary key
+// that refuses the row is the partition's.
+func testNewKeyMeetsAnUnlockedRow(t *testing.T, partitions int) {
+	ctx := testCtx(t)
+	pool, schema := migratedWith(t, migrations.Options{Partitions: partitions})
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	f := &txFixture{ctx: ctx, pool: pool, schema: schema, s: newStore(t, pool, pgstore.Options{}), monitor: sessionPool(t, pool, schema)}
 	other := mustClaim(t, f.ctx, f.s, idem.ClaimRequest{Scope: "s", Key: key("other")}, idem.Acquired)
 	c, tx := beginClaim(t, f.ctx, f.s, "k", txLimits, idem.Acquired)
 	rollbackAtEnd(t, tx)

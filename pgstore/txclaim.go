@@ -218,6 +218,7 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 			q = c.s.sql.txTakeoverLarge
 		}
 		_, err = execLarge(ctx, c.tx, q, txCompleteLargeParams{p, body, jsonb.IsText(body)})
+		err = c.rowRefused(err)
 		if err == nil {
 			err = c.tx.Commit(ctx)
 		}
@@ -237,6 +238,7 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	batch.Queue("commit")
 	br := c.conn.SendBatch(ctx, batch)
 	_, err = br.Exec()
+	err = c.rowRefused(err)
 	if err == nil {
 		var tag pgconn.CommandTag
 		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
@@ -251,17 +253,25 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 	return c.completed(err)
 }
 
+// rowRefused maps err, the error of the statement that writes the key's
+// row (not of the COMMIT after it, where a deferred unique constraint of
+// the work's tables fails with the same code): a new key's row that met
+// one written without the key's lock (see sql/tx_complete.sql), refused by
+// the primary key (the table's, or a partition's), is a stale claim.
+func (c *claimTx) rowRefused(err error) error {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == uniqueViolation {
+		return &idem.StaleClaimError{Token: c.tok}
+	}
+	return err
+}
+
 // completed is the error of the completion and commit, err.
 func (c *claimTx) completed(err error) error {
 	if se, ok := staleFrom(err, c.tok); ok {
 		return se
 	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == uniqueViolation && pgErr.TableName == c.s.sql.obj.Base {
-		// A new key's row met one written without the key's lock (see
-		// sql/tx_complete.sql): the claim is stale. (A deferred unique
-		// constraint of the work's own tables fails at the COMMIT with the
-		// same code, and names its own table.)
-		return &idem.StaleClaimError{Token: c.tok}
+	if errors.Is(err, idem.ErrStaleClaim) {
+		return err // rowRefused's
 	}
 	if err != nil {
 		return unavailable("complete", err)
