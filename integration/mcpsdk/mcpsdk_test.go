@@ -22,8 +22,9 @@
 //     idempotency_key_conflict; one invoice;
 //   - duplicate in progress: a duplicate past the wait gets -31091, data.type
 //     idempotency_key_in_progress; its retry the result; one invoice;
-//   - connection dropped during the call (a proxy cuts it 150 ms after the
-//     call): the retry on a new connection is the replay; one invoice;
+//   - connection dropped during the call (a proxy cuts it once the demo
+//     has logged the claim of its key): the retry on a new connection is
+//     the replay; one invoice;
 //   - connection dropped mid-stream: a streaming call (progress
 //     notifications) cut after its first event; the retry is the replay;
 //   - two callers, one key (bearer tokens): two invoices, each retry its own;
@@ -53,10 +54,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/integration/internal/pgcontainer"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
@@ -92,9 +96,13 @@ func TestTypeScriptSDK(t *testing.T) {
 			if store == "postgres" {
 				dbURL = testdb.SchemaURL(t, testdb.Schema(t))
 			}
-			d := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-wait", "1s", "-log-level", "warn"}})
-			cutCall := startProxy(t, d.URL(), cutAfterCall)
-			cutProgress := startProxy(t, d.URL(), cutAtProgress)
+			// At debug level the demo logs each claim with its key: the
+			// proxy that cuts a call waits for it.
+			d := demoproc.Start(t, demoproc.Config{DatabaseURL: dbURL, Args: []string{"-wait", "1s", "-log-level", "debug"}})
+			logs := d.Stderr()
+			claimed := func(key string) bool { return claimLogged(logs.String(), key) }
+			cutCall := startProxy(t, d.URL(), cutAfterClaim, claimed)
+			cutProgress := startProxy(t, d.URL(), cutAtProgress, nil)
 			env := func(version, phase string) []string {
 				return []string{
 					"SDK_VERSION=" + version, "PHASE=" + phase, "RUN=" + store + " " + version,
@@ -227,18 +235,22 @@ func runScript(t *testing.T, node, script string, env []string) []outcome {
 type cutMode int
 
 const (
-	// cutAfterCall cuts a connection 150 ms after a tools/call went up it:
-	// the client loses the answer while the tool runs.
-	cutAfterCall cutMode = iota
+	// cutAfterClaim cuts a connection once the demo has claimed the key of
+	// a tools/call that went up it: the client loses the answer while the
+	// tool runs. (A cut at a fixed time after the call could land before
+	// the claim on a loaded machine; the tool then never ran, and the retry
+	// was the first run, not a replay.)
+	cutAfterClaim cutMode = iota
 	// cutAtProgress cuts a connection once a progress notification came
 	// down it: the client loses the rest of a streaming answer.
 	cutAtProgress
 )
 
 // startProxy starts a TCP proxy in front of target (an http:// URL) that
-// cuts connections as mode says, and returns its URL. It stops, with every
+// cuts connections as mode says, and returns its URL; claimed reports
+// whether the demo has claimed a key (cutAfterClaim). It stops, with every
 // connection, when t ends.
-func startProxy(t *testing.T, target string, mode cutMode) string {
+func startProxy(t *testing.T, target string, mode cutMode, claimed func(key string) bool) string {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
@@ -260,7 +272,9 @@ func startProxy(t *testing.T, target string, mode cutMode) string {
 			delete(open, c)
 		}
 	}
+	stop := make(chan struct{})
 	t.Cleanup(func() {
+		close(stop)
 		ln.Close()
 		mu.Lock()
 		for c := range open {
@@ -292,8 +306,15 @@ func startProxy(t *testing.T, target string, mode cutMode) string {
 				})
 			}
 			up, down := io.Discard, io.Discard
-			if mode == cutAfterCall {
-				up = &watch{want: []byte("tools/call"), seen: func() { time.AfterFunc(150*time.Millisecond, cut) }}
+			if mode == cutAfterClaim {
+				up = &keyWatch{seen: func(key string) {
+					wg.Go(func() {
+						if !waitFor(stop, func() bool { return claimed(key) }) {
+							t.Errorf("the demo did not log the claim of %q within %s", key, claimWait)
+						}
+						cut()
+					})
+				}}
 			} else {
 				down = &watch{want: []byte("notifications/progress"), seen: cut}
 			}
@@ -343,6 +364,65 @@ func (w *watch) Write(p []byte) (int, error) {
 	}
 	if keep := len(w.want); len(w.tail) > keep {
 		w.tail = append(w.tail[:0], w.tail[len(w.tail)-keep:]...)
+	}
+	return len(p), nil
+}
+
+// claimWait bounds how long a proxy waits for the demo to claim a call's key.
+const claimWait = 30 * time.Second
+
+// waitFor polls done until it reports true (and returns true), stop is
+// closed or claimWait has passed.
+func waitFor(stop <-chan struct{}, done func() bool) bool {
+	deadline := time.Now().Add(claimWait)
+	for !done() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-stop:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// claimLogged reports whether logs hold the engine's debug line for the
+// claim of the client's key (logged in its stored form).
+func claimLogged(logs, key string) bool {
+	k, err := idem.ParseClientKey(key)
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, `msg="claimed idempotency key"`) && strings.Contains(line, "key="+k.String()) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyWatch calls seen once with the idempotency key of the first tools/call
+// request that passed through it (the JSON the SDK sends, in _meta).
+type keyWatch struct {
+	seen func(key string)
+	buf  []byte
+	done bool
+}
+
+var keyField = regexp.MustCompile(`"tools/call".*"idempotencyKey":"([^"]+)"`)
+
+func (w *keyWatch) Write(p []byte) (int, error) {
+	if w.done {
+		return len(p), nil
+	}
+	if w.buf = append(w.buf, p...); len(w.buf) > 64<<10 {
+		w.buf = w.buf[len(w.buf)-32<<10:]
+	}
+	if m := keyField.FindSubmatch(w.buf); m != nil {
+		w.done = true
+		w.seen(string(m[1]))
 	}
 	return len(p), nil
 }

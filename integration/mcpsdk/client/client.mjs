@@ -13,7 +13,7 @@
 // Environment: SDK_VERSION (2025-11-25: @modelcontextprotocol/sdk;
 // 2026-07-28: @modelcontextprotocol/client, pinned to that revision),
 // DIRECT_URL, CUT_CALL_URL (a proxy that cuts a tools/call's connection
-// 150 ms after the call), CUT_PROGRESS_URL (one that cuts it at the call's
+// once the demo has claimed the call's key), CUT_PROGRESS_URL (one that cuts it at the call's
 // first progress notification), RUN (a prefix that makes customers and keys
 // unique), PHASE (main, before-restart, after-restart).
 
