@@ -54,17 +54,22 @@ func (e *Engine) observe(req *Request, ev idem.Event) {
 }
 
 // log logs msg with the key as a digest; the key itself only at debug level.
+// attrs are copied, not handed to the logger, so that they do not escape:
+// a call whose level is not enabled (a claim's debug line, on every
+// request) allocates nothing.
 func (e *Engine) log(ctx context.Context, level slog.Level, msg string, req *Request, attrs ...slog.Attr) {
 	l := e.logger
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	attrs = append(attrs, slog.String("key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
+	all := make([]slog.Attr, 0, len(attrs)+3)
+	all = append(all, attrs...)
+	all = append(all, slog.String("key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key)))
 	if e.adapter != "" {
-		attrs = append(attrs, slog.String("adapter", e.adapter))
+		all = append(all, slog.String("adapter", e.adapter))
 	}
 	if l.Enabled(ctx, slog.LevelDebug) {
-		attrs = append(attrs, slog.String("key", req.Claim.Key.String()))
+		all = append(all, slog.String("key", req.Claim.Key.String()))
 	}
-	l.LogAttrs(ctx, level, msg, attrs...)
+	l.LogAttrs(ctx, level, msg, all...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/ctxvalue"
 )
 
 // callKey is the context key under which a running handler finds its call.
@@ -38,6 +39,10 @@ type call struct {
 	// (holdBack), kept in the call so that holding costs no allocation of
 	// its own.
 	held held
+	// ctx is the handler's context (carrying the call), and body its
+	// request body, held here so that the call allocates both.
+	ctx  ctxvalue.Ctx[callKey, *call]
+	body bodyReader
 }
 
 // holdBack holds the response back until the claim's transaction commits
@@ -47,15 +52,20 @@ func (c *call) holdBack() {
 	if h := c.rec.W.Header(); len(h) > 0 {
 		before = h.Clone()
 	}
-	c.held = held{before: before, spill: func(res idem.Result) error {
-		if err := c.x.Commit(res); err != nil {
-			c.commit = commitFailed
-			return err
-		}
-		c.commit, c.committedStatus = committed, res.Status
-		return nil
-	}}
+	c.held = held{before: before, call: c}
 	c.rec.held = &c.held
+}
+
+// commitEarly commits the claim's transaction with res, an unreplayable
+// result, while the handler runs: its response outgrew the record limit
+// and cannot be held any longer (recorder.spill).
+func (c *call) commitEarly(res idem.Result) error {
+	if err := c.x.Commit(res); err != nil {
+		c.commit = commitFailed
+		return err
+	}
+	c.commit, c.committedStatus = committed, res.Status
+	return nil
 }
 
 // sendHeld sends the response held back, once the handler returned and the

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/adapter"
+	"github.com/idemkit/idem/internal/ctxvalue"
 	"github.com/idemkit/idem/internal/identity"
 )
 
@@ -127,7 +128,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.cfg.logger.WarnContext(r.Context(), "idempotency store failed; running the handler UNPROTECTED (FailOpen)",
 				"key_digest", idem.KeyDigest(req.Claim.Scope, req.Claim.Key), "err", d.Err)
 			h.report(r, idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedFailOpen, Scope: scope, Key: key})
-			withBody(r, body)
+			withBody(r, body, new(bodyReader))
 			h.next.ServeHTTP(w, r)
 			return
 		}
@@ -191,12 +192,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// withBody gives the handler the body the middleware read.
-func withBody(r *http.Request, body []byte) {
+// withBody gives the handler the body the middleware read, through b.
+func withBody(r *http.Request, body []byte, b *bodyReader) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	b := new(bodyReader)
 	b.Reset(body)
 	r.Body = b
 }
@@ -248,8 +248,9 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Re
 	if x.InTransaction() {
 		c.holdBack()
 	}
-	inner := r.WithContext(context.WithValue(x.Context(), callKey{}, c))
-	withBody(inner, body)
+	c.ctx = ctxvalue.Ctx[callKey, *call]{Context: x.Context(), Val: c}
+	inner := r.WithContext(&c.ctx)
+	withBody(inner, body, &c.body)
 	x.Do(func(context.Context) engine.Verdict {
 		h.next.ServeHTTP(&c.rec, inner)
 		c.final = c.verdict()

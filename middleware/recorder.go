@@ -52,10 +52,11 @@ type held struct {
 	// its status (nil before): what the answer carries, as net/http sends
 	// the header map of that moment, whatever the handler sets after it.
 	header http.Header
-	// spill commits the claim's transaction with res, an unreplayable
-	// result, when the response outgrows the record limit and cannot be
-	// held any longer.
-	spill func(res idem.Result) error
+	// call is the call whose response is held, which commits the
+	// claim's transaction early (commitEarly) when the response outgrows
+	// the record limit. A pointer, not a func bound to the call, which
+	// would be an allocation of its own.
+	call *call
 	// sent: the hold is over and the response passes through (it was
 	// spilled, or Commit answered).
 	sent bool
@@ -144,7 +145,7 @@ func (rw *recorder) Capture(p []byte) bool {
 // client and the rest passes through. If the commit fails, nothing reaches
 // the client: the middleware answers 503 once the handler returns.
 func (rw *recorder) spill() {
-	if err := rw.held.spill(idem.Result{Status: rw.Status, Unreplayable: true}); err != nil {
+	if err := rw.held.call.commitEarly(idem.Result{Status: rw.Status, Unreplayable: true}); err != nil {
 		rw.held.failed = true
 		return
 	}

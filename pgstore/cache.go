@@ -73,15 +73,22 @@ func newReplayCache(maxBytes int) *replayCache {
 }
 
 func replayCacheID(scope string, key idem.Key) string {
-	return scope + "\x00" + key.String()
+	return string(appendCacheID(nil, scope, key))
+}
+
+// appendCacheID appends replayCacheID(scope, key) to b, for get: looked up
+// from bytes, an id costs no allocation (a map index converts them without
+// a copy), where the string costs one on every claim.
+func appendCacheID(b []byte, scope string, key idem.Key) []byte {
+	return append(append(append(b, scope...), 0), key.String()...)
 }
 
 // get returns the cached result of id, if any and still retained. now is
 // the store's test clock, nil in production.
-func (c *replayCache) get(id string, now func() time.Time) (fingerprint string, res idem.Result, ok bool) {
+func (c *replayCache) get(id []byte, now func() time.Time) (fingerprint string, res idem.Result, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el := c.entries[id]
+	el := c.entries[string(id)]
 	if el == nil {
 		return "", idem.Result{}, false
 	}
@@ -111,10 +118,12 @@ type ticket struct {
 	ok     bool
 }
 
-func (c *replayCache) ticket(payload string) ticket {
+func (c *replayCache) ticket(payload string) ticket { return c.ticketIn(bucketOf(payload)) }
+
+// ticketIn is ticket for a payload in bucket b (bucketOf).
+func (c *replayCache) ticketIn(b byte) ticket {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b := bucketOf(payload)
 	return ticket{epoch: c.epoch, bucket: b, seen: c.buckets[b], ok: c.ready}
 }
 
@@ -199,7 +208,7 @@ func (c *replayCache) len() int {
 	return c.lru.Len()
 }
 
-func bucketOf(payload string) byte {
+func bucketOf[P string | []byte](payload P) byte {
 	if len(payload) < 2 {
 		return 0
 	}
@@ -261,10 +270,12 @@ func (s *Store) ReplayCacheHits() int64 {
 // claimCache is what a claim needs of the replay cache: where a result read
 // from the table goes, and the ticket that says whether it may.
 type claimCache struct {
-	s                *Store
-	cacheID, payload string
-	tk               ticket
-	sent             time.Time
+	s *Store
+	// payload is the key's NOTIFY payload (pgschema.NotifyPayloadBytes),
+	// made a string only for a result that is cached.
+	payload [32]byte
+	tk      ticket
+	sent    time.Time
 }
 
 // startClaim sets up a claim of req: a replay straight from the replay
@@ -275,12 +286,11 @@ func (s *Store) startClaim(req idem.ClaimRequest) (rc claimCache, c idem.Claim, 
 	if s.cache == nil {
 		return rc, idem.Claim{}, false, nil
 	}
-	rc.cacheID = replayCacheID(req.Scope, req.Key)
-	if c, ok, err := s.claimFromCache(rc.cacheID, req); ok {
+	if c, ok, err := s.claimFromCache(req); ok {
 		return rc, c, true, err
 	}
 	s.listener.start()
-	rc.payload = pgschema.NotifyPayload(req.Scope, req.Key.String())
+	rc.payload = pgschema.NotifyPayloadBytes(req.Scope, req.Key.String())
 	return rc, idem.Claim{}, false, nil
 }
 
@@ -289,7 +299,7 @@ func (s *Store) startClaim(req idem.ClaimRequest) (rc claimCache, c idem.Claim, 
 // between.
 func (rc *claimCache) ticket() {
 	if rc.s.cache != nil {
-		rc.tk, rc.sent = rc.s.cache.ticket(rc.payload), time.Now()
+		rc.tk, rc.sent = rc.s.cache.ticketIn(bucketOf(rc.payload[:])), time.Now()
 	}
 }
 
@@ -305,13 +315,14 @@ func (s *Store) ClaimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, er
 	if s.cache == nil || req.Validate() != nil {
 		return idem.Claim{}, false, nil
 	}
-	return s.claimFromCache(replayCacheID(req.Scope, req.Key), req)
+	return s.claimFromCache(req)
 }
 
 // claimFromCache answers a claim of a key whose result the replay cache
 // holds: the replay, or a mismatch error. ok is false on a miss.
-func (s *Store) claimFromCache(cacheID string, req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
-	fp, res, ok := s.cache.get(cacheID, s.now)
+func (s *Store) claimFromCache(req idem.ClaimRequest) (c idem.Claim, ok bool, err error) {
+	var id [256]byte
+	fp, res, ok := s.cache.get(appendCacheID(id[:0], req.Scope, req.Key), s.now)
 	switch {
 	case !ok:
 		return idem.Claim{}, false, nil

@@ -40,7 +40,7 @@ func TestReplayCacheDeadline(t *testing.T) {
 			t.Parallel()
 			c, tk := readyCache(1<<20, "00aa")
 			c.put(tk, "s\x00k", "00aa", "fp", res, tt.sent, dbNow, tt.expires)
-			_, _, ok := c.get("s\x00k", nil)
+			_, _, ok := c.get([]byte("s\x00k"), nil)
 			if ok != tt.want {
 				t.Fatalf("get = %v, want %v", ok, tt.want)
 			}
@@ -110,12 +110,12 @@ func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	for i := range 10 {
 		c.put(c.ticket(payload(i)), id(i), payload(i), "", res, now, now, nil)
 	}
-	if _, _, ok := c.get(id(0), nil); !ok { // k0 is now the most recent
+	if _, _, ok := c.get([]byte(id(0)), nil); !ok { // k0 is now the most recent
 		t.Fatal("k0 not cached")
 	}
 	c.put(c.ticket(payload(10)), id(10), payload(10), "", res, now, now, nil)
 	for i := range 11 {
-		if _, _, ok := c.get(id(i), nil); ok != (i != 1) {
+		if _, _, ok := c.get([]byte(id(i)), nil); ok != (i != 1) {
 			t.Errorf("k%d cached = %v, want %v", i, ok, i != 1)
 		}
 	}
@@ -125,12 +125,12 @@ func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	// A result larger than an eighth of the bound is not cached.
 	big := idem.Result{Status: 200, Body: make([]byte, 2*size)}
 	c.put(c.ticket("ff"), "s\x00big", "ff", "", big, now, now, nil)
-	if _, _, ok := c.get("s\x00big", nil); ok {
+	if _, _, ok := c.get([]byte("s\x00big"), nil); ok {
 		t.Error("a result larger than an eighth of the bound was cached")
 	}
 	// A forgotten key's entry goes, by its payload.
 	c.invalidate(payload(0))
-	if _, _, ok := c.get(id(0), nil); ok {
+	if _, _, ok := c.get([]byte(id(0)), nil); ok {
 		t.Error("k0 still cached after its notification")
 	}
 }

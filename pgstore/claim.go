@@ -163,7 +163,7 @@ func (s *Store) answer(rc claimCache, req idem.ClaimRequest, row claimRow) (idem
 			return idem.Claim{}, unavailable("claim", err)
 		}
 		if s.cache != nil {
-			s.cache.put(rc.tk, rc.cacheID, rc.payload, row.fingerprint, res, rc.sent, row.now, row.expiresAt)
+			s.cache.put(rc.tk, replayCacheID(req.Scope, req.Key), string(rc.payload[:]), row.fingerprint, res, rc.sent, row.now, row.expiresAt)
 		}
 		return idem.Claim{Status: idem.Completed, Result: res}, nil
 	}

@@ -57,7 +57,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		if js, err = res.MarshalJSON(); err != nil {
 			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
-		tag, err = s.sql.complete.exec(ctx, db, s.completeParams(tok, string(js)))
+		tag, err = s.sql.complete.exec(ctx, db, s.completeParams(tok, []byte(tok.Scope), string(js)))
 	} else {
 		// The body as its own parameter, the JSON built around it in SQL
 		// (see sql/complete.sql, .Large): for a large body each copy counts.
@@ -67,7 +67,7 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 		if meta, err = res.MarshalJSON(); err != nil {
 			return fmt.Errorf("pgstore: encoding result: %w", err)
 		}
-		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeLargeParams{s.completeParams(tok, string(meta)), body, jsonb.IsText(body)})
+		tag, err = execLarge(ctx, db, s.sql.completeLarge, completeLargeParams{s.completeParams(tok, []byte(tok.Scope), string(meta)), body, jsonb.IsText(body)})
 	}
 	switch {
 	case err != nil:
@@ -78,10 +78,10 @@ func (s *Store) complete(ctx context.Context, db execer, op string, tok idem.Tok
 	return nil
 }
 
-// completeParams are sql/complete.sql's parameters for tok and its result
-// as JSON.
-func (s *Store) completeParams(tok idem.Token, result string) completeParams {
-	return completeParams{scope: []byte(tok.Scope), key: tok.Key.String(), generation: tok.Generation, result: result,
+// completeParams are sql/complete.sql's parameters for tok, whose scope's
+// bytes are scope, and its result as JSON.
+func (s *Store) completeParams(tok idem.Token, scope []byte, result string) completeParams {
+	return completeParams{scope: scope, key: tok.Key.String(), generation: tok.Generation, result: result,
 		retentionMicros: s.retentionMicros(), now: s.nowArg()}
 }
 

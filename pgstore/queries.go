@@ -72,8 +72,8 @@ type claimRow struct {
 	result              resultColumn // completed: the recorded result
 }
 
-func (r *claimRow) targets() []any {
-	return []any{&r.inserted, &r.held, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now}
+func (r *claimRow) appendTargets(dst []any) []any {
+	return append(dst, &r.inserted, &r.held, &r.generation, &r.leaseEnd, &r.state, &r.fingerprint, &r.expiresAt, &r.result, &r.now)
 }
 
 // claimWaitParams are sql/claim_wait.sql's: the key's lock.
@@ -82,8 +82,8 @@ type claimWaitParams struct{ lockKey int64 }
 func (p claimWaitParams) args() []any { return []any{p.lockKey} }
 
 // claimLimitsParams are sql/claim_limits.sql's: lock_timeout, in
-// milliseconds as text (the value of set_config).
-type claimLimitsParams struct{ lockTimeout string }
+// milliseconds.
+type claimLimitsParams struct{ lockTimeout int64 }
 
 func (p claimLimitsParams) args() []any { return []any{p.lockTimeout} }
 
@@ -105,7 +105,9 @@ type takeoverRow struct {
 	takeover   bool
 }
 
-func (r *takeoverRow) targets() []any { return []any{&r.generation, &r.leaseEnd, &r.takeover} }
+func (r *takeoverRow) appendTargets(dst []any) []any {
+	return append(dst, &r.generation, &r.leaseEnd, &r.takeover)
+}
 
 // completeParams are sql/complete.sql's, rendered with .Large false.
 type completeParams struct {
@@ -146,7 +148,7 @@ type renewRow struct {
 	current  *int64
 }
 
-func (r *renewRow) targets() []any { return []any{&r.leaseEnd, &r.current} }
+func (r *renewRow) appendTargets(dst []any) []any { return append(dst, &r.leaseEnd, &r.current) }
 
 // releaseRow is sql/release.sql's: the rows deleted, and the key's current
 // generation. The third column, the notifications sent, is not read.
@@ -155,7 +157,7 @@ type releaseRow struct {
 	current *int64
 }
 
-func (r *releaseRow) targets() []any { return []any{&r.deleted, &r.current, nil} }
+func (r *releaseRow) appendTargets(dst []any) []any { return append(dst, &r.deleted, &r.current, nil) }
 
 // lookParams are sql/wait_check.sql's and sql/poll_check.sql's: the key
 // and the clock.
@@ -175,7 +177,7 @@ type lookRow struct {
 	remaining *int64
 }
 
-func (r *lookRow) targets() []any { return []any{&r.channel, &r.remaining} }
+func (r *lookRow) appendTargets(dst []any) []any { return append(dst, &r.channel, &r.remaining) }
 
 // inspectRow is sql/inspect.sql's: the row as stored.
 type inspectRow struct {
@@ -188,9 +190,9 @@ type inspectRow struct {
 	labels                           labelColumns
 }
 
-func (r *inspectRow) targets() []any {
-	return []any{&r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result,
-		&r.labels.method, &r.labels.route, &r.labels.caller}
+func (r *inspectRow) appendTargets(dst []any) []any {
+	return append(dst, &r.state, &r.generation, &r.fingerprint, &r.owner, &r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.result,
+		&r.labels.method, &r.labels.route, &r.labels.caller)
 }
 
 // labelColumns are a row's request labels; null is not recorded.
@@ -224,7 +226,7 @@ type forgetRow struct {
 	present bool
 }
 
-func (r *forgetRow) targets() []any { return []any{&r.deleted, &r.present} }
+func (r *forgetRow) appendTargets(dst []any) []any { return append(dst, &r.deleted, &r.present) }
 
 // statsRow is sql/stats.sql's.
 type statsRow struct {
@@ -233,8 +235,8 @@ type statsRow struct {
 	tableBytes                             int64
 }
 
-func (r *statsRow) targets() []any {
-	return []any{&r.claimed, &r.abandoned, &r.completed, &r.expired, &r.oldestClaim, &r.oldestAbandoned, &r.tableBytes}
+func (r *statsRow) appendTargets(dst []any) []any {
+	return append(dst, &r.claimed, &r.abandoned, &r.completed, &r.expired, &r.oldestClaim, &r.oldestAbandoned, &r.tableBytes)
 }
 
 // keysParams are sql/keys.sql's.
@@ -263,57 +265,66 @@ type keysRow struct {
 	labels                           labelColumns
 }
 
-func (r *keysRow) targets() []any {
-	return []any{&r.scope, &r.key, &r.status, &r.state, &r.generation, &r.fingerprint, &r.owner,
-		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.labels.method, &r.labels.route, &r.labels.caller}
+func (r *keysRow) appendTargets(dst []any) []any {
+	return append(dst, &r.scope, &r.key, &r.status, &r.state, &r.generation, &r.fingerprint, &r.owner,
+		&r.createdAt, &r.leaseEnd, &r.completedAt, &r.expiresAt, &r.labels.method, &r.labels.route, &r.labels.caller)
 }
 
 // sweepRow is sql/sweep.sql's: the abandoned claims and the expired results
 // deleted. The third column, the notifications sent, is not read.
 type sweepRow struct{ abandoned, expired int }
 
-func (r *sweepRow) targets() []any { return []any{&r.abandoned, &r.expired, nil} }
+func (r *sweepRow) appendTargets(dst []any) []any { return append(dst, &r.abandoned, &r.expired, nil) }
 
 // channelRow is sql/channel.sql's.
 type channelRow struct{ channel string }
 
-func (r *channelRow) targets() []any { return []any{&r.channel} }
+func (r *channelRow) appendTargets(dst []any) []any { return append(dst, &r.channel) }
 
 // heartbeatParams are sql/heartbeat.sql's: the heartbeat's payload.
 type heartbeatParams struct{ payload string }
 
 func (p heartbeatParams) args() []any { return []any{p.payload} }
 
-// txLimitsParams are sql/tx_limits.sql's, in milliseconds as text (the
-// values of set_config).
+// txLimitsParams are sql/tx_limits.sql's, in milliseconds.
 type txLimitsParams struct {
-	lockTimeout, idleTimeout string
+	lockTimeout, idleTimeout int64
 }
 
 func (p txLimitsParams) args() []any { return []any{p.lockTimeout, p.idleTimeout} }
+
+func (p *txLimitsParams) heldArgs(dst []any) []any {
+	return append(dst, (*int8Arg)(&p.lockTimeout), (*int8Arg)(&p.idleTimeout))
+}
 
 // txLockParams are sql/tx_lock.sql's: the key's lock.
 type txLockParams struct{ lockKey int64 }
 
 func (p txLockParams) args() []any { return []any{p.lockKey} }
 
+func (p *txLockParams) heldArgs(dst []any) []any { return append(dst, (*int8Arg)(&p.lockKey)) }
+
 // txLockRow is sql/tx_lock.sql's: whether the claim waited for the key's
 // lock.
 type txLockRow struct{ waited bool }
 
-func (r *txLockRow) targets() []any { return []any{&r.waited} }
+func (r *txLockRow) appendTargets(dst []any) []any { return append(dst, &r.waited) }
 
 // txClaimParams are sql/tx_claim.sql's: the key, the clock, and the
-// work's statement_timeout, in milliseconds as text ("0": none), unless
-// the session has one.
+// work's statement_timeout, in milliseconds (zero: none), unless the
+// session has one.
 type txClaimParams struct {
 	scope            []byte
 	key              string
 	now              *time.Time
-	statementTimeout string
+	statementTimeout int64
 }
 
 func (p txClaimParams) args() []any { return []any{p.scope, p.key, p.now, p.statementTimeout} }
+
+func (p *txClaimParams) heldArgs(dst []any) []any {
+	return append(dst, (*bytesArg)(&p.scope), (*textArg)(&p.key), p.now, (*int8Arg)(&p.statementTimeout))
+}
 
 // txClaimRow is sql/tx_claim.sql's: the key's row as claimRow reads it
 // (inserted meaning the key has none), the generation of the claim (null
@@ -321,15 +332,13 @@ func (p txClaimParams) args() []any { return []any{p.scope, p.key, p.now, p.stat
 // (zero: none) and whether it is the session's.
 type txClaimRow struct {
 	claimRow
-	next                   *int64
+	next                   int8Column
 	statementTimeoutMillis int64
 	sessions               bool
 }
 
-func (r *txClaimRow) targets() []any {
-	c := &r.claimRow
-	return []any{&c.inserted, &c.held, &c.generation, &c.leaseEnd, &c.state, &c.fingerprint, &c.expiresAt, &c.result, &c.now,
-		&r.next, &r.statementTimeoutMillis, &r.sessions}
+func (r *txClaimRow) appendTargets(dst []any) []any {
+	return append(r.claimRow.appendTargets(dst), &r.next, &r.statementTimeoutMillis, &r.sessions)
 }
 
 // txCompleteParams are sql/tx_complete.sql's: the completion's, then what
@@ -348,4 +357,13 @@ type txCompleteParams struct {
 func (p txCompleteParams) args() []any {
 	return []any{p.scope, p.key, p.generation, p.result, p.retentionMicros, p.now,
 		p.fingerprint, p.owner, p.takeover, p.createdAt, p.takenOver, p.method, p.route, p.caller}
+}
+
+// heldArgs: the result stays a string, as args sends it, so that it
+// reaches the jsonb parameter as the JSON it is in every query exec mode
+// (pgx's JSON codec takes values of other types to marshal).
+func (p *txCompleteParams) heldArgs(dst []any) []any {
+	return append(dst, (*bytesArg)(&p.scope), (*textArg)(&p.key), (*int8Arg)(&p.generation), p.result,
+		(*int8Arg)(&p.retentionMicros), p.now, (*textArg)(&p.fingerprint), (*textArg)(&p.owner), p.takeover,
+		p.createdAt, (*int8Arg)(&p.takenOver), (*textArg)(&p.method), (*textArg)(&p.route), (*textArg)(&p.caller))
 }

@@ -185,6 +185,8 @@ func oidOf(t reflect.Type) ([]uint32, bool) {
 		return []uint32{oidBytea}, true
 	case t.Name() == "resultColumn":
 		return []uint32{oidJSONB}, true
+	case t.Name() == "int8Column":
+		return []uint32{oidInt8}, true
 	}
 	switch t.Kind() {
 	case reflect.Bool:

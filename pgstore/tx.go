@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,35 +51,38 @@ func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits id
 	if err := s.checkEncoding(ctx); err != nil {
 		return idem.Claim{}, nil, err
 	}
-	rc, c, ok, err := s.startClaim(req)
+	rc, cached, ok, err := s.startClaim(req)
 	if ok {
-		return c, nil, err
+		return cached, nil, err
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return idem.Claim{}, nil, unavailable("claim", err)
 	}
 	k := req.Key.String()
-	b := &txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease)}
+	// The claim's transaction is allocated before it is begun: the claim
+	// in progress, its batches and its rows live in it, one allocation
+	// for all of them.
+	ct := &claimTx{s: s, conn: conn}
+	b := &ct.begin
+	*b = txBegin{s: s, conn: conn, req: req, lease: s.leaseOf(req.Lease), claimTx: ct}
 	b.idle = max(cmp0(limits.Idle, s.leaseOf(req.Lease)).Truncate(time.Millisecond), time.Millisecond)
 	b.limits = txLimitsParams{lockTimeout: millis(limits.Wait), idleTimeout: millis(b.idle)}
 	b.lock = txLockParams{lockKey: lockKey(req.Scope, k)}
-	b.look = txClaimParams{scope: []byte(req.Scope), key: k, now: s.nowArg(), statementTimeout: "0"}
+	b.look = txClaimParams{scope: []byte(req.Scope), key: k, now: s.nowArg()}
 	if limits.Execution > 0 {
 		b.look.statementTimeout = millis(limits.Execution)
 	}
-	c, tx, err := b.claim(ctx, rc)
+	claim, tx, err := b.claim(ctx, rc)
 	if tx == nil {
 		conn.Release()
 	}
-	return c, tx, err
+	return claim, tx, err
 }
 
-// millis renders d as a whole number of milliseconds, at least one, for a
+// millis is d as a whole number of milliseconds, at least one, for a
 // timeout setting (where zero would mean none).
-func millis(d time.Duration) string {
-	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
-}
+func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
 func cmp0(d, def time.Duration) time.Duration {
 	if d <= 0 {
@@ -100,6 +102,15 @@ type txBegin struct {
 	look   txClaimParams  // sql/tx_claim.sql's
 	idle   time.Duration  // the transaction's idle_in_transaction_session_timeout
 	tx     pgx.Tx
+	// claimTx is the claim's transaction this begins, which holds it.
+	claimTx *claimTx
+	// batch, waited and found are the claim's batch and the rows it
+	// reads, with room for their scan targets, held here so that a claim
+	// allocates none of them.
+	batch   heldBatch
+	waited  txLockRow
+	found   txClaimRow
+	targets [12]any
 }
 
 // claim runs the claim loop of BeginClaim; a nil tx means the transaction
@@ -125,7 +136,7 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 		case err != nil:
 			b.rollback(ctx)
 			return idem.Claim{}, nil, unavailable("claim", err)
-		case waited && (strict || row.next != nil):
+		case waited && (strict || row.next.valid):
 			// The claim waited, and holds the key's lock shared only:
 			// the key is free (the holder rolled back), or, at the
 			// stricter levels, the transaction's snapshot was taken
@@ -135,11 +146,11 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 			// this is the rare case.)
 			b.rollback(ctx)
 			continue
-		case row.next != nil:
+		case row.next.valid:
 			// The key is free, or its row may be taken over.
 			c := idem.Claim{
 				Status:   idem.Acquired,
-				Token:    idem.Token{Scope: b.req.Scope, Key: b.req.Key, Generation: *row.next},
+				Token:    idem.Token{Scope: b.req.Scope, Key: b.req.Key, Generation: row.next.v},
 				LeaseEnd: row.now.Add(b.lease),
 				Takeover: row.state == "claimed",
 			}
@@ -156,30 +167,28 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 // send begins the transaction and sends the claim: its bounds, the key's
 // lock, and the look at the key's row, in one round trip. waited says
 // whether the claim waited for the lock.
-func (b *txBegin) send(ctx context.Context) (row txClaimRow, waited bool, err error) {
-	batch := &pgx.Batch{}
-	batch.BeginTx(b.s.txOptions)
-	b.s.sql.txLimits.queue(batch, b.limits)
-	b.s.sql.txLock.queue(batch, b.lock)
-	b.s.sql.txClaim.queue(batch, b.look)
-	br := b.conn.SendBatch(ctx, batch)
+func (b *txBegin) send(ctx context.Context) (row *txClaimRow, waited bool, err error) {
+	b.batch.reset()
+	b.batch.BeginTx(b.s.txOptions)
+	queueHeld(&b.batch, b.s.sql.txLimits, &b.limits)
+	queueHeldRow(&b.batch, b.s.sql.txLock, &b.lock)
+	queueHeldRow(&b.batch, b.s.sql.txClaim, &b.look)
+	br := b.conn.SendBatch(ctx, &b.batch.Batch)
 	b.tx = br.Tx()
 	_, err = br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		var l txLockRow
-		l, err = b.s.sql.txLock.scan(br.QueryRow())
-		waited = l.waited
+		err = b.s.sql.txLock.scanInto(br.QueryRow(), &b.waited, b.targets[:])
 	}
 	if err == nil {
-		row, err = b.s.sql.txClaim.scan(br.QueryRow())
+		err = b.s.sql.txClaim.scanInto(br.QueryRow(), &b.found, b.targets[:])
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return row, waited, err
+	return &b.found, b.waited.waited, err
 }
 
 // rollback ends the transaction, if one is open. It runs even if ctx is
@@ -197,11 +206,13 @@ func (b *txBegin) rollback(ctx context.Context) {
 
 // claimed hands the open transaction over to a claim of tok, whose look found
 // the key's row found (with an empty state if the key has none).
-func (b *txBegin) claimed(tok idem.Token, found txClaimRow) *claimTx {
-	c := &claimTx{s: b.s, conn: b.conn, tx: b.tx, tok: tok, idle: b.idle,
-		row: txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
-			createdAt: found.now, takenOver: found.generation, labels: b.req.Labels.Clip()},
-		statementTimeout: time.Duration(found.statementTimeoutMillis) * time.Millisecond, sessionStatementTimeout: found.sessions}
+func (b *txBegin) claimed(tok idem.Token, found *txClaimRow) *claimTx {
+	c := b.claimTx
+	c.tx, c.tok, c.idle = b.tx, tok, b.idle
+	c.row = txRow{fingerprint: b.req.Fingerprint, owner: b.req.Owner, takeover: found.state == "claimed",
+		createdAt: found.now, takenOver: found.generation, labels: b.req.Labels.Clip()}
+	c.statementTimeout = time.Duration(found.statementTimeoutMillis) * time.Millisecond
+	c.sessionStatementTimeout = found.sessions
 	c.topView = txView{Tx: b.tx, claim: c, top: true}
 	c.view = &c.topView
 	return c

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/ctxvalue"
 	"github.com/idemkit/idem/internal/jsonb"
 )
 
@@ -62,6 +63,14 @@ type claimTx struct {
 	limit atomic.Pointer[idem.TxLimitError]
 	// sql is the work's database/sql view of the transaction (SQLTxFrom).
 	sql claimSQL
+	// begin is the claim that began the transaction (BeginClaim), held
+	// here so that one allocation holds both; its batch is the commit's
+	// too, sent with completion, the completion's parameters.
+	begin      txBegin
+	completion txCompleteParams
+	// ctx is the first context Context made; ctxTaken says it is.
+	ctx      ctxvalue.Ctx[txKey, *txView]
+	ctxTaken atomic.Bool
 }
 
 // SQLSTATEs of PostgreSQL ending a transaction, or cancelling one of its
@@ -142,9 +151,14 @@ var _ idem.TxClaim = (*claimTx)(nil)
 type txKey struct{}
 
 // Context implements [idem.TxClaim]: ctx with the transaction, which
-// [TxFrom] finds.
+// [TxFrom] finds. The first context made (the work's, which the engine
+// makes for every claim) lives in the claim: one allocation fewer.
 func (c *claimTx) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txKey{}, c.view)
+	if c.ctxTaken.CompareAndSwap(false, true) {
+		c.ctx = ctxvalue.Ctx[txKey, *txView]{Context: ctx, Val: c.view}
+		return &c.ctx
+	}
+	return &ctxvalue.Ctx[txKey, *txView]{Context: ctx, Val: c.view}
 }
 
 // TxFrom returns the transaction a claim was taken in, when ctx is the
@@ -201,7 +215,7 @@ func (c *claimTx) Commit(ctx context.Context, res idem.Result) error {
 }
 
 func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
-	p := txCompleteParams{completeParams: c.s.completeParams(c.tok, ""), fingerprint: c.row.fingerprint,
+	p := txCompleteParams{completeParams: c.s.completeParams(c.tok, c.begin.look.scope, ""), fingerprint: c.row.fingerprint,
 		owner: c.row.owner, takeover: c.row.takeover, createdAt: c.row.createdAt, takenOver: c.row.takenOver,
 		method: c.row.labels.Method, route: c.row.labels.Route, caller: c.row.labels.Caller}
 	if len(res.Body) >= largeBody {
@@ -229,14 +243,16 @@ func (c *claimTx) commit(ctx context.Context, res idem.Result) error {
 		return fmt.Errorf("pgstore: encoding result: %w", err)
 	}
 	p.result = string(js)
-	batch := &pgx.Batch{}
+	c.completion = p
+	batch := &c.begin.batch
+	batch.reset()
+	q := c.s.sql.txComplete
 	if p.takenOver != 0 {
-		c.s.sql.txTakeover.queue(batch, p)
-	} else {
-		c.s.sql.txComplete.queue(batch, p)
+		q = c.s.sql.txTakeover
 	}
-	batch.Queue("commit")
-	br := c.conn.SendBatch(ctx, batch)
+	queueHeld(batch, q, &c.completion)
+	batch.add("commit", nil)
+	br := c.conn.SendBatch(ctx, &batch.Batch)
 	_, err = br.Exec()
 	err = c.rowRefused(err)
 	if err == nil {

@@ -32,7 +32,7 @@ func TestNewKeyRowRefusesATakeover(t *testing.T) {
 	defer s.Close()
 	tok := idem.Token{Key: idem.KeyFromRequestID(idem.StringRequestID("k")), Generation: 42}
 	params := func(takenOver int64) txCompleteParams {
-		return txCompleteParams{completeParams: s.completeParams(tok, `{"status":201}`),
+		return txCompleteParams{completeParams: s.completeParams(tok, []byte("s"), `{"status":201}`),
 			fingerprint: "fp", owner: "test", createdAt: time.Now(), takenOver: takenOver}
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -120,16 +120,22 @@ func NotifyPayloadSQL(scope, key string) string {
 }
 
 // NotifyPayload is [NotifyPayloadSQL] computed in Go, for the listener to
-// match notifications with keys. It runs on every claim the replay cache
-// misses, so it allocates little: the input on the stack when it fits, and
-// the result string.
+// match notifications with keys.
 func NotifyPayload(scope, key string) string {
+	p := NotifyPayloadBytes(scope, key)
+	return string(p[:])
+}
+
+// NotifyPayloadBytes is [NotifyPayload] as bytes. It runs on every claim
+// the replay cache misses, so it allocates nothing: the input on the
+// stack when it fits, and the result an array, which a claim turns into a
+// string only if it caches a result.
+func NotifyPayloadBytes(scope, key string) (payload [2 * md5.Size]byte) {
 	var stack [256]byte
 	in := append(append(append(stack[:0], scope...), 0), key...)
 	sum := md5.Sum(in)
-	var out [2 * md5.Size]byte
-	hex.Encode(out[:], sum[:])
-	return string(out[:])
+	hex.Encode(payload[:], sum[:])
+	return payload
 }
 
 // NowSQL is the statement clock over the nullable timestamptz expression

@@ -12,5 +12,5 @@
 -- for a duplicate on the one-commit path (sql/tx_limits.sql, sql/tx_lock.sql). The claim
 -- statement itself (sql/claim.sql) needs neither: it never waits for the
 -- key.
-SELECT set_config('lock_timeout', $1::text, true),
+SELECT set_config('lock_timeout', $1::bigint::text, true),
        set_config('statement_timeout', '0', true)

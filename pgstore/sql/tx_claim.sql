@@ -25,7 +25,7 @@ SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coal
        bounds.statement_timeout, bounds.sessions
   FROM (SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true),
                (extract(epoch FROM set_config('statement_timeout',
-                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN $4::text
+                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN $4::bigint::text
                                                    ELSE current_setting('idem.statement_timeout') END, true)::interval)
                 * 1000)::bigint AS statement_timeout,
                current_setting('idem.statement_timeout') <> '0' AS sessions) AS bounds

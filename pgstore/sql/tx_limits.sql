@@ -23,6 +23,6 @@ SELECT set_config('idem.lock_timeout',
                   coalesce(nullif(current_setting('idem.lock_timeout', true), ''), current_setting('lock_timeout')), true),
        set_config('idem.statement_timeout',
                   coalesce(nullif(current_setting('idem.statement_timeout', true), ''), current_setting('statement_timeout')), true),
-       set_config('lock_timeout', $1::text, true),
+       set_config('lock_timeout', $1::bigint::text, true),
        set_config('statement_timeout', '0', true),
-       set_config('idle_in_transaction_session_timeout', $2::text, true)
+       set_config('idle_in_transaction_session_timeout', $2::bigint::text, true)

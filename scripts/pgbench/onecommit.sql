@@ -13,9 +13,9 @@ SELECT set_config('idem.lock_timeout',
                   coalesce(nullif(current_setting('idem.lock_timeout', true), ''), current_setting('lock_timeout')), true),
        set_config('idem.statement_timeout',
                   coalesce(nullif(current_setting('idem.statement_timeout', true), ''), current_setting('statement_timeout')), true),
-       set_config('lock_timeout', '5000'::text, true),
+       set_config('lock_timeout', 5000::bigint::text, true),
        set_config('statement_timeout', '0', true),
-       set_config('idle_in_transaction_session_timeout', '30000'::text, true);
+       set_config('idle_in_transaction_session_timeout', 30000::bigint::text, true);
 SELECT CASE WHEN pg_try_advisory_xact_lock((:k)::bigint # 'idem_keys'::regclass::oid::bigint) THEN false
             ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock_shared((:k)::bigint # 'idem_keys'::regclass::oid::bigint)) AS waited)
        END;
@@ -28,7 +28,7 @@ SELECT t.generation IS NULL, false, coalesce(t.generation, 0), t.lease_end, coal
        bounds.statement_timeout, bounds.sessions
   FROM (SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true),
                (extract(epoch FROM set_config('statement_timeout',
-                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN '300000'::text
+                                              CASE current_setting('idem.statement_timeout') WHEN '0' THEN 300000::bigint::text
                                                    ELSE current_setting('idem.statement_timeout') END, true)::interval)
                 * 1000)::bigint AS statement_timeout,
                current_setting('idem.statement_timeout') <> '0' AS sessions) AS bounds
