@@ -10,14 +10,15 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/idemkit/idem/idemotel"
-	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/middleware"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/middleware"
 )
 
 // Mount the Observer on the middleware, export with the stdout exporters,

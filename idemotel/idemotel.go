@@ -8,12 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idem"
 )
 
 // ScopeName is the instrumentation scope of idemotel's tracer and meter.

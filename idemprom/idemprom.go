@@ -55,8 +55,9 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/idemkit/idem"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idem"
 )
 
 // The names the idem adapters report in Event.Adapter (middleware.AdapterName

@@ -5,8 +5,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/idemkit/idem/internal/adapter"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idem/internal/adapter"
 )
 
 // DerivedKeyHeader is the request header through which the wrapper hands a

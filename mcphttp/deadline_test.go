@@ -2,7 +2,6 @@ package mcphttp_test
 
 import (
 	"context"
-	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"

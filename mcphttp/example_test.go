@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"

@@ -2,9 +2,9 @@ package mcphttp_test
 
 import (
 	"encoding/json"
-	"github.com/idemkit/idem/engine"
 	"testing"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 )
 

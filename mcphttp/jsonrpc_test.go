@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/agentkey"
-	"github.com/idemkit/idem/memstore"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sjson "github.com/segmentio/encoding/json"
+
+	"github.com/idemkit/idem/agentkey"
+	"github.com/idemkit/idem/memstore"
 )
 
 // goSDKParams is what go-sdk's server reads of a tools/call's params, with

@@ -3,13 +3,13 @@ package mcphttp_test
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )

@@ -2,11 +2,11 @@ package mcphttp_test
 
 import (
 	"context"
-	"github.com/idemkit/idem/engine"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )

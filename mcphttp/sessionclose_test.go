@@ -1,11 +1,11 @@
 package mcphttp_test
 
 import (
-	"github.com/idemkit/idem/engine"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 )
 

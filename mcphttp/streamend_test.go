@@ -2,7 +2,6 @@ package mcphttp_test
 
 import (
 	"encoding/json"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 )

@@ -3,7 +3,6 @@ package mcphttp_test
 import (
 	"context"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"

@@ -3,7 +3,6 @@ package mcphttp_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/mcphttp"

@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"bytes"
 	"context"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"log"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/idemkit/idem/memstore"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/memstore"

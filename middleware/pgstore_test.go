@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/teststore"

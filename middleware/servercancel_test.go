@@ -2,13 +2,13 @@ package middleware_test
 
 import (
 	"context"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )

@@ -1,13 +1,13 @@
 package middleware_test
 
 import (
-	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"

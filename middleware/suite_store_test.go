@@ -1,13 +1,13 @@
 package middleware_test
 
 import (
-	"github.com/idemkit/idem/engine"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/middleware"
 )

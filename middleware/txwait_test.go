@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"

@@ -50,11 +50,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/pgschema"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/idemkit/idem/internal/pgschema"
 )
 
 //go:embed sql/*.sql

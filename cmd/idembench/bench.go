@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"

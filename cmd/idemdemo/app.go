@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/cmdmain"
 	"github.com/idemkit/idem/middleware"
 )

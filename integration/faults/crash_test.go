@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testhttp"
-	"github.com/jackc/pgx/v5"
 )
 
 // Short leases make abandoned claims run out quickly; the sweeper runs

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,15 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestNoReplayAcrossScopesHTTP sends one Idempotency-Key under different

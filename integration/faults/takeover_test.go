@@ -4,20 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testhttp"
 	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // takeoverLease is the lease of both owners: shorter than the slow owner's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,13 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/demoproc"
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // kind is what a protected request does.

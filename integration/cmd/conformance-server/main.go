@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,6 +33,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/mcphttp"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/migrations"

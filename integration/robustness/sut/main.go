@@ -33,7 +33,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/idemkit/idem/engine"
 	"log/slog"
 	"net"
 	"net/http"
@@ -47,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/middleware"
 	"github.com/idemkit/idem/pgstore"
 )
