@@ -52,6 +52,25 @@ func (s *Store) Inspect(ctx context.Context, scope string, key idem.Key) (idem.E
 // presumably still executing, and forgetting it would let a retry run the
 // side effect a second time. The holder's token becomes stale.
 func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bool) (bool, error) {
+	return s.forget(ctx, scope, key, 0, force)
+}
+
+// ForgetGeneration is [Store.Forget] fenced by generation: it deletes
+// (scope, key) only while the key holds generation, the one an operator was
+// shown ([Store.Inspect]'s Entry.Generation), so that what is deleted is
+// what was looked at. A key that holds another generation by then (it was
+// forgotten, swept, taken over or claimed again since) is left alone, with
+// an [*idem.StaleClaimError] whose Current is the generation it holds; an
+// absent key reports false and no error. A generation of zero means any,
+// as Forget.
+func (s *Store) ForgetGeneration(ctx context.Context, scope string, key idem.Key, generation int64, force bool) (bool, error) {
+	if generation < 0 {
+		return false, fmt.Errorf("pgstore: forget: generation %d is negative", generation)
+	}
+	return s.forget(ctx, scope, key, generation, force)
+}
+
+func (s *Store) forget(ctx context.Context, scope string, key idem.Key, generation int64, force bool) (bool, error) {
 	if err := (idem.ClaimRequest{Scope: scope, Key: key}).Validate(); err != nil {
 		return false, err
 	}
@@ -61,7 +80,7 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	}
 	var r forgetRow
 	err := retrying(ctx, func() (err error) {
-		r, err = forget.query(ctx, s.pool, forgetParams{scope: []byte(scope), key: key.String(), force: force, now: s.nowArg()})
+		r, err = forget.query(ctx, s.pool, forgetParams{scope: []byte(scope), key: key.String(), force: force, now: s.nowArg(), generation: generation})
 		return err
 	})
 	if err != nil {
@@ -75,10 +94,12 @@ func (s *Store) Forget(ctx context.Context, scope string, key idem.Key, force bo
 	switch {
 	case r.deleted > 0:
 		return true, nil
-	case r.present:
-		return false, idem.ErrLiveClaim
+	case r.current == nil:
+		return false, nil
+	case generation != 0 && *r.current != generation:
+		return false, staleErr(idem.Token{Scope: scope, Key: key, Generation: generation}, r.current)
 	}
-	return false, nil
+	return false, idem.ErrLiveClaim
 }
 
 // Stats describes the table, for operators.

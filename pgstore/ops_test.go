@@ -128,3 +128,48 @@ func TestNegativeRetentionKeepsResultsForever(t *testing.T) {
 	}
 	mustClaim(t, ctx, s, idem.ClaimRequest{Scope: "s", Key: key("a")}, idem.Completed)
 }
+
+// ForgetGeneration deletes a key only while it holds the generation given
+// (zero: any): a key claimed again since is left alone, and the error says
+// which generation holds it.
+func TestForgetGeneration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := migrated(t)
+	s := newStore(t, pool, pgstore.Options{})
+	first, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key("k"), Lease: time.Hour})
+	if err != nil || first.Status != idem.Acquired {
+		t.Fatalf("claim: %+v %v", first, err)
+	}
+	if err := s.Complete(ctx, first.Token, idem.Result{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Forget(ctx, "s", key("k"), true); !ok || err != nil {
+		t.Fatalf("forget: %v %v", ok, err)
+	}
+	second, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: key("k"), Lease: time.Hour})
+	if err != nil || second.Status != idem.Acquired || second.Token.Generation == first.Token.Generation {
+		t.Fatalf("claim again: %+v %v", second, err)
+	}
+	var se *idem.StaleClaimError
+	ok, err := s.ForgetGeneration(ctx, "s", key("k"), first.Token.Generation, true)
+	if ok || !errors.As(err, &se) || !errors.Is(err, idem.ErrStaleClaim) || se.Current != second.Token.Generation {
+		t.Fatalf("forget generation %d of a key at %d = %v, %v; want a stale claim error naming %d",
+			first.Token.Generation, second.Token.Generation, ok, err, second.Token.Generation)
+	}
+	if _, present, _ := s.Inspect(ctx, "s", key("k")); !present {
+		t.Fatal("the newer claim was deleted")
+	}
+	if ok, err := s.ForgetGeneration(ctx, "s", key("k"), second.Token.Generation, false); ok || !errors.Is(err, idem.ErrLiveClaim) {
+		t.Fatalf("forget the live claim's generation unforced = %v, %v; want ErrLiveClaim", ok, err)
+	}
+	if ok, err := s.ForgetGeneration(ctx, "s", key("k"), second.Token.Generation, true); !ok || err != nil {
+		t.Fatalf("forget the key's own generation = %v, %v", ok, err)
+	}
+	if ok, err := s.ForgetGeneration(ctx, "s", key("k"), second.Token.Generation, true); ok || err != nil {
+		t.Fatalf("forget an absent key = %v, %v; want false, nil", ok, err)
+	}
+	if _, err := s.ForgetGeneration(ctx, "s", key("k"), -1, true); err == nil {
+		t.Fatal("a negative generation was accepted")
+	}
+}

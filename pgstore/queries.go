@@ -209,24 +209,26 @@ func orEmpty(s *string) string {
 	return *s
 }
 
-// forgetParams are sql/forget.sql's.
+// forgetParams are sql/forget.sql's: the key, whether a live claim is
+// forgotten too, the clock, and the generation it must hold (zero: any).
 type forgetParams struct {
-	scope []byte
-	key   string
-	force bool
-	now   *time.Time
+	scope      []byte
+	key        string
+	force      bool
+	now        *time.Time
+	generation int64
 }
 
-func (p forgetParams) args() []any { return []any{p.scope, p.key, p.force, p.now} }
+func (p forgetParams) args() []any { return []any{p.scope, p.key, p.force, p.now, p.generation} }
 
-// forgetRow is sql/forget.sql's: the rows deleted, and whether the key
-// still has one (a live claim, refused).
+// forgetRow is sql/forget.sql's: the rows deleted, and the generation the
+// key held (nil: absent), which tells a refusal from an absent key.
 type forgetRow struct {
 	deleted int64
-	present bool
+	current *int64
 }
 
-func (r *forgetRow) appendTargets(dst []any) []any { return append(dst, &r.deleted, &r.present) }
+func (r *forgetRow) appendTargets(dst []any) []any { return append(dst, &r.deleted, &r.current) }
 
 // statsRow is sql/stats.sql's.
 type statsRow struct {

@@ -20,8 +20,9 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 			"and prints what it removed: for a result recorded in error, or a claim an operator knows\n"+
 			"is dead. A recorded result needs --force (at a terminal, a confirmation will do): its\n"+
 			"request's retry runs the side effect a second time. A live claim (lease not run out)\n"+
-			"needs --force: its holder is probably still running. For a stuck claim, \"idem release\"\n"+
-			"never deletes a result.")
+			"needs --force: its holder is probably still running. It deletes only the generation it\n"+
+			"printed: a key claimed or completed again meanwhile is left alone. For a stuck claim,\n"+
+			"\"idem release\" never deletes a result.")
 	kf.register(fs)
 	fs.BoolVar(&force, "force", false, "forget even a recorded result or a live claim")
 	if err := kf.parse(fs, args); err != nil {
@@ -51,15 +52,21 @@ func (c *cli) forget(ctx context.Context, args []string) error {
 		}
 		force = true
 	}
-	removed, err := s.Forget(ctx, kf.scope, kf.parsedKey, force)
+	// Fenced by the generation described: what is deleted is what was
+	// shown (and confirmed), not a claim or result that took the key since.
+	removed, err := s.ForgetGeneration(ctx, kf.scope, kf.parsedKey, e.Generation, force)
+	var stale *idem.StaleClaimError
 	switch {
+	case errors.As(err, &stale):
+		return fmt.Errorf("not forgotten: scope %q, key %q changed since it was shown (generation %d, now generation %d): look again with \"idem inspect\"",
+			kf.scope, kf.parsedKey, e.Generation, stale.Current)
 	case errors.Is(err, idem.ErrLiveClaim):
 		return fmt.Errorf("refusing to forget scope %q, key %q: it holds a live claim, whose holder is probably still running; "+
 			"wait for it (see \"idem inspect\"), or pass --force if you know the holder is dead", kf.scope, kf.parsedKey)
 	case err != nil:
 		return c.tableError(err)
 	case !removed:
-		fmt.Fprintf(c.stdout, "scope %q, key %q was absent: nothing to forget\n", kf.scope, kf.parsedKey)
+		fmt.Fprintf(c.stdout, "scope %q, key %q is absent now (it held %s): nothing to forget\n", kf.scope, kf.parsedKey, what)
 	default:
 		fmt.Fprintf(c.stdout, "forgot scope %q, key %q, which held %s: its next request runs again\n", kf.scope, kf.parsedKey, what)
 	}

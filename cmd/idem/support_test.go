@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +167,59 @@ Forget it, so that its next request runs the side effect again? [y/N] `
 	if err != nil || out != question+`forgot scope "tenant-1", key "key/done", which held a recorded result (status 201, generation 3, endpoint POST /payments/{id}, caller acct-7): its next request runs again`+"\n" {
 		t.Fatalf("answered yes: %q, %v", out, err)
 	}
+}
+
+// TestForgetWhatWasConfirmed: the operator confirms forgetting the result
+// shown; if, while the question waits, that result is forgotten and the key
+// claimed and completed again (a new request's result, a new generation),
+// the yes does not delete the new one: forget deletes only the generation
+// it showed, and says the key changed.
+func TestForgetWhatWasConfirmed(t *testing.T) {
+	t.Parallel()
+	dbURL, store := fixture(t)
+	ctx := t.Context()
+	k := mustKey(t, "done")
+	var newer idem.Claim
+	answer := &onRead{answer: "y\n", before: func() {
+		if _, err := store.Forget(ctx, "tenant-1", k, true); err != nil {
+			t.Error(err)
+		}
+		var err error
+		if newer, err = store.Claim(ctx, idem.ClaimRequest{Scope: "tenant-1", Key: k, Lease: time.Hour, Owner: "test", Fingerprint: "fp"}); err != nil || newer.Status != idem.Acquired {
+			t.Errorf("claim again: %+v %v", newer, err)
+		}
+		if err := store.Complete(ctx, newer.Token, idem.Result{Status: 202}); err != nil {
+			t.Error(err)
+		}
+	}}
+	var stdout bytes.Buffer
+	c := &cli{getenv: databaseEnv(dbURL), stdout: &stdout, stderr: &stdout, now: time.Now, stdin: answer, terminal: true}
+	err := c.run(ctx, []string{"forget", "--scope", "tenant-1", "--key", "done"})
+	e, ok, ierr := store.Inspect(ctx, "tenant-1", k)
+	if ierr != nil || !ok || e.Generation != newer.Token.Generation || e.Result.Status != 202 {
+		t.Fatalf("after the yes: %+v, present %v (%v); want the newer result (generation %d) kept", e, ok, ierr, newer.Token.Generation)
+	}
+	want := fmt.Sprintf(`idem: not forgotten: scope "tenant-1", key "key/done" changed since it was shown (generation 3, now generation %d): look again with "idem inspect"`, newer.Token.Generation)
+	if got := cmdmain.Message("idem", err); cmdmain.ExitCode(err) != 1 || got != want {
+		t.Fatalf("forget: exit %d\n got %s\nwant %s", cmdmain.ExitCode(err), got, want)
+	}
+}
+
+// onRead answers a confirmation: before runs when the question is read,
+// as if the world changed while the operator thought.
+type onRead struct {
+	answer string
+	before func()
+	done   bool
+}
+
+func (r *onRead) Read(p []byte) (int, error) {
+	if r.done {
+		return 0, io.EOF
+	}
+	r.done = true
+	r.before()
+	return copy(p, r.answer), nil
 }
 
 // TestKeysCutsLongValues: a long key or endpoint is cut short with an
