@@ -10,13 +10,13 @@
 //     for net/http (func(http.Handler) http.Handler). Start here for a REST
 //     API.
 //   - [github.com/idemkit/idem/mcphttp]: deduplication of MCP tools/call on
-//     the Streamable HTTP transport, wrapping a go-sdk server's handler; and
-//     the client-side helpers a tool uses to forward the call's keys.
+//     the Streamable HTTP transport, and the helpers a tool uses to forward
+//     the call's keys.
 //   - [github.com/idemkit/idem/agentkey]: the key an agent derives for an MCP
-//     call's _meta.idempotencyKey, and the canonical JSON it hashes; for
-//     clients, with published test vectors.
+//     call's _meta.idempotencyKey and the canonical JSON it hashes, with
+//     published test vectors.
 //   - [github.com/idemkit/idem/pgstore]: the durable store, on PostgreSQL
-//     (pgx/v5). Production uses this one.
+//     (pgx/v5), for production.
 //   - [github.com/idemkit/idem/migrations]: creates and upgrades pgstore's
 //     table (goose); run it before pgstore.New, or with the idem CLI.
 //   - [github.com/idemkit/idem/memstore]: the in-memory store, for tests,
@@ -24,12 +24,11 @@
 //   - [Sweeper]: releases abandoned claims and deletes expired results;
 //     pgstore runs one from New to Close; with memstore, run one yourself.
 //   - [github.com/idemkit/idem/engine]: claim, run under a renewed lease,
-//     record or release. Both adapters use it; import it to write an adapter
-//     for another transport.
-//   - [github.com/idemkit/idem/idemotel]: OpenTelemetry spans and metrics
-//     for the adapters' events.
-//   - [github.com/idemkit/idem/idemprom]: Prometheus metrics (client_golang)
-//     for the adapters' events and the sweeper.
+//     record or release; both adapters use it, and so can an adapter for
+//     another transport.
+//   - [github.com/idemkit/idem/idemotel], [github.com/idemkit/idem/idemprom]:
+//     OpenTelemetry, and Prometheus (client_golang), for the adapters'
+//     events and the sweeper.
 //   - [github.com/idemkit/idem/idemtest]: the contract suite a new [Store]
 //     must pass.
 //
@@ -44,15 +43,15 @@
 // This root package is the domain: [Key] and its injective constructors,
 // [Claim] outcomes, [Token]s, [Result]s, typed errors, the [Store] and
 // [TxStore] ports, the [Event]s adapters report, and [StateMachine], the pure
-// transition table (no lock, no I/O, no clock) every store is checked
-// against. It imports none of the packages above and starts no goroutine
-// ([Sweeper.Run] and [ClaimWait] block in the caller's).
+// transition table every store is checked against. It imports none of the
+// packages above and starts no goroutine ([Sweeper.Run] and [ClaimWait]
+// block in the caller's).
 //
-// Every claim carries a generation, never issued twice for a (scope, key),
-// not after a release, sweep or restart. A [Token] holds it and fences the
-// claim: completing, renewing or releasing with a token whose generation is
-// no longer current fails with [*StaleClaimError] and changes nothing, so a
-// slow owner whose lease ran out cannot overwrite its successor's result.
+// Every claim carries a generation, never issued twice for a (scope, key). A
+// [Token] holds it and fences the claim: completing, renewing or releasing
+// with a token whose generation is no longer current fails with
+// [*StaleClaimError] and changes nothing, so a slow owner whose lease ran out
+// cannot overwrite its successor's result.
 //
 // [design.md]: https://github.com/idemkit/idem/blob/main/docs/design.md
 package idem

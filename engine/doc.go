@@ -4,8 +4,8 @@
 // decide record or release, complete or release, and report
 // [idem.Event]s. An adapter keeps only what belongs to its protocol:
 // parsing the request, capturing the answer in its format, and writing its
-// errors. A third-party adapter (gRPC, a queue consumer) can use it the
-// same way. The reasons behind each rule are in [design.md, "The execution
+// errors; a third-party adapter (gRPC, a queue consumer) can use it the
+// same way. The rules and their reasons: [design.md, "The execution
 // engine"].
 //
 // # Use
@@ -29,36 +29,34 @@
 //
 // # The work's context
 //
-// It keeps the client's values, not its cancellation (the client that
-// hangs up is the one that retries; Options.CancelWithClient restores it).
-// It ends with cause [idem.ErrLeaseLost] when no renewal (every third of
-// the lease) was confirmed by an early estimate of the lease end less
-// min(lease/5, [MaxLeaseMargin]); at its deadline (Options.MaxExecution,
-// [DefaultMaxExecution], or the client's earlier one;
-// [ErrExecutionTimeout]); and when Options.Shutdown is done ([ErrShutdown];
-// later claims are Unavailable). Work must honour its context.
+// It keeps the client's values, not its cancellation
+// (Options.CancelWithClient restores it). It ends with cause
+// [idem.ErrLeaseLost] when no renewal was confirmed before an early
+// estimate of the lease end (less min(lease/5, [MaxLeaseMargin])); at its
+// deadline (Options.MaxExecution, [DefaultMaxExecution], or the client's
+// earlier one; [ErrExecutionTimeout]); and when Options.Shutdown is done
+// ([ErrShutdown]; later claims are Unavailable). Work must honour its
+// context.
 //
 // # What is recorded
 //
 // The adapter reads the work's answer into a [Verdict]: Record, release,
 // or Leave the claim to its lease. Whatever ended the work's context, a
 // whole answer the adapter records is recorded, fenced by the generation;
-// anything else is released once the work returned; a claim taken over is
-// left alone. Complete is retried on an unavailable store until the later
-// of Options.StoreTimeout and the lease's end. With Request.InTransaction
-// the work runs in the claim's transaction ([Execution.TxContext]; an
-// [idem.TxStore]) and Record commits claim, result and writes together.
-// See [design.md, "What is recorded"] for every case and [design.md, "Two
-// ways to claim"].
+// anything else is released once the work returned. Complete is retried on
+// an unavailable store until the later of Options.StoreTimeout and the
+// lease's end. With Request.InTransaction the work runs in the claim's
+// transaction ([Execution.TxContext]; an [idem.TxStore]) and Record commits
+// claim, result and writes together. Every case: [design.md, "What is
+// recorded"]; the transaction: [design.md, "Two ways to claim"].
 //
 // # Retry-After and events
 //
 // A key in flight is retried after the work's typical run time, else
 // Options.Wait, clamped to [[MinRetryAfter], the holder's remaining lease];
 // Options.RetryAfter when the lease end is unknown or the store gave no
-// hint. Every [idem.Event] carries Options.Adapter; every claim reported
-// claimed ends in completed, released, left, stale, a store error or lease
-// lost. No goroutine or timer outlives [Execution.Finish].
+// hint. Every [idem.Event] carries Options.Adapter. No goroutine or timer
+// outlives [Execution.Finish].
 //
 // [design.md, "The execution engine"]: https://github.com/idemkit/idem/blob/main/docs/design.md#the-execution-engine
 // [design.md, "What is recorded"]: https://github.com/idemkit/idem/blob/main/docs/design.md#what-is-recorded

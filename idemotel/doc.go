@@ -1,12 +1,12 @@
 // Package idemotel reports idem's events to OpenTelemetry: spans on the
-// request's trace and metrics with semantic-convention style names. It is a
-// module of its own, so services without OpenTelemetry do not import it.
+// request's trace and metrics with semantic-convention style names (a
+// module of its own).
 //
 // # Mounting
 //
 // Give the adapters the same observer, behind an instrumentation that puts
-// a server span in the request context (otelhttp, or any other): idem
-// annotates that span rather than starting traces of its own:
+// a server span in the request context (otelhttp, or any other), which idem
+// annotates rather than starting traces of its own:
 //
 //	obs, err := idemotel.New(idemotel.Options{TracerProvider: tp, MeterProvider: mp, Store: "postgres"})
 //	if err != nil { return err }
@@ -20,10 +20,10 @@
 // # Spans
 //
 // Everything goes on the span in the request's context
-// ([trace.SpanFromContext]), and nothing is done when it is not recording.
-// Each claim is a child span, backdated to its start; the rest are events
-// on the request's span. All carry idem.adapter and idem.store, all but
-// idem.rejected idem.key.digest:
+// ([trace.SpanFromContext]); nothing is done when it is not recording.
+// Each claim is a child span, backdated to its start; the rest are events.
+// All carry idem.adapter and idem.store, all but idem.rejected
+// idem.key.digest:
 //
 //	idem.claim       span: idem.outcome, idem.wait.duration (s) when it
 //	                 waited; a failed claim ("unavailable") has error.type,

@@ -12,8 +12,8 @@
 // [Options.Methods] (tools/call), is deduplicated; everything else passes
 // through unbuffered, and the inner handler gets the body intact. What the
 // inner handler would reject is never answered from the store. How the
-// wrapper reads, keys, records and answers calls is in [design.md, "The MCP
-// adapter"]; the guarantees and their tests in [reliability.md].
+// wrapper reads, keys, records and answers calls: [design.md, "The MCP
+// adapter"]; the guarantees and their tests: [reliability.md].
 //
 // # Keys
 //
@@ -30,24 +30,16 @@
 // of a call in flight waits up to Options.Engine.Wait, then gets
 // [CodeInFlight].
 //
-// # Cancellation
+// # Cancellation, closed sessions, cut-offs
 //
 // A keyed call runs on when its client drops the stream, and is recorded
 // for the retry; Options.Engine.CancelWithClient cancels it and releases
-// the key instead ([design.md, "Cancellation and closed streams"]).
-//
-// # Closed sessions
-//
-// A session's DELETE waits up to Options.Engine.Wait for its deduplicated
-// calls, so a retry from a new session replays their answers.
-//
-// # Cut off
-//
-// A call cut off by a lost lease, Options.Engine.MaxExecution or
-// Options.Engine.Shutdown keeps its inner request (go-sdk would drop the
-// answer); the tool is told through notifications/cancelled,
+// the key instead ([design.md, "Cancellation and closed streams"]). A
+// session's DELETE waits up to Options.Engine.Wait for its deduplicated
+// calls, so a retry from a new session replays their answers. A call cut
+// off by the engine is told so through notifications/cancelled,
 // [ToolCancellation] or [WorkContext], and what it still answers is
-// recorded. One that answers nothing within a lease gets [CodeInFlight]
+// recorded; one that answers nothing within a lease gets [CodeInFlight]
 // with [ReasonCutOff] ([design.md, "MCP calls cut off"]).
 //
 // # Upstream calls

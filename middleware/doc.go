@@ -8,8 +8,8 @@
 //
 // # What a request gets
 //
-// Defaults; each is configurable through [Options]. Problems follow RFC 9457;
-// their type URIs are the Type constants.
+// Defaults, each configurable through [Options]. Problems follow RFC 9457,
+// typed by the Type constants.
 //
 //	situation                                   answer
 //	POST/PATCH without a key                    400 (TypeMissingKey)
@@ -42,11 +42,11 @@
 //
 // The key comes from Idempotency-Key or X-Idempotency-Key ([ParseKeyHeader]),
 // or Options.Key ([WebhookKey], [KeyFromHeader]), and is looked up within the
-// caller's scope: Options.Principal's answer, else the credentials, hashed
-// with Options.ScopeSecret. Set Principal: a refreshed token is new
-// credentials, and a retry under it runs again. Cookies that name nobody
-// ([Options.SessionCookies]) are refused ([TypeUnscopedCookies]).
-// [DefaultFingerprint] tells a reused key apart. See [design.md, "Scopes"].
+// caller's scope: Options.Principal's answer (set it: a retry under a
+// refreshed token otherwise runs again), else the credentials, hashed with
+// Options.ScopeSecret. Cookies that name nobody ([Options.SessionCookies])
+// are refused ([TypeUnscopedCookies]). [DefaultFingerprint] tells a reused
+// key apart. See [design.md, "Scopes"].
 //
 // # Capture and replay
 //
@@ -62,16 +62,15 @@
 //
 // With Options.InTransaction and an [idem.TxStore] (pgstore), the handler
 // writes its rows in the claim's transaction (pgstore.TxFrom or
-// pgstore.SQLTxFrom), and claim, rows and response commit together; the
-// response is held until then ([TypeCommitFailed] if it fails), and a bound
-// PostgreSQL enforces is answered [TypeTransactionLimit]. See [design.md,
+// pgstore.SQLTxFrom): claim, rows and response commit together, the
+// response held until then ([TypeCommitFailed] if it fails;
+// [TypeTransactionLimit] for a bound PostgreSQL enforces). See [design.md,
 // "Two ways to claim"].
 //
 // # Observability
 //
-// Options.Engine.Logger gets logs (nil: none but the scoping warnings,
-// which go to slog.Default; keys as [idem.KeyDigest], the key itself only
-// when debug is enabled); Options.Observer gets an
+// Options.Engine.Logger gets logs (nil: none but the scoping warnings, to
+// slog.Default; keys as [idem.KeyDigest]); Options.Observer gets an
 // [idem.Event] for every outcome, refusal and unprotected request.
 //
 // [design.md, "Scopes"]: https://github.com/idemkit/idem/blob/main/docs/design.md#scopes-who-is-asking

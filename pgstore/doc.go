@@ -12,22 +12,19 @@
 // One row per present (scope, key); every time is the database's, so
 // instances with skewed clocks agree. The database must be UTF8 (else
 // migrations.Up and the first Claim return a *migrations.EncodingError).
-// Claim is one statement for a new key, a replay or a duplicate in flight,
-// and a second to take over a row whose lease or retention ran out;
-// Complete, Renew and Release are one statement each, fenced by the
-// generation, and allowed after the lease ran out while nobody took the key
-// over. Each statement is a file in pgstore/sql ([design.md, "pgstore's
-// statements"]).
+// Claim is one statement, a takeover two; Complete, Renew and Release are
+// one each, fenced by the generation. Each statement is a file in
+// pgstore/sql ([design.md, "pgstore's statements"]).
 //
 // # Exactly once in the same database
 //
 // [Store.BeginClaim] (the [idem.TxStore] behind InTransaction) claims the
 // key inside a transaction the work writes in through [TxFrom] (a pgx.Tx)
-// or [SQLTxFrom] (the same transaction as a *sql.Tx, for database/sql,
-// sqlc, GORM, sqlx, bun); [idem.TxClaim].Commit records the result and
-// commits. A rollback leaves nothing; a duplicate waits in PostgreSQL up to
-// TxLimits.Wait; an [*idem.TxLimitError] names a server bound that ended
-// the transaction ([design.md, "Two ways to claim"]).
+// or [SQLTxFrom] (a *sql.Tx, for database/sql, sqlc, GORM, sqlx, bun);
+// [idem.TxClaim].Commit records the result and commits. A rollback leaves
+// nothing; a duplicate waits in PostgreSQL up to TxLimits.Wait; an
+// [*idem.TxLimitError] names a server bound that ended the transaction
+// ([design.md, "Two ways to claim"]).
 //
 //	c, tx, err := store.BeginClaim(ctx, req, idem.TxLimits{Wait: 5 * time.Second})
 //	// c.Status == idem.Acquired: tx is open
@@ -46,8 +43,7 @@
 // replayed from memory until their retention or a [Store.Forget] on any
 // instance: forget keys with Forget or the CLI, never DELETE. The store
 // sweeps abandoned claims and expired results on a jittered interval from
-// [New] until [Store.Close] (Options.SweepInterval; negative: none, for a
-// service that sweeps elsewhere); sweepers never wait for each other.
+// [New] until [Store.Close] (Options.SweepInterval; negative: none).
 //
 // # Errors
 //
