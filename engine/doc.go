@@ -43,12 +43,13 @@
 // The adapter reads the work's answer into a [Verdict]: Record, release,
 // or Leave the claim to its lease. Whatever ended the work's context, a
 // whole answer the adapter records is recorded, fenced by the generation;
-// anything else is released once the work returned. Complete is retried on
-// an unavailable store until the later of Options.StoreTimeout and the
-// lease's end. With Request.InTransaction the work runs in the claim's
-// transaction ([Execution.TxContext]; an [idem.TxStore]) and Record commits
-// claim, result and writes together. Every case: [design.md, "What is
-// recorded"]; the transaction: [design.md, "Two ways to claim"].
+// anything else is released once the work returned; a claim taken over is
+// left alone. Complete is retried on an unavailable store until the later
+// of Options.StoreTimeout and the lease's end. With Request.InTransaction
+// the work runs in the claim's transaction ([Execution.TxContext]; an
+// [idem.TxStore]) and Record commits claim, result and writes together.
+// Every case: [design.md, "What is recorded"]; the transaction: [design.md,
+// "Two ways to claim"].
 //
 // # Retry-After and events
 //

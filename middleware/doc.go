@@ -70,8 +70,9 @@
 // # Observability
 //
 // Options.Engine.Logger gets logs (nil: none but the scoping warnings, to
-// slog.Default; keys as [idem.KeyDigest]); Options.Observer gets an
-// [idem.Event] for every outcome, refusal and unprotected request.
+// slog.Default; keys as [idem.KeyDigest], the key itself only when debug is
+// enabled); Options.Observer gets an [idem.Event] for every outcome, refusal
+// and unprotected request.
 //
 // [design.md, "Scopes"]: https://github.com/idemkit/idem/blob/main/docs/design.md#scopes-who-is-asking
 // [design.md, "Two ways to claim"]: https://github.com/idemkit/idem/blob/main/docs/design.md#two-ways-to-claim
