@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testdb"
-	"github.com/idemkit/idem/migrations"
 )
 
 // TestRowsDecodeAsPgxScans: the look's row and the lock's, decoded by
@@ -22,16 +20,8 @@ func TestRowsDecodeAsPgxScans(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	pool, _ := testdb.Pool(t)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
 	clock := time.Date(2026, 12, 2, 17, 0, 0, 123456000, time.UTC)
-	s, err := New(pool, Options{SweepInterval: -1, Retention: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	pool, s := migratedStore(t, ctx, Options{Retention: time.Hour})
 	s.now = func() time.Time { return clock }
 	key := func(k string) idem.Key { return idem.KeyFromRequestID(idem.StringRequestID(k)) }
 	claim := func(k string) idem.Claim {

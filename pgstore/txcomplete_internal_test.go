@@ -8,8 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testdb"
-	"github.com/idemkit/idem/migrations"
 )
 
 // TestNewKeyRowRefusesATakeover: sql/tx_complete.sql without .Takeover, a
@@ -21,21 +19,13 @@ func TestNewKeyRowRefusesATakeover(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	pool, _ := testdb.Pool(t)
-	if err := migrations.Up(ctx, pool, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(pool, Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	pool, s := migratedStore(t, ctx, Options{})
 	tok := idem.Token{Key: idem.KeyFromRequestID(idem.StringRequestID("k")), Generation: 42}
 	params := func(takenOver int64) txCompleteParams {
 		return txCompleteParams{completeParams: s.completeParams(tok, []byte("s"), `{"status":201}`),
 			fingerprint: "fp", owner: "test", createdAt: time.Now(), takenOver: takenOver}
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := s.sql.txComplete.exec(ctx, tx, params(7))
 		return err
 	})
