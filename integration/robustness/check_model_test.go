@@ -271,21 +271,38 @@ func TestCheckAllowsAFencedOwner(t *testing.T) {
 // after its claim, past its lease, runs its effect when it resumes, after
 // the successor that took the key over recorded; fenced, its completion
 // is stale. Allowed with the pause to explain it; without one, flagged.
+//
+// Its completion may also fail outright (PostgreSQL down when it tries):
+// fenced all the same, its successor having taken the key over with a
+// newer generation.
 func TestCheckAllowsAFencedOwnerAfterItsSuccessor(t *testing.T) {
 	t.Parallel()
-	for _, paused := range []bool{true, false} {
+	for _, c := range []struct {
+		paused bool
+		ended  wire.Record
+	}{
+		{true, stale}, {false, stale},
+		{true, wire.Record{What: "store error", Op: "complete", Err: "x"}},
+		{false, wire.Record{What: "store error", Op: "complete", Err: "x"}},
+	} {
+		paused := c.paused
 		b := newBuilder()
 		b.run("k", kindExt, "a2", "x2", "i2", outAnswer, completed)
-		b.run("k", kindExt, "a1", "x1", "i1", outAnswer, wire.Record{What: "lease lost", Err: "x"}, stale)
+		b.run("k", kindExt, "a1", "x1", "i1", outAnswer, wire.Record{What: "lease lost", Err: "x"}, c.ended)
 		if paused {
 			b.fault(faultPause, 0) // from before a1's claim to after its effect
 		}
 		for i, r := range b.h.records {
-			if r.Attempt == "a1" && r.Ev == wire.EvStore {
-				// Its claim was the older generation, acquired before
-				// a2's: the builder numbers claims in the order it runs
-				// them, and the claim checks are not what this tests.
+			// Its claim was the older generation, acquired before a2's:
+			// the builder numbers claims in the order it runs them, and
+			// the claim checks are not what this tests.
+			switch {
+			case r.Attempt == "a1" && r.Ev == wire.EvStore:
 				b.h.records[i].Gen = 0
+			case r.Attempt == "a1" && r.Gen != 0:
+				b.h.records[i].Gen = 1
+			case r.Attempt == "a2" && r.Gen != 0:
+				b.h.records[i].Gen = 2
 			}
 		}
 		b.replay("k", kindExt, "a3", "x2")
@@ -293,9 +310,9 @@ func TestCheckAllowsAFencedOwnerAfterItsSuccessor(t *testing.T) {
 		rep := check(b.stopped(100, 200))
 		switch got := kinds(rep); {
 		case paused && (len(got) != 0 || rep.windows["owner fenced after its lease ran out, its effect after its successor's"] != 1):
-			t.Errorf("paused: violations %+v, windows %v; want none, the window counted", rep.violations, rep.windows)
+			t.Errorf("paused, then %s: violations %+v, windows %v; want none, the window counted", c.ended.What, rep.violations, rep.windows)
 		case !paused && !slices.Equal(got, []string{vUnexplained}):
-			t.Errorf("no fault: violations %q, want %q", got, vUnexplained)
+			t.Errorf("no fault, then %s: violations %q, want %q", c.ended.What, got, vUnexplained)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -539,7 +540,7 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 				window = "left to its lease (its stream ended before the response)"
 			}
 			explained := prev
-			if window == "" && execs[cur.Exec] != nil && execs[cur.Exec].Fate == fateSuperseded {
+			if later := execs[cur.Exec]; window == "" && later != nil && fencedBy(later, prev) {
 				// The same window the other way round: the later effect is
 				// a fenced owner's, whose lease ran out before its work
 				// ran (its process paused or stalled past the lease after
@@ -564,6 +565,19 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 			rep.windows[window]++
 		}
 	}
+}
+
+// fencedBy reports whether x, which ran its effect after prev's, was a
+// fenced owner: its claim taken over (superseded), or its lease lost and
+// prev's claim a newer generation than its own, so that its completion
+// could only be refused as stale, even if it failed (PostgreSQL down when
+// it tried) before it was.
+func fencedBy(x, prev *execution) bool {
+	if x.Fate == fateSuperseded {
+		return true
+	}
+	lost := slices.ContainsFunc(x.events, func(e wire.Record) bool { return e.What == "lease lost" })
+	return lost && x.Gen != 0 && x.Gen < prev.Gen
 }
 
 // explaining returns a fault that touched x's instance (or PostgreSQL)

@@ -16,7 +16,8 @@
 //   - the effect logs: an effect outside the database runs at most once per
 //     key, unless the execution before it ended in one of those documented
 //     windows (or the one after it is an owner fenced after its lease ran
-//     out), with a fault to explain it; the effect in the database exactly
+//     out: its lease lost and its generation older, whatever became of its
+//     completion), with a fault to explain it; the effect in the database exactly
 //     once per answered key, and it is the answer;
 //   - no client is told it succeeded (a 2xx) unless the answer names an
 //     execution whose row is in the database;
