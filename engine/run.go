@@ -153,7 +153,16 @@ func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Exe
 		x.lose(errors.New(why))
 	})
 	x.renewTimer = time.AfterFunc(e.renewEvery, x.renew)
+	over := !time.Now().Before(x.leaseEnd)
 	x.mu.Unlock()
+	if over {
+		// The claim's answer came after its lease (less the margin) ran
+		// out: the process stalled between sending the claim and reading
+		// it, and the key may be another's by now. The work starts with
+		// its context ended, not a moment later from the timer, which
+		// would let work that checks its context first run anyway.
+		x.lose(errors.New("the lease ran out before the work started (the claim's answer came after it)"))
+	}
 	return x
 }
 

@@ -220,6 +220,35 @@ func TestSynctestDeadlineFromTheClaimSent(t *testing.T) {
 	})
 }
 
+// TestSynctestLeaseOverBeforeTheWork: a claim whose answer came after its
+// lease (less the margin) had run out (the process stalled between sending
+// it and reading the answer) starts its work with the context already
+// ended by the lease's loss, not a moment later from a timer: work that
+// checks its context first runs nothing.
+func TestSynctestLeaseOverBeforeTheWork(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		store := newTimedStore()
+		store.claimTakes = 1500 * time.Millisecond
+		ev := &events{start: store.start}
+		var atStart error
+		ran := false
+		execute(t, engine.New(store, engine.Options{Lease: time.Second}), ev, func(ctx context.Context) engine.Verdict {
+			if atStart = context.Cause(ctx); atStart != nil {
+				return engine.Verdict{Action: engine.Release, Why: "cut off"}
+			}
+			ran = true
+			return engine.Verdict{Action: engine.Complete, Result: idem.Result{Status: 200}}
+		})
+		if ran || !errors.Is(atStart, idem.ErrLeaseLost) {
+			t.Errorf("the work started with its context's cause %v (ran its effect: %v), want idem.ErrLeaseLost before it started", atStart, ran)
+		}
+		if lost := ev.of(idem.EventLeaseLost); len(lost) != 1 {
+			t.Errorf("lease lost reported at %v, want once", lost)
+		}
+	})
+}
+
 // TestSynctestConfirmedRenewalMovesTheDeadline: each confirmed renewal moves
 // the deadline to its own sending plus the lease minus the margin; when the
 // renewals start hanging, the work ends at the last confirmed one's.
