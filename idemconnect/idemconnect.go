@@ -103,16 +103,11 @@ type Options struct {
 // It panics if store is nil, Principal is nil, InTransaction is set with a
 // store that is not an [idem.TxStore], or Options.Engine is invalid.
 func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
-	if opts.Principal == nil {
-		panic("idemconnect: Options.Principal is nil; it names the caller whose keys a request's key is among")
-	}
-	if opts.Engine.Adapter == "" {
-		opts.Engine.Adapter = AdapterName
-	}
+	caller := idemproto.NewCaller(store, AdapterName, opts.Principal != nil,
+		idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
 	if opts.Record == nil {
 		opts.Record = idemproto.Recorded
 	}
-	caller := idemcall.New(store, idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			procedure := req.Spec().Procedure

@@ -89,17 +89,12 @@ type Options struct {
 // store is nil, Principal is nil, InTransaction is set with a store that is
 // not an [idem.TxStore], or Options.Engine is invalid.
 func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInterceptor {
-	if opts.Principal == nil {
-		panic("idemgrpc: Options.Principal is nil; it names the caller whose keys a call's key is among")
-	}
-	if opts.Engine.Adapter == "" {
-		opts.Engine.Adapter = AdapterName
-	}
+	caller := idemproto.NewCaller(store, AdapterName, opts.Principal != nil,
+		idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
 	record := idemproto.Recorded
 	if opts.Record != nil {
 		record = func(c uint32) bool { return opts.Record(codes.Code(c)) }
 	}
-	caller := idemcall.New(store, idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
 
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if opts.Methods != nil && !opts.Methods(info.FullMethod) {

@@ -250,6 +250,21 @@ func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, rec
 // the door answers with the handler's own error.
 var errNotRecorded = errors.New("idemproto: code not recorded")
 
+// NewCaller is the caller a door's constructor builds over store: its
+// events name adapter (the door's package) unless opts.Engine.Adapter
+// already names one. It panics, naming adapter, when the door has no
+// principal function (hasPrincipal false): a door's keys are scoped by
+// the caller, and without one every caller would share them.
+func NewCaller(store idem.Store, adapter string, hasPrincipal bool, opts idemcall.Options) *idemcall.Caller {
+	if !hasPrincipal {
+		panic(adapter + ": Options.Principal is nil; it names the caller whose keys a call's key is among")
+	}
+	if opts.Engine.Adapter == "" {
+		opts.Engine.Adapter = adapter
+	}
+	return idemcall.New(store, opts)
+}
+
 // Labels are the labels a door's claim stores for a call to procedure
 // (the full method, "/package.Service/Method") by principal: the
 // procedure as its route, the principal as its caller. Method is empty:

@@ -2,6 +2,7 @@ package idemproto_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemcall"
 	"github.com/idemkit/idem/idemproto"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/memstore"
 )
 
 // TestFingerprint: equal requests (a map built in any order) give one
@@ -110,4 +114,37 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, status int, typ string, body []byte) {
 		_, _, _ = idemproto.Decode(idem.Result{Status: status, Header: map[string][]string{idemproto.TypeHeader: {typ}}, Body: body}, nil)
 	})
+}
+
+// TestNewCaller: a door without a principal function panics at
+// construction, naming the door; with one, its events name the door
+// unless the engine's options already name an adapter.
+func TestNewCaller(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	func() {
+		defer func() {
+			if msg, _ := recover().(string); !strings.HasPrefix(msg, "idemdoor: Options.Principal is nil") {
+				t.Errorf("panic %q, want one naming the door and Options.Principal", msg)
+			}
+		}()
+		idemproto.NewCaller(store, "idemdoor", false, idemcall.Options{})
+	}()
+
+	adapterOf := func(opts idemcall.Options) string {
+		var events idemtest.Events
+		opts.Observe = events.Observe
+		caller := idemproto.NewCaller(store, "idemdoor", true, opts)
+		caller.Report(idem.Event{Kind: idem.EventUnprotected, Reason: idem.UnprotectedNoKey})
+		all := events.All()
+		if len(all) != 1 {
+			t.Fatalf("%d events, want 1", len(all))
+		}
+		return all[0].Adapter
+	}
+	if got := adapterOf(idemcall.Options{}); got != "idemdoor" {
+		t.Errorf("events name adapter %q, want idemdoor", got)
+	}
+	if got := adapterOf(idemcall.Options{Engine: engine.Options{Adapter: "mine"}}); got != "mine" {
+		t.Errorf("events name adapter %q, want the engine's own, mine", got)
+	}
 }
