@@ -37,9 +37,9 @@
 // DELETE waits up to Options.Engine.Wait for its deduplicated calls, so a
 // retry from a new session replays their answers. A call the engine cuts off
 // learns it through notifications/cancelled, [ToolCancellation] or
-// [WorkContext], and what it still answers is recorded; if it answers
-// nothing within a lease, its client gets [CodeInFlight] with [ReasonCutOff]
-// ([design.md, "MCP calls cut off"]).
+// [WorkContext]; what it still answers is recorded; one answering nothing
+// within a lease gets [CodeInFlight] with [ReasonCutOff] ([design.md, "MCP
+// calls cut off"]).
 //
 // # Upstream calls
 //
