@@ -8,11 +8,11 @@
 //   - [github.com/idemkit/idem/middleware]: an Idempotency-Key middleware for
 //     net/http (func(http.Handler) http.Handler); start here for a REST API.
 //   - [github.com/idemkit/idem/mcphttp]: deduplication of MCP tools/call on
-//     the Streamable HTTP transport, and the helpers a tool uses to forward
-//     the call's keys.
+//     the Streamable HTTP transport, and helpers for a tool to forward the
+//     call's keys.
 //   - [github.com/idemkit/idem/agentkey]: the key an agent derives for an MCP
-//     call's _meta.idempotencyKey and the canonical JSON it hashes, with
-//     published test vectors.
+//     call's _meta.idempotencyKey, the canonical JSON it hashes, published
+//     test vectors.
 //   - [github.com/idemkit/idem/pgstore]: the durable store, on PostgreSQL
 //     (pgx/v5), for production.
 //   - [github.com/idemkit/idem/migrations]: creates and upgrades pgstore's
@@ -25,7 +25,7 @@
 //     record or release; both adapters use it, as can one for another
 //     transport.
 //   - [github.com/idemkit/idem/idemotel], [github.com/idemkit/idem/idemprom]:
-//     OpenTelemetry, and Prometheus (client_golang), for the adapters' events
+//     OpenTelemetry and Prometheus (client_golang) for the adapters' events
 //     and the sweeper.
 //   - [github.com/idemkit/idem/idemtest]: the contract suite a new [Store]
 //     must pass.
