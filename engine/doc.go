@@ -29,12 +29,11 @@
 //
 // It keeps the client's values, not its cancellation
 // (Options.CancelWithClient restores it). It ends with cause
-// [idem.ErrLeaseLost] when no renewal was confirmed before an early
-// estimate of the lease end (less min(lease/5, [MaxLeaseMargin])); at its
-// deadline (Options.MaxExecution, [DefaultMaxExecution], or the client's
-// earlier one; [ErrExecutionTimeout]); and when Options.Shutdown is done
-// ([ErrShutdown]; later claims are Unavailable). Work must honour its
-// context.
+// [idem.ErrLeaseLost] when no renewal was confirmed before the estimated
+// lease end less a margin ([MaxLeaseMargin]); at its deadline
+// (Options.MaxExecution, [DefaultMaxExecution], or the client's earlier one;
+// [ErrExecutionTimeout]); and when Options.Shutdown is done ([ErrShutdown];
+// later claims are Unavailable). Work must honour its context.
 //
 // # What is recorded
 //

@@ -4,9 +4,9 @@
 //
 // # Mounting
 //
-// Give the adapters the same observer, behind an instrumentation that puts a
-// server span in the request context (otelhttp, or any other); idem
-// annotates it rather than starting traces of its own:
+// Give the adapters the same observer, behind instrumentation that puts a
+// server span in the request context (otelhttp or any other), which idem
+// annotates rather than starting traces of its own:
 //
 //	obs, err := idemotel.New(idemotel.Options{TracerProvider: tp, MeterProvider: mp, Store: "postgres"})
 //	if err != nil { return err }
@@ -29,7 +29,7 @@
 //	                 client left
 //	idem.wait        child of idem.claim covering the wait
 //	idem.complete    result recorded: idem.result.status_code, idem.execution.duration (s)
-//	idem.release     released, a retry runs again: idem.execution.duration
+//	idem.release     released (a retry runs again): idem.execution.duration
 //	idem.left        left, unrenewed, to its lease (mcphttp: stream ended without the
 //	                 response): idem.execution.duration
 //	idem.lease_lost  lost while running (EventLeaseLost) or when finishing (EventStale):

@@ -21,10 +21,9 @@
 // [Store.BeginClaim] (the [idem.TxStore] behind InTransaction) claims the key
 // in a transaction the work writes in through [TxFrom] (a pgx.Tx) or
 // [SQLTxFrom] (a *sql.Tx, for database/sql, sqlc, GORM, sqlx, bun);
-// [idem.TxClaim].Commit records the result and commits. A rollback leaves
-// nothing; a duplicate waits in PostgreSQL up to TxLimits.Wait; an
-// [*idem.TxLimitError] names a server bound that ended the transaction
-// ([design.md, "Two ways to claim"]).
+// [idem.TxClaim].Commit records the result and commits. A duplicate waits in
+// PostgreSQL up to TxLimits.Wait; an [*idem.TxLimitError] names a server
+// bound that ended the transaction ([design.md, "Two ways to claim"]).
 //
 //	c, tx, err := store.BeginClaim(ctx, req, idem.TxLimits{Wait: 5 * time.Second})
 //	// c.Status == idem.Acquired: tx is open
