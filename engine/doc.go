@@ -1,12 +1,10 @@
 // Package engine is the execution engine shared by idem's adapters
-// (middleware for net/http, mcphttp for MCP): claim, run the protected
-// work under a context the engine controls while it renews the lease,
-// decide record or release, complete or release, and report
-// [idem.Event]s. An adapter keeps only what belongs to its protocol:
-// parsing the request, capturing the answer in its format, and writing its
-// errors; a third-party adapter (gRPC, a queue consumer) can use it the
-// same way. The rules and their reasons: [design.md, "The execution
-// engine"].
+// (middleware for net/http, mcphttp for MCP): claim, run the protected work
+// under a context the engine controls while it renews the lease, complete or
+// release, and report [idem.Event]s. An adapter keeps only its protocol:
+// parsing the request, capturing the answer in its format, writing its
+// errors; a third-party adapter (gRPC, a queue consumer) uses it the same
+// way. The rules and their reasons: [design.md, "The execution engine"].
 //
 // # Use
 //
@@ -31,22 +29,21 @@
 //
 // It keeps the client's values, not its cancellation
 // (Options.CancelWithClient restores it). It ends with cause
-// [idem.ErrLeaseLost] when no renewal was confirmed before an early
-// estimate of the lease end (less min(lease/5, [MaxLeaseMargin])); at its
-// deadline (Options.MaxExecution, [DefaultMaxExecution], or the client's
-// earlier one; [ErrExecutionTimeout]); and when Options.Shutdown is done
-// ([ErrShutdown]; later claims are Unavailable). Work must honour its
-// context.
+// [idem.ErrLeaseLost] when no renewal was confirmed before the estimated
+// lease end less a margin ([MaxLeaseMargin]); at its deadline
+// (Options.MaxExecution, [DefaultMaxExecution], or the client's earlier one;
+// [ErrExecutionTimeout]); and when Options.Shutdown is done ([ErrShutdown];
+// later claims are Unavailable). Work must honour its context.
 //
 // # What is recorded
 //
-// The adapter reads the work's answer into a [Verdict]: Record, release,
-// or Leave the claim to its lease. Whatever ended the work's context, a
-// whole answer the adapter records is recorded, fenced by the generation;
-// anything else is released once the work returned; a claim taken over is
-// left alone. Complete is retried on an unavailable store until the later
-// of Options.StoreTimeout and the lease's end. With Request.InTransaction
-// the work runs in the claim's transaction ([Execution.TxContext]; an
+// The adapter reads the work's answer into a [Verdict]: Record, release, or
+// Leave the claim to its lease. Whatever ended the work's context, a whole
+// recordable answer is recorded, fenced by the generation; anything else is
+// released once the work returned; a claim taken over is left alone.
+// Complete is retried on an unavailable store until the later of
+// Options.StoreTimeout and the lease's end. With Request.InTransaction the
+// work runs in the claim's transaction ([Execution.TxContext]; an
 // [idem.TxStore]) and Record commits claim, result and writes together.
 // Every case: [design.md, "What is recorded"]; the transaction: [design.md,
 // "Two ways to claim"].

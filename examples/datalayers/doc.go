@@ -1,10 +1,10 @@
 // Package datalayers shows idem's one-commit path (InTransaction) with the
 // data layers Go services on PostgreSQL use. A handler under
-// middleware.Options.InTransaction writes its invoice through the layer
-// inside the claim's transaction, so the invoice, the claim and the recorded
-// response commit together or not at all. What a layer writes through a
-// connection of its own (the service's pool, a *sql.DB or a *gorm.DB opened
-// on it) is outside the claim. Each layer gets the claim's transaction as:
+// middleware.Options.InTransaction writes its invoice through the layer in
+// the claim's transaction: invoice, claim and recorded response commit
+// together or not at all; what a layer writes through a connection of its
+// own (the service's pool, a *sql.DB or *gorm.DB opened on it) is outside
+// the claim. Each layer gets the claim's transaction as:
 //
 //   - pgx: pgstore.TxFrom(ctx), a pgx.Tx; every statement (Exec, Query,
 //     batches, CopyFrom), savepoints with Begin.
@@ -24,14 +24,13 @@
 //     (entsql.NewDriver(dialect.Postgres, entsql.Conn{ExecQuerier: tx})), but
 //     a client needs ent's generated code.
 //
-// It is a module of its own, so that the layers' dependencies stay out of
-// idem's. The tests (datalayers_test.go) run each layer but ent against
-// PostgreSQL: a retry replayed, a failure after the insert leaving nothing,
-// and 20 concurrent duplicates leaving one row. The sqlc code in sqlc/ is
-// generated from schema.sql and query.sql as sqlc.yaml says, by sqlc
-// v1.31.0 (`sqlc generate` here). Its module has replace directives, so
-// `go install` and `go run` of it at a version refuse; build it in its own
-// module's directory:
+// A module of its own, keeping the layers' dependencies out of idem's. The
+// tests (datalayers_test.go) run each layer but ent against PostgreSQL: a
+// retry replayed, a failure after the insert leaving nothing, and 20
+// concurrent duplicates leaving one row. The sqlc code in sqlc/ is generated
+// by sqlc v1.31.0 from schema.sql and query.sql as sqlc.yaml says (`sqlc
+// generate` here). sqlc's module has replace directives, so `go install` and
+// `go run` of it at a version refuse; build it in its module's directory:
 //
 //	cd "$(go mod download -json github.com/sqlc-dev/sqlc@v1.31.0 | jq -r .Dir)" && go build -o /tmp/sqlc ./cmd/sqlc
 package datalayers
