@@ -10,10 +10,10 @@
 // message is refused with FailedPrecondition. A replayed answer carries
 // the header "idempotent-replayed: true", and the handler's own headers
 // and trailers of the keys [Options].RecordMetadata lists; others are not
-// recorded. Which status codes are recorded, and how a
-// call that did not run is answered (Aborted with a RetryInfo while its key
-// is in flight), is [idemproto]'s; the engine under it is the one the
-// net/http middleware and the MCP adapter use.
+// recorded. Which status codes are recorded, and how a call that did not
+// run is answered (Aborted with a RetryInfo while its key is in flight),
+// is [idemproto]'s; the engine under it is the one the net/http middleware
+// and the MCP adapter use.
 package idemgrpc
 
 import (
