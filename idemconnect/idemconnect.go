@@ -9,9 +9,10 @@
 // request: the fingerprint covers the procedure and the request message's
 // deterministic proto encoding, whatever codec (proto or JSON) carried it.
 // A replayed answer carries the header "Idempotent-Replayed: true" (on an
-// error, in its metadata); the handler's own headers and trailers are not
-// recorded, nor an error's metadata. Which codes are recorded, and how a
-// call that did not run is answered, is [idemproto]'s.
+// error, in its metadata), and the handler's own headers and trailers, or
+// its error's metadata, of the keys [Options].RecordMetadata lists; others
+// are not recorded. Which codes are recorded, and how a call that did not
+// run is answered, is [idemproto]'s.
 //
 // # The interceptor or the net/http middleware
 //
@@ -35,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -89,6 +91,16 @@ type Options struct {
 	// and a retry runs the handler again. Nil means [idemproto.Recorded].
 	Record func(code uint32) bool
 
+	// RecordMetadata lists the keys of the handler's response headers
+	// and trailers, and of its error's metadata, recorded with its answer
+	// and replayed to every retry in the same place (case-insensitive).
+	// Nil means none. Idempotency-Key, Idempotent-Replayed, Grpc-*,
+	// Connect-*, Content-Type, hop-by-hop and framing headers
+	// (Content-Length, Connection, Transfer-Encoding, ...), Set-Cookie and
+	// Authorization are never recorded: listing one panics (the list is
+	// [idemproto.NewMetadataKeys]').
+	RecordMetadata []string
+
 	// Types finds the type of a recorded response when it is replayed.
 	// Nil means protoregistry.GlobalTypes.
 	Types idemproto.Resolver
@@ -101,10 +113,12 @@ type Options struct {
 // NewInterceptor returns the interceptor, over store, for
 // connect.WithInterceptors on a handler. It passes client calls through.
 // It panics if store is nil, Principal is nil, InTransaction is set with a
-// store that is not an [idem.TxStore], or Options.Engine is invalid.
+// store that is not an [idem.TxStore], Options.Engine is invalid, or
+// Options.RecordMetadata lists a key that is never recorded.
 func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 	caller := idemproto.NewCaller(store, AdapterName, opts.Principal != nil,
 		idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
+	metaKeys := idemproto.NewMetadataKeys(AdapterName, opts.RecordMetadata)
 	if opts.Record == nil {
 		opts.Record = idemproto.Recorded
 	}
@@ -140,11 +154,15 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 				handErr error
 			)
 			out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp, Labels: idemproto.Labels(procedure, principal)}, opts.Record, opts.Types, statusOf,
-				func(ctx context.Context) (any, error) {
+				func(ctx context.Context) (any, idemproto.Metadata, error) {
 					if resp, handErr = next(ctx, req); handErr != nil {
-						return nil, handErr
+						var cerr *connect.Error
+						if errors.As(handErr, &cerr) {
+							return nil, metaKeys.Keep(cerr.Meta(), nil), handErr
+						}
+						return nil, idemproto.Metadata{}, handErr
 					}
-					return resp.Any(), nil
+					return resp.Any(), metaKeys.Keep(resp.Header(), resp.Trailer()), nil
 				})
 			switch {
 			case err != nil:
@@ -153,10 +171,13 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 				return resp, handErr
 			case out.Status != nil:
 				cerr := errorOf(out.Status)
+				addAll(cerr.Meta(), out.Metadata.Header)
 				cerr.Meta().Set(idemproto.ReplayedHeader, "true")
 				return nil, cerr
 			}
 			replay := connect.NewResponse(&message{out.Msg})
+			addAll(replay.Header(), out.Metadata.Header)
+			addAll(replay.Trailer(), out.Metadata.Trailer)
 			replay.Header().Set(idemproto.ReplayedHeader, "true")
 			return replay, nil
 		}
@@ -166,6 +187,15 @@ func NewInterceptor(store idem.Store, opts Options) connect.Interceptor {
 // message carries a replayed response of any type: the codecs marshal
 // the proto.Message it embeds.
 type message struct{ proto.Message }
+
+// addAll adds the recorded metadata md to h.
+func addAll(h http.Header, md map[string][]string) {
+	for k, vs := range md {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+}
 
 // statusOf is a handler's error as a google.rpc.Status: its code, message
 // and details.

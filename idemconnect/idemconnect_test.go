@@ -5,12 +5,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -29,7 +32,10 @@ import (
 const chargeProcedure = "/test.Ledger/Charge"
 
 // ledger is the procedure under test: the customer in, the charge's id
-// out. "unknown" is NotFound (recorded), "flaky" Unavailable (not).
+// out. "unknown" is NotFound (recorded), "flaky" Unavailable (not). Every
+// answer carries metadata of the run: on success the header X-Ledger-Id,
+// X-Seq-Bin (binary) and X-Debug, and the trailer X-Ledger-Total and
+// X-Trace; on an error, X-Ledger-Id and X-Debug in its metadata.
 type ledger struct {
 	pool  *pgxpool.Pool
 	runs  atomic.Int64
@@ -44,24 +50,39 @@ func (l *ledger) charge(ctx context.Context, req *connect.Request[wrapperspb.Str
 		l.enter <- struct{}{}
 		<-l.gate
 	}
+	run := strconv.FormatInt(n, 10)
 	switch req.Msg.GetValue() {
 	case "unknown":
 		cerr := connect.NewError(connect.CodeNotFound, errors.New("no such customer"))
 		if d, err := connect.NewErrorDetail(&errdetails.ResourceInfo{ResourceName: "unknown"}); err == nil {
 			cerr.AddDetail(d)
 		}
+		cerr.Meta().Set("X-Ledger-Id", "L-"+run)
+		cerr.Meta().Set("X-Debug", "D-"+run)
 		return nil, cerr
 	case "flaky":
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the bank is down"))
 	}
-	if l.pool == nil {
-		return connect.NewResponse(wrapperspb.Int64(n)), nil
+	id := n
+	if l.pool != nil {
+		const insert = `INSERT INTO charges (customer) VALUES ($1) RETURNING id`
+		var row pgx.Row
+		if tx := pgstore.TxFrom(ctx); tx != nil {
+			row = tx.QueryRow(ctx, insert, req.Msg.GetValue())
+		} else {
+			row = l.pool.QueryRow(ctx, insert, req.Msg.GetValue())
+		}
+		if err := row.Scan(&id); err != nil {
+			return nil, err
+		}
 	}
-	var id int64
-	if err := pgstore.TxFrom(ctx).QueryRow(ctx, `INSERT INTO charges (customer) VALUES ($1) RETURNING id`, req.Msg.GetValue()).Scan(&id); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(wrapperspb.Int64(id)), nil
+	resp := connect.NewResponse(wrapperspb.Int64(id))
+	resp.Header().Set("X-Ledger-Id", "L-"+run)
+	resp.Header().Set("X-Seq-Bin", connect.EncodeBinaryHeader([]byte("\x00\xff"+run)))
+	resp.Header().Set("X-Debug", "D-"+run)
+	resp.Trailer().Set("X-Ledger-Total", "T-"+run)
+	resp.Trailer().Set("X-Trace", "R-"+run)
+	return resp, nil
 }
 
 func principal(_ context.Context, req connect.AnyRequest) string { return req.Header().Get("User") }
@@ -94,9 +115,10 @@ func server(t *testing.T, store idem.Store, l *ledger, opts idemconnect.Options,
 }
 
 type answer struct {
-	id       int64
-	err      *connect.Error
-	replayed bool
+	id              int64
+	err             *connect.Error
+	replayed        bool
+	header, trailer http.Header // on an error, its metadata is header
 }
 
 func charge(ctx context.Context, c *connect.Client[wrapperspb.StringValue, wrapperspb.Int64Value], user, key, customer string) answer {
@@ -111,9 +133,9 @@ func charge(ctx context.Context, c *connect.Client[wrapperspb.StringValue, wrapp
 		if !errors.As(err, &cerr) {
 			cerr = connect.NewError(connect.CodeUnknown, err)
 		}
-		return answer{err: cerr, replayed: cerr.Meta().Get(idemproto.ReplayedHeader) == "true"}
+		return answer{err: cerr, replayed: cerr.Meta().Get(idemproto.ReplayedHeader) == "true", header: cerr.Meta()}
 	}
-	return answer{id: resp.Msg.GetValue(), replayed: resp.Header().Get(idemproto.ReplayedHeader) == "true"}
+	return answer{id: resp.Msg.GetValue(), replayed: resp.Header().Get(idemproto.ReplayedHeader) == "true", header: resp.Header(), trailer: resp.Trailer()}
 }
 
 func code(a answer) connect.Code {
@@ -238,4 +260,122 @@ func TestRefusalsAndLabelsReported(t *testing.T) {
 		t.Fatal(a.err)
 	}
 	doortest.WantLabels(t, store, chargeProcedure)
+}
+
+// handlerKeys are the metadata keys the ledger sets.
+var handlerKeys = []string{"X-Ledger-Id", "X-Seq-Bin", "X-Debug", "X-Ledger-Total", "X-Trace"}
+
+// own is the metadata of h the handler may have set.
+func own(h http.Header) map[string][]string {
+	out := map[string][]string{}
+	for _, k := range handlerKeys {
+		if vs := h.Values(k); len(vs) > 0 {
+			out[k] = vs
+		}
+	}
+	return out
+}
+
+// TestRecordMetadata: the first caller gets every header, trailer and
+// error metadata the handler set; a retry's replay, of a message or of an
+// error, gets those RecordMetadata lists, in the same place, and not the
+// others; without RecordMetadata, a replay carries none of them. On each
+// protocol on memstore, and on PostgreSQL two-phase and in one
+// transaction.
+func TestRecordMetadata(t *testing.T) {
+	t.Parallel()
+	type protocol struct {
+		name string
+		h2c  bool
+		opts []connect.ClientOption
+	}
+	connectH1 := protocol{"connect HTTP/1.1", false, nil}
+	grpcH2 := protocol{"grpc HTTP/2", true, []connect.ClientOption{connect.WithGRPC()}}
+	for _, tc := range []struct {
+		protocol
+		path doortest.Path
+	}{
+		{connectH1, doortest.Paths[0]},
+		{protocol{"connect JSON HTTP/1.1", false, []connect.ClientOption{connect.WithProtoJSON()}}, doortest.Paths[0]},
+		{protocol{"grpc-web HTTP/1.1", false, []connect.ClientOption{connect.WithGRPCWeb()}}, doortest.Paths[0]},
+		{protocol{"connect HTTP/2", true, nil}, doortest.Paths[0]},
+		{grpcH2, doortest.Paths[0]},
+		{connectH1, doortest.Paths[1]},
+		{grpcH2, doortest.Paths[2]},
+	} {
+		t.Run(tc.name+" "+tc.path.Name, func(t *testing.T) {
+			t.Parallel()
+			l := &ledger{}
+			var store idem.Store = memstore.New(memstore.Options{})
+			if tc.path.Postgres {
+				l.pool, _ = testdb.Pool(t)
+				store = teststore.Migrated(t, l.pool, pgstore.Options{}, `CREATE TABLE charges (id bigserial PRIMARY KEY, customer text NOT NULL)`)
+			}
+			opts := idemconnect.Options{InTransaction: tc.path.InTx, RecordMetadata: []string{"x-ledger-id", "X-SEQ-BIN", "x-ledger-total"}}
+			url, hc := server(t, store, l, opts, tc.h2c)
+			c := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure, tc.opts...)
+			ctx := t.Context()
+
+			first, second := charge(ctx, c, "ada", "m1", "acme"), charge(ctx, c, "ada", "m1", "acme")
+			if first.err != nil || second.err != nil || !second.replayed {
+				t.Fatalf("first %+v, second %+v: want the second replayed", first, second)
+			}
+			bin := connect.EncodeBinaryHeader([]byte("\x00\xff1"))
+			if got, want := own(first.header), map[string][]string{"X-Ledger-Id": {"L-1"}, "X-Seq-Bin": {bin}, "X-Debug": {"D-1"}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the first call's header %q, want %q", got, want)
+			}
+			if got, want := own(first.trailer), map[string][]string{"X-Ledger-Total": {"T-1"}, "X-Trace": {"R-1"}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the first call's trailer %q, want %q", got, want)
+			}
+			if got, want := own(second.header), map[string][]string{"X-Ledger-Id": {"L-1"}, "X-Seq-Bin": {bin}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the replay's header %q, want %q", got, want)
+			}
+			if got, want := own(second.trailer), map[string][]string{"X-Ledger-Total": {"T-1"}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the replay's trailer %q, want %q", got, want)
+			}
+
+			nf1, nf2 := charge(ctx, c, "ada", "m2", "unknown"), charge(ctx, c, "ada", "m2", "unknown")
+			if code(nf1) != connect.CodeNotFound || code(nf2) != connect.CodeNotFound || !nf2.replayed {
+				t.Fatalf("a NotFound retried: %v (replayed %v)", nf2.err, nf2.replayed)
+			}
+			if got, want := own(nf1.header), map[string][]string{"X-Ledger-Id": {"L-2"}, "X-Debug": {"D-2"}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the first error's metadata %q, want %q", got, want)
+			}
+			if got, want := own(nf2.header), map[string][]string{"X-Ledger-Id": {"L-2"}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the replayed error's metadata %q, want %q", got, want)
+			}
+			if n := l.runs.Load(); n != 2 {
+				t.Errorf("the handler ran %d times, want 2", n)
+			}
+
+			opts.RecordMetadata = nil
+			url, hc = server(t, store, &ledger{pool: l.pool}, opts, tc.h2c)
+			c = connect.NewClient[wrapperspb.StringValue, wrapperspb.Int64Value](hc, url+chargeProcedure, tc.opts...)
+			for _, customer := range []string{"acme", "unknown"} {
+				charge(ctx, c, "bob", "plain-"+customer, customer)
+				replay := charge(ctx, c, "bob", "plain-"+customer, customer)
+				if !replay.replayed || len(own(replay.header)) != 0 || len(own(replay.trailer)) != 0 {
+					t.Errorf("%s without RecordMetadata: replayed %v, header %q, trailer %q; want none of the handler's", customer, replay.replayed, own(replay.header), own(replay.trailer))
+				}
+			}
+		})
+	}
+}
+
+// TestRecordMetadataNeverRecordedPanics: a key that is never recorded
+// panics at construction.
+func TestRecordMetadataNeverRecordedPanics(t *testing.T) {
+	for _, key := range []string{
+		idemproto.ReplayedHeader, "Idempotency-Key", "Grpc-Status", "Connect-Timeout-Ms", "Content-Type",
+		"Content-Length", "Connection", "Transfer-Encoding", "Set-Cookie", "Authorization",
+	} {
+		func() {
+			defer func() {
+				if msg, _ := recover().(string); !strings.Contains(msg, "RecordMetadata") {
+					t.Errorf("RecordMetadata %s: panic %q", key, msg)
+				}
+			}()
+			idemconnect.NewInterceptor(memstore.New(memstore.Options{}), idemconnect.Options{Principal: principal, RecordMetadata: []string{key}})
+		}()
+	}
 }

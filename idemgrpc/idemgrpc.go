@@ -8,15 +8,17 @@
 // the fingerprint covers the full method and the request message's
 // deterministic proto encoding, so a key reused for another method or
 // message is refused with FailedPrecondition. A replayed answer carries
-// the header "idempotent-replayed: true"; the handler's own headers and
-// trailers are not recorded. Which status codes are recorded, and how a
-// call that did not run is answered (Aborted with a RetryInfo while its key
-// is in flight), is [idemproto]'s; the engine under it is the one the
-// net/http middleware and the MCP adapter use.
+// the header "idempotent-replayed: true", and the handler's own headers
+// and trailers of the keys [Options].RecordMetadata lists; others are not
+// recorded. Which status codes are recorded, and how a call that did not
+// run is answered (Aborted with a RetryInfo while its key is in flight),
+// is [idemproto]'s; the engine under it is the one the net/http middleware
+// and the MCP adapter use.
 package idemgrpc
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -75,6 +77,18 @@ type Options struct {
 	// the handler again. Nil means [idemproto.Recorded].
 	Record func(codes.Code) bool
 
+	// RecordMetadata lists the keys of the handler's headers and
+	// trailers (grpc.SetHeader, SendHeader, SetTrailer) recorded with its
+	// answer, OK or error, and replayed to every retry (case-insensitive).
+	// Nil means none. idempotency-key, idempotent-replayed, grpc-*,
+	// content-type, hop-by-hop and framing headers, set-cookie and
+	// authorization are never recorded: listing one panics (the list is
+	// [idemproto.NewMetadataKeys]'). With keys listed, the handler's
+	// context carries a stream of the interceptor's, which passes every
+	// header and trailer on to grpc's own; grpc.SetSendCompressor and
+	// grpc.ClientSupportedCompressors, which need grpc's own, fail there.
+	RecordMetadata []string
+
 	// Types finds the type of a recorded response by its full name when
 	// it is replayed. Nil means protoregistry.GlobalTypes, where
 	// generated code registers its messages.
@@ -87,10 +101,12 @@ type Options struct {
 
 // UnaryServerInterceptor returns the interceptor, over store. It panics if
 // store is nil, Principal is nil, InTransaction is set with a store that is
-// not an [idem.TxStore], or Options.Engine is invalid.
+// not an [idem.TxStore], Options.Engine is invalid, or
+// Options.RecordMetadata lists a key that is never recorded.
 func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInterceptor {
 	caller := idemproto.NewCaller(store, AdapterName, opts.Principal != nil,
 		idemcall.Options{Engine: opts.Engine, InTransaction: opts.InTransaction, Observe: opts.Observe})
+	metaKeys := idemproto.NewMetadataKeys(AdapterName, opts.RecordMetadata)
 	record := idemproto.Recorded
 	if opts.Record != nil {
 		record = func(c uint32) bool { return opts.Record(codes.Code(c)) }
@@ -128,9 +144,14 @@ func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInte
 		)
 		out, err := idemproto.Serve(ctx, caller, idemcall.Call{Scope: principal, Key: keys[0], Fingerprint: fp, Labels: idemproto.Labels(info.FullMethod, principal)}, record, opts.Types,
 			func(err error) *spb.Status { return status.Convert(err).Proto() },
-			func(ctx context.Context) (any, error) {
+			func(ctx context.Context) (any, idemproto.Metadata, error) {
+				var rec *recorder
+				if s := grpc.ServerTransportStreamFromContext(ctx); s != nil && !metaKeys.Empty() {
+					rec = &recorder{ServerTransportStream: s}
+					ctx = grpc.NewContextWithServerTransportStream(ctx, rec)
+				}
 				resp, handErr = handler(ctx, req)
-				return resp, handErr
+				return resp, rec.keep(metaKeys), handErr
 			})
 		switch {
 		case err != nil:
@@ -138,12 +159,64 @@ func UnaryServerInterceptor(store idem.Store, opts Options) grpc.UnaryServerInte
 		case out.Ran:
 			return resp, handErr
 		}
-		_ = grpc.SetHeader(ctx, metadata.Pairs(idemproto.ReplayedHeader, "true"))
+		_ = grpc.SetHeader(ctx, metadata.Join(out.Metadata.Header, metadata.Pairs(idemproto.ReplayedHeader, "true")))
+		_ = grpc.SetTrailer(ctx, out.Metadata.Trailer)
 		if out.Status != nil {
 			return nil, status.FromProto(out.Status).Err()
 		}
 		return out.Msg, nil
 	}
+}
+
+// recorder is the stream a handler's context carries when metadata is
+// recorded: it passes every call on to grpc's stream, so the caller gets
+// what it would without it, and keeps the header and trailer the handler
+// set. A header set after the header was sent is not kept: grpc refuses
+// it, and the caller does not get it.
+type recorder struct {
+	grpc.ServerTransportStream
+	mu              sync.Mutex
+	sent            bool
+	header, trailer metadata.MD
+}
+
+func (r *recorder) SetHeader(md metadata.MD) error {
+	err := r.ServerTransportStream.SetHeader(md)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.sent {
+		r.header = metadata.Join(r.header, md)
+	}
+	return err
+}
+
+func (r *recorder) SendHeader(md metadata.MD) error {
+	err := r.ServerTransportStream.SendHeader(md)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.sent {
+		r.header, r.sent = metadata.Join(r.header, md), true
+	}
+	return err
+}
+
+func (r *recorder) SetTrailer(md metadata.MD) error {
+	err := r.ServerTransportStream.SetTrailer(md)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trailer = metadata.Join(r.trailer, md)
+	return err
+}
+
+// keep is what of the header and trailer r kept keys records; nothing
+// when r is nil.
+func (r *recorder) keep(keys idemproto.MetadataKeys) idemproto.Metadata {
+	if r == nil {
+		return idemproto.Metadata{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return keys.Keep(r.header, r.trailer)
 }
 
 // refusal is the status of a call that did not run and has no recorded

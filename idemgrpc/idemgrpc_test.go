@@ -3,6 +3,8 @@ package idemgrpc_test
 import (
 	"context"
 	"net"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +36,8 @@ import (
 // ledger is the service under test, registered by hand (no protoc): its
 // one method, /test.Ledger/Charge, takes the customer as a StringValue and
 // answers the charge's id as an Int64Value. A customer "unknown" is
-// NotFound (recorded), "flaky" Unavailable (not recorded).
+// NotFound (recorded), "flaky" Unavailable (not recorded). Every call sets
+// the header and trailer of handlerMetadata, a binary one among them.
 type ledger struct {
 	pool  *pgxpool.Pool // nil: no database; the charge is counted only
 	runs  atomic.Int64
@@ -44,8 +47,26 @@ type ledger struct {
 
 const chargeMethod = "/test.Ledger/Charge"
 
+// handlerMetadata is what the handler sets: header and trailer keys, the
+// ones recordMetadata lists recorded, and the values of the run (n).
+func handlerMetadata(n int64) (header, trailer metadata.MD) {
+	run := strconv.FormatInt(n, 10)
+	return metadata.Pairs("x-ledger-id", "L-"+run, "x-seq-bin", "\x00\xff"+run, "x-debug", "D-"+run),
+		metadata.Pairs("x-ledger-total", "T-"+run, "x-trace", "R-"+run)
+}
+
+// recordMetadata records three of handlerMetadata's five keys, in any case.
+var recordMetadata = []string{"X-Ledger-Id", "x-seq-bin", "X-LEDGER-TOTAL"}
+
 func (l *ledger) charge(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.Int64Value, error) {
 	n := l.runs.Add(1)
+	header, trailer := handlerMetadata(n)
+	if err := grpc.SetHeader(ctx, header); err != nil {
+		return nil, err
+	}
+	if err := grpc.SetTrailer(ctx, trailer); err != nil {
+		return nil, err
+	}
 	if l.enter != nil {
 		l.enter <- struct{}{}
 	}
@@ -161,9 +182,10 @@ func (r *rig) cut() {
 
 // answer is what the client got from one call.
 type answer struct {
-	id       int64
-	st       *status.Status
-	replayed bool
+	id              int64
+	st              *status.Status
+	replayed        bool
+	header, trailer metadata.MD
 }
 
 func (r *rig) charge(ctx context.Context, user, key, customer string) answer {
@@ -172,10 +194,10 @@ func (r *rig) charge(ctx context.Context, user, key, customer string) answer {
 		pairs = append(pairs, idemproto.KeyHeader, key)
 	}
 	ctx = metadata.NewOutgoingContext(ctx, metadata.Pairs(pairs...))
-	var header metadata.MD
+	var header, trailer metadata.MD
 	out := new(wrapperspb.Int64Value)
-	err := r.cc.Invoke(ctx, chargeMethod, wrapperspb.String(customer), out, grpc.Header(&header))
-	return answer{id: out.GetValue(), st: status.Convert(err), replayed: len(header.Get(idemproto.ReplayedHeader)) == 1}
+	err := r.cc.Invoke(ctx, chargeMethod, wrapperspb.String(customer), out, grpc.Header(&header), grpc.Trailer(&trailer))
+	return answer{id: out.GetValue(), st: status.Convert(err), replayed: len(header.Get(idemproto.ReplayedHeader)) == 1, header: header, trailer: trailer}
 }
 
 // newPool is a migrated schema with the charges table, and a store on it.
@@ -195,6 +217,19 @@ func charges(t *testing.T, pool *pgxpool.Pool) int {
 	return n
 }
 
+// pathRig is a rig with a fresh ledger on path: memstore, or a migrated
+// PostgreSQL schema, with opts.InTransaction as path says.
+func pathRig(t *testing.T, path doortest.Path, opts idemgrpc.Options) (*rig, *ledger) {
+	t.Helper()
+	l := &ledger{}
+	var store idem.Store = memstore.New(memstore.Options{})
+	if path.Postgres {
+		l.pool, store = newPool(t)
+	}
+	opts.InTransaction = path.InTx
+	return newRig(t, store, l, opts), l
+}
+
 // TestReplayOnEveryPath: a retry gets the first call's message, or its
 // recorded error status with its details, marked replayed; a status not
 // recorded runs again; on memstore, PostgreSQL two-phase and in one
@@ -204,12 +239,7 @@ func TestReplayOnEveryPath(t *testing.T) {
 	for _, tc := range doortest.Paths {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
-			l := &ledger{}
-			var store idem.Store = memstore.New(memstore.Options{})
-			if tc.Postgres {
-				l.pool, store = newPool(t)
-			}
-			r := newRig(t, store, l, idemgrpc.Options{InTransaction: tc.InTx})
+			r, l := pathRig(t, tc, idemgrpc.Options{})
 			ctx := t.Context()
 
 			first := r.charge(ctx, "ada", "k1", "acme")
@@ -348,4 +378,78 @@ func TestRefusalsAndLabelsReported(t *testing.T) {
 		t.Fatal(a.st)
 	}
 	doortest.WantLabels(t, store, chargeMethod)
+}
+
+// own is the metadata of md the handler set: without grpc's own and the
+// replay marker, as a plain map (metadata.MD prints redacted).
+func own(md metadata.MD) map[string][]string {
+	out := map[string][]string{}
+	for k, vs := range md {
+		if k != "content-type" && !strings.HasPrefix(k, "grpc-") && k != idemproto.ReplayedHeader {
+			out[k] = vs
+		}
+	}
+	return out
+}
+
+// TestRecordMetadata: the first caller gets every header and trailer the
+// handler set; a retry's replay, of a message or of an error status, gets
+// those RecordMetadata lists, the binary one intact, and not the others;
+// without RecordMetadata, a replay carries only idempotent-replayed. On
+// memstore, PostgreSQL two-phase and in one transaction.
+func TestRecordMetadata(t *testing.T) {
+	t.Parallel()
+	for _, tc := range doortest.Paths {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			r, l := pathRig(t, tc, idemgrpc.Options{RecordMetadata: recordMetadata})
+			ctx := t.Context()
+			for i, customer := range []string{"acme", "unknown"} {
+				key := "m" + customer
+				first, second := r.charge(ctx, "ada", key, customer), r.charge(ctx, "ada", key, customer)
+				if !second.replayed || second.st.Code() != first.st.Code() {
+					t.Fatalf("%s: first %v, second %v (replayed %v): want the second replayed", customer, first.st, second.st, second.replayed)
+				}
+				header, trailer := handlerMetadata(int64(i + 1))
+				if got, want := own(first.header), own(header); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: the first call's header %q, want %q", customer, got, want)
+				}
+				if got, want := own(first.trailer), own(trailer); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: the first call's trailer %q, want %q", customer, got, want)
+				}
+				run := strconv.Itoa(i + 1)
+				if got, want := own(second.header), map[string][]string{"x-ledger-id": {"L-" + run}, "x-seq-bin": {"\x00\xff" + run}}; !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: the replay's header %q, want %q", customer, got, want)
+				}
+				if got, want := own(second.trailer), map[string][]string{"x-ledger-total": {"T-" + run}}; !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: the replay's trailer %q, want %q", customer, got, want)
+				}
+			}
+			if n := l.runs.Load(); n != 2 {
+				t.Errorf("the handler ran %d times, want 2", n)
+			}
+
+			none, _ := pathRig(t, tc, idemgrpc.Options{})
+			none.charge(ctx, "bob", "plain", "acme")
+			replay := none.charge(ctx, "bob", "plain", "acme")
+			if got := own(replay.header); !replay.replayed || len(got) != 0 || len(own(replay.trailer)) != 0 {
+				t.Errorf("without RecordMetadata, the replay's header %q and trailer %q (replayed %v), want only %s", got, own(replay.trailer), replay.replayed, idemproto.ReplayedHeader)
+			}
+		})
+	}
+}
+
+// TestRecordMetadataNeverRecordedPanics: a key that is never recorded
+// panics at construction.
+func TestRecordMetadataNeverRecordedPanics(t *testing.T) {
+	for _, key := range []string{idemproto.ReplayedHeader, idemproto.KeyHeader, "grpc-status", "Content-Type", "authorization"} {
+		func() {
+			defer func() {
+				if msg, _ := recover().(string); !strings.Contains(msg, "RecordMetadata") {
+					t.Errorf("RecordMetadata %s: panic %q", key, msg)
+				}
+			}()
+			idemgrpc.UnaryServerInterceptor(memstore.New(memstore.Options{}), idemgrpc.Options{Principal: principal, RecordMetadata: []string{key}})
+		}()
+	}
 }

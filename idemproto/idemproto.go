@@ -10,13 +10,17 @@
 // code (0 for OK), whose Header names the recorded message's full type
 // under [TypeHeader], and whose Body is that message's proto encoding:
 // the response for OK, a google.rpc.Status (code, message, details)
-// otherwise.
+// otherwise. The handler's headers and trailers a door records (its
+// RecordMetadata option, checked by [NewMetadataKeys]) are in Header too,
+// each key under [HeaderPrefix] or [TrailerPrefix].
 package idemproto
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/textproto"
+	"strings"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -61,6 +65,110 @@ const (
 // recorded message.
 const TypeHeader = "Proto-Type"
 
+// HeaderPrefix and TrailerPrefix prefix, in an [idem.Result]'s Header, the
+// key of each recorded header and trailer of the handler's.
+const (
+	HeaderPrefix  = "Proto-Header-"
+	TrailerPrefix = "Proto-Trailer-"
+)
+
+// Metadata is a call's headers and trailers (gRPC metadata; for Connect,
+// HTTP headers and trailers, or an error's metadata), keys in lower case.
+type Metadata struct {
+	Header  map[string][]string
+	Trailer map[string][]string
+}
+
+// MetadataKeys are the keys of the handler's headers and trailers a door
+// records with an answer and replays to every retry: its RecordMetadata
+// option, checked. The zero value records none.
+type MetadataKeys struct {
+	keys map[string]bool // lower case
+}
+
+// neverRecorded are the keys no door records: idem's own, the protocols'
+// reserved and framing headers (grpc-* and connect-* are reserved by
+// prefix), the hop-by-hop headers of HTTP/1.1 (RFC 9110 §7.6.1), and
+// credentials and session state that belong to the first caller.
+var neverRecorded = map[string]bool{
+	KeyHeader:             true,
+	ReplayedHeader:        true,
+	"content-type":        true,
+	"content-length":      true,
+	"content-encoding":    true,
+	"accept-encoding":     true,
+	"te":                  true,
+	"trailer":             true,
+	"transfer-encoding":   true,
+	"connection":          true,
+	"keep-alive":          true,
+	"proxy-connection":    true,
+	"upgrade":             true,
+	"date":                true,
+	"set-cookie":          true,
+	"set-cookie2":         true,
+	"authorization":       true,
+	"proxy-authorization": true,
+	"proxy-authenticate":  true,
+}
+
+// NewMetadataKeys checks keys, a door's RecordMetadata, and returns them.
+// It panics, naming adapter, on a key that is empty, has a character a
+// gRPC metadata key cannot have (one of 0-9 a-z - _ . after lower-casing),
+// or is never recorded: idempotency-key, idempotent-replayed, grpc-* and
+// connect-*, content-type and the other framing and hop-by-hop headers
+// (content-length, content-encoding, accept-encoding, te, trailer,
+// transfer-encoding, connection, keep-alive, proxy-connection, upgrade,
+// date), set-cookie, set-cookie2, authorization, proxy-authorization and
+// proxy-authenticate.
+func NewMetadataKeys(adapter string, keys []string) MetadataKeys {
+	if len(keys) == 0 {
+		return MetadataKeys{}
+	}
+	set := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		key := strings.ToLower(k)
+		if key == "" || strings.Trim(key, "0123456789abcdefghijklmnopqrstuvwxyz-_.") != "" {
+			panic(fmt.Sprintf("%s: Options.RecordMetadata holds %q, which is not a metadata key", adapter, k))
+		}
+		if neverRecorded[key] || strings.HasPrefix(key, "grpc-") || strings.HasPrefix(key, "connect-") {
+			panic(fmt.Sprintf("%s: Options.RecordMetadata lists %s, which is never recorded", adapter, k))
+		}
+		set[key] = true
+	}
+	return MetadataKeys{set}
+}
+
+// Empty reports whether k records no key.
+func (k MetadataKeys) Empty() bool { return len(k.keys) == 0 }
+
+// Keep returns what of header and trailer (any case of keys) k records,
+// keys in lower case; the values are copied.
+func (k MetadataKeys) Keep(header, trailer map[string][]string) Metadata {
+	if k.Empty() {
+		return Metadata{}
+	}
+	return Metadata{Header: k.keep(header), Trailer: k.keep(trailer)}
+}
+
+func (k MetadataKeys) keep(h map[string][]string) map[string][]string {
+	var out map[string][]string
+	for name, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		key := strings.ToLower(name)
+		if !k.keys[key] {
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string)
+		}
+		out[key] = append(out[key], vs...)
+	}
+	return out
+}
+
 // Recorded is the default policy of which status codes are recorded: OK,
 // and the codes that say the request itself cannot succeed, which a retry
 // of the same request meets again (InvalidArgument, NotFound,
@@ -93,28 +201,40 @@ func Fingerprint(procedure string, req any) (string, error) {
 	return idemcall.Fingerprint([]byte(procedure), b), nil
 }
 
-// Message returns the result that records msg, a call's OK response.
-func Message(msg any) (idem.Result, error) {
+// Message returns the result that records msg, a call's OK response,
+// with md, the handler's recorded headers and trailers.
+func Message(msg any, md Metadata) (idem.Result, error) {
 	m, ok := msg.(proto.Message)
 	if !ok {
 		return idem.Result{}, fmt.Errorf("idemproto: the response is a %T, not a proto message", msg)
 	}
-	return encode(OK, m)
+	return encode(OK, m, md)
 }
 
-// Status returns the result that records st, a call's error status.
-func Status(st *spb.Status) (idem.Result, error) { return encode(uint32(st.GetCode()), st) }
+// Status returns the result that records st, a call's error status, with
+// md, the handler's recorded headers and trailers (for Connect, the
+// error's metadata).
+func Status(st *spb.Status, md Metadata) (idem.Result, error) {
+	return encode(uint32(st.GetCode()), st, md)
+}
 
-func encode(code uint32, m proto.Message) (idem.Result, error) {
+func encode(code uint32, m proto.Message, md Metadata) (idem.Result, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return idem.Result{}, fmt.Errorf("idemproto: encoding the answer: %w", err)
 	}
-	return idem.Result{
-		Status: int(code),
-		Header: map[string][]string{TypeHeader: {string(m.ProtoReflect().Descriptor().FullName())}},
-		Body:   b,
-	}, nil
+	header := make(map[string][]string, 1+len(md.Header)+len(md.Trailer))
+	header[TypeHeader] = []string{string(m.ProtoReflect().Descriptor().FullName())}
+	put := func(prefix string, kv map[string][]string) {
+		for k, vs := range kv {
+			if len(vs) > 0 {
+				header[textproto.CanonicalMIMEHeaderKey(prefix+k)] = vs
+			}
+		}
+	}
+	put(HeaderPrefix, md.Header)
+	put(TrailerPrefix, md.Trailer)
+	return idem.Result{Status: int(code), Header: header, Body: b}, nil
 }
 
 // Resolver finds the message type of a recorded response by its full name.
@@ -127,12 +247,14 @@ type Resolver interface {
 var _ Resolver = protoregistry.GlobalTypes
 
 // Decode returns what res records: the response message (st nil) or the
-// error status (msg nil). types finds the response's type; nil means
-// protoregistry.GlobalTypes.
-func Decode(res idem.Result, types Resolver) (msg proto.Message, st *spb.Status, err error) {
+// error status (msg nil), and the handler's recorded headers and trailers
+// (empty for a result recorded without them). types finds the response's
+// type; nil means protoregistry.GlobalTypes.
+func Decode(res idem.Result, types Resolver) (msg proto.Message, st *spb.Status, md Metadata, err error) {
 	if types == nil {
 		types = protoregistry.GlobalTypes
 	}
+	md = decodeMetadata(res.Header)
 	name := ""
 	if v := res.Header[TypeHeader]; len(v) == 1 {
 		name = v[0]
@@ -140,19 +262,43 @@ func Decode(res idem.Result, types Resolver) (msg proto.Message, st *spb.Status,
 	if res.Status != OK {
 		st = &spb.Status{}
 		if err := proto.Unmarshal(res.Body, st); err != nil {
-			return nil, nil, fmt.Errorf("idemproto: decoding a recorded status: %w", err)
+			return nil, nil, Metadata{}, fmt.Errorf("idemproto: decoding a recorded status: %w", err)
 		}
-		return nil, st, nil
+		return nil, st, md, nil
 	}
 	mt, err := types.FindMessageByName(protoreflect.FullName(name))
 	if err != nil {
-		return nil, nil, fmt.Errorf("idemproto: the recorded response's type %q: %w", name, err)
+		return nil, nil, Metadata{}, fmt.Errorf("idemproto: the recorded response's type %q: %w", name, err)
 	}
 	msg = mt.New().Interface()
 	if err := proto.Unmarshal(res.Body, msg); err != nil {
-		return nil, nil, fmt.Errorf("idemproto: decoding a recorded %s: %w", name, err)
+		return nil, nil, Metadata{}, fmt.Errorf("idemproto: decoding a recorded %s: %w", name, err)
 	}
-	return msg, nil, nil
+	return msg, nil, md, nil
+}
+
+// decodeMetadata is the metadata recorded in h, under [HeaderPrefix] and
+// [TrailerPrefix], with lower-case keys.
+func decodeMetadata(h map[string][]string) Metadata {
+	var md Metadata
+	add := func(into map[string][]string, key string, vs []string) map[string][]string {
+		if into == nil {
+			into = make(map[string][]string)
+		}
+		into[strings.ToLower(key)] = vs
+		return into
+	}
+	for name, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		if key, ok := strings.CutPrefix(name, HeaderPrefix); ok && key != "" {
+			md.Header = add(md.Header, key, vs)
+		} else if key, ok := strings.CutPrefix(name, TrailerPrefix); ok && key != "" {
+			md.Trailer = add(md.Trailer, key, vs)
+		}
+	}
+	return md
 }
 
 // Refusal is how a door answers a call it did not run and has no recorded
@@ -200,36 +346,39 @@ func Refuse(err error) (r Refusal, ok bool) {
 
 // Outcome is how [Serve] ended for a door: the handler ran (Ran; the door
 // answers with the handler's own response or error), or a retry gets the
-// recorded answer, Msg or Status.
+// recorded answer, Msg or Status, with the recorded Metadata.
 type Outcome struct {
-	Ran    bool
-	Msg    proto.Message
-	Status *spb.Status
+	Ran      bool
+	Msg      proto.Message
+	Status   *spb.Status
+	Metadata Metadata
 }
 
 // Serve runs a door's handler once for call through caller: handle runs
-// it and returns its response message and error; statusOf reads a
-// handler's error as a google.rpc.Status; record says which codes are
-// recorded (one that is not releases the key). It returns the [Outcome],
-// or the error of a call that did not run and has no recorded answer
-// (answer it with [Refuse]'s status, or as a context's error).
+// it and returns its response message, the metadata to record with its
+// answer (the door's [MetadataKeys] of what the handler set) and its
+// error; statusOf reads a handler's error as a google.rpc.Status; record
+// says which codes are recorded (one that is not releases the key). It
+// returns the [Outcome], or the error of a call that did not run and has
+// no recorded answer (answer it with [Refuse]'s status, or as a context's
+// error).
 func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, record func(code uint32) bool, types Resolver,
-	statusOf func(error) *spb.Status, handle func(ctx context.Context) (any, error)) (Outcome, error) {
+	statusOf func(error) *spb.Status, handle func(ctx context.Context) (any, Metadata, error)) (Outcome, error) {
 	ran := false
 	res, replayed, err := caller.DoResult(ctx, call, func(ctx context.Context) (idem.Result, error) {
-		msg, herr := handle(ctx)
+		msg, md, herr := handle(ctx)
 		ran = true
 		if herr == nil {
 			if !record(OK) {
 				return idem.Result{}, errNotRecorded
 			}
-			return Message(msg)
+			return Message(msg, md)
 		}
 		st := statusOf(herr)
 		if !record(uint32(st.GetCode())) {
 			return idem.Result{}, errNotRecorded
 		}
-		return Status(st)
+		return Status(st, md)
 	})
 	switch {
 	case ran && (err == nil || err == errNotRecorded):
@@ -239,11 +388,11 @@ func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, rec
 	case !replayed:
 		return Outcome{Ran: true}, nil
 	}
-	msg, st, err := Decode(res, types)
+	msg, st, md, err := Decode(res, types)
 	if err != nil {
 		return Outcome{}, err
 	}
-	return Outcome{Msg: msg, Status: st}, nil
+	return Outcome{Msg: msg, Status: st, Metadata: md}, nil
 }
 
 // errNotRecorded releases the key of a call whose code is not recorded:
