@@ -39,16 +39,17 @@
 // ([design.md] is the whole account).
 //
 // This root package is what the others share, the domain: [Key] and its
-// injective constructors, [Claim] outcomes, [Token]s, [Result]s, typed
-// errors, the [Store] and [TxStore] ports, the [Event]s adapters report, and
+// injective constructors, [Claim] outcomes, [Token], [Result], typed
+// errors, the [Store] and [TxStore] ports, each [Event] adapters report, and
 // [StateMachine], the pure transition table every store is checked against.
 // It imports none of the packages above and starts no goroutine
 // ([Sweeper.Run] and [ClaimWait] block in the caller's).
 //
 // Every claim carries a generation, never issued twice for a (scope, key).
-// Its [Token] fences it: completing, renewing or releasing with a superseded
-// generation fails with [*StaleClaimError] and changes nothing, so a slow
-// owner whose lease ran out cannot overwrite its successor's result.
+// Its [Token] holds it and fences the claim: completing, renewing or
+// releasing with a superseded generation fails with [*StaleClaimError] and
+// changes nothing, so a slow owner whose lease ran out cannot overwrite its
+// successor's result.
 //
 // [design.md]: https://github.com/idemkit/idem/blob/main/docs/design.md
 package idem

@@ -1,7 +1,7 @@
 // Package engine is the execution engine shared by idem's adapters
 // (middleware for net/http, mcphttp for MCP): claim, run the protected work
 // under a context the engine controls while it renews the lease, complete or
-// release, and report [idem.Event]s. An adapter keeps only its protocol:
+// release, and report each [idem.Event]. An adapter keeps only its protocol:
 // parsing the request, capturing the answer in its format, writing its
 // errors; a third-party adapter (gRPC, a queue consumer) uses it the same
 // way. The rules and their reasons: [design.md, "The execution engine"].
@@ -29,8 +29,8 @@
 //
 // It keeps the client's values, not its cancellation
 // (Options.CancelWithClient restores it). It ends with cause
-// [idem.ErrLeaseLost] when no renewal was confirmed before the estimated
-// lease end less a margin ([MaxLeaseMargin]); at its deadline
+// [idem.ErrLeaseLost] when no renewal was confirmed before an early estimate
+// of the lease end less min(lease/5, [MaxLeaseMargin]); at its deadline
 // (Options.MaxExecution, [DefaultMaxExecution], or the client's earlier one;
 // [ErrExecutionTimeout]); and when Options.Shutdown is done ([ErrShutdown];
 // later claims are Unavailable). Work must honour its context.

@@ -9,8 +9,8 @@
 //	handler := mcphttp.New(store, mcphttp.Options{Principal: userOf})(mcp.NewStreamableHTTPHandler(getServer, nil))
 //
 // Only a POST whose body is one JSON-RPC request with an id, for a method in
-// [Options.Methods] (tools/call), is deduplicated, and the inner handler gets
-// its body intact; everything else passes through unbuffered. What the inner
+// [Options.Methods] (tools/call), is deduplicated; everything else passes
+// through unbuffered. The inner handler gets every body intact. What the inner
 // handler would reject is never answered from the store. How the wrapper
 // reads, keys, records and answers calls: [design.md, "The MCP adapter"];
 // the guarantees and their tests: [reliability.md].
