@@ -40,6 +40,13 @@ func TestDocsLinksResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		undefined, err := undefinedReferences(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range undefined {
+			t.Errorf("%s: reference link [%s] has no definition ([%s]: url)", page, name, name)
+		}
 		for _, l := range links {
 			target, anchor, _ := strings.Cut(l.target, "#")
 			path := page
@@ -159,6 +166,46 @@ func relativeLinks(page string) ([]link, error) {
 	}
 	return links, sc.Err()
 }
+
+// fullReference matches a full reference link's label: [text][label].
+var fullReference = regexp.MustCompile(`\]\[([^\]]+)\]`)
+
+// undefinedReferences returns the labels of page's full reference links
+// ([text][label], outside code) that no [label]: definition gives.
+func undefinedReferences(page string) ([]string, error) {
+	data, err := os.ReadFile(page)
+	if err != nil {
+		return nil, err
+	}
+	defined := map[string]bool{}
+	var used []string
+	inCode := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inCode = !inCode
+			continue
+		}
+		if inCode {
+			continue
+		}
+		if m := referenceDefinition.FindStringSubmatch(line); m != nil {
+			defined[strings.ToLower(m[1])] = true
+		}
+		for _, m := range fullReference.FindAllStringSubmatch(stripInlineCode(line), -1) {
+			used = append(used, m[1])
+		}
+	}
+	var undefined []string
+	for _, label := range used {
+		if !defined[strings.ToLower(label)] {
+			undefined = append(undefined, label)
+		}
+	}
+	return undefined, nil
+}
+
+// referenceDefinition matches a reference definition's label: [label]: url.
+var referenceDefinition = regexp.MustCompile(`^\[([^\]]+)\]:\s`)
 
 // stripInlineCode removes `code spans`, where a ](…) is text, not a link.
 func stripInlineCode(line string) string {
