@@ -46,3 +46,12 @@ func retrying(ctx context.Context, op func() error) error {
 		}
 	}
 }
+
+// pauseBeforeClaimRetry waits a short random time (up to 0.5 ms, doubling
+// to 16 ms) before a claim in a transaction that waited for the key's lock
+// and found the key free begins again for the attempt-th time running, so
+// that the claims that waited together do not keep failing each other's
+// exclusive try in step. It reports false if ctx is done first.
+func pauseBeforeClaimRetry(ctx context.Context, attempt int) bool {
+	return pause.Backoff(ctx, attempt, 250*time.Microsecond, 16*time.Millisecond)
+}

@@ -40,8 +40,9 @@ const lockNotAvailable = "55P03"
 // inserting it, for that statement's end. Then the look, on a snapshot
 // taken after the wait (at READ COMMITTED; at the stricter levels the
 // transaction's snapshot is older than the wait, and a claim that waited
-// begins again in a new transaction), finds the result the holder
-// committed, or no row if it rolled back, and the key is taken. Every
+// and finds the key free begins again in a new transaction), finds the
+// result the holder committed, or no row if it rolled back, and the key is
+// taken. Every
 // answer but Acquired rolls the transaction back before it returns. The
 // transaction's work finds it with [TxFrom].
 func (s *Store) BeginClaim(ctx context.Context, req idem.ClaimRequest, limits idem.TxLimits) (idem.Claim, idem.TxClaim, error) {
@@ -116,8 +117,7 @@ type txBegin struct {
 // claim runs the claim loop of BeginClaim; a nil tx means the transaction
 // is over (rolled back, or never begun).
 func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.TxClaim, error) {
-	serializationFailures := 0
-	strict := b.s.txOptions.IsoLevel == pgx.RepeatableRead || b.s.txOptions.IsoLevel == pgx.Serializable
+	serializationFailures, freeAfterWait := 0, 0
 	for range maxClaimAttempts {
 		rc.ticket()
 		row, waited, err := b.send(ctx)
@@ -136,15 +136,23 @@ func (b *txBegin) claim(ctx context.Context, rc claimCache) (idem.Claim, idem.Tx
 		case err != nil:
 			b.rollback(ctx)
 			return idem.Claim{}, nil, unavailable("claim", err)
-		case waited && (strict || row.next.valid):
-			// The claim waited, and holds the key's lock shared only:
-			// the key is free (the holder rolled back), or, at the
-			// stricter levels, the transaction's snapshot was taken
-			// before the wait and cannot see what the holder
-			// committed. Begin again. (pgx queues a batch's BEGIN
-			// first, so the ROLLBACK takes a round trip of its own:
-			// this is the rare case.)
+		case waited && row.next.valid:
+			// The claim waited, and holds the key's lock shared only,
+			// but found the key free: the holder rolled back, or, at
+			// the stricter levels, committed after the transaction's
+			// snapshot, which cannot see it. Begin again. Claims that
+			// waited together begin again together, and each one's
+			// exclusive try fails while another's shared hold lasts:
+			// from the second time on, a short random pause breaks the
+			// step. (pgx queues a batch's BEGIN first, so the ROLLBACK
+			// takes a round trip of its own: this is the rare case.) A
+			// claim that waited and found a result answers it: that
+			// result was there when its snapshot was taken.
 			b.rollback(ctx)
+			freeAfterWait++
+			if freeAfterWait > 1 && !pauseBeforeClaimRetry(ctx, freeAfterWait-1) {
+				return idem.Claim{}, nil, unavailable("claim", ctx.Err())
+			}
 			continue
 		case row.next.valid:
 			// The key is free, or its row may be taken over.

@@ -477,6 +477,118 @@ func TestBeginClaimStrictIsolation(t *testing.T) {
 	}
 }
 
+// TestBeginClaimStrictIsolationReplayStorm: at REPEATABLE READ and
+// SERIALIZABLE, many duplicates of a completed key at once all get its
+// result. Each duplicate's claim tries the key's lock exclusively and,
+// failing while another duplicate's claim holds it, takes it shared; it
+// must not then begin again as if it had waited for a holder whose commit
+// its snapshot cannot see, or the duplicates keep failing each other's
+// exclusive try and give up "undecided under contention".
+func TestBeginClaimStrictIsolationReplayStorm(t *testing.T) {
+	parallelUnlessPooled(t)
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(level), func(t *testing.T) {
+			parallelUnlessPooled(t)
+			const (
+				dupCount = 8
+				rounds   = 25
+			)
+			opts := pgstore.Options{TxOptions: pgx.TxOptions{IsoLevel: level}}
+			f := newTxFixture(t, opts)
+			_, tx := beginClaim(t, f.ctx, f.s, "a", txLimits, idem.Acquired)
+			if err := tx.Commit(f.ctx, txResult); err != nil {
+				t.Fatal(err)
+			}
+			dups, _ := f.namedStore(t, "dup", dupCount, opts)
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				statuses = map[idem.ClaimStatus]int{}
+				errs     []error
+			)
+			for range dupCount {
+				wg.Go(func() {
+					for range rounds {
+						c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
+						if dtx != nil {
+							_ = dtx.Rollback(f.ctx)
+						}
+						mu.Lock()
+						if err != nil {
+							errs = append(errs, err)
+						} else {
+							statuses[c.Status]++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if len(errs) > 0 {
+				t.Errorf("%d of %d replays failed, the first: %v", len(errs), dupCount*rounds, errs[0])
+			}
+			if statuses[idem.Completed] != dupCount*rounds-len(errs) {
+				t.Errorf("replays: %v, want every one completed", statuses)
+			}
+		})
+	}
+}
+
+// TestBeginClaimFreeKeyStorm: many claims of a key that stays free (each
+// one that acquires it rolls back, as a failed handler does) all decide:
+// each acquires the key or waits for the one that holds it, at every
+// isolation level. A claim that took the lock shared and found the key
+// free begins again; the claims must not keep failing each other's
+// exclusive try until they give up "undecided under contention".
+func TestBeginClaimFreeKeyStorm(t *testing.T) {
+	parallelUnlessPooled(t)
+	for _, level := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(level), func(t *testing.T) {
+			parallelUnlessPooled(t)
+			const (
+				claimers = 8
+				rounds   = 25
+			)
+			opts := pgstore.Options{TxOptions: pgx.TxOptions{IsoLevel: level}}
+			f := newTxFixture(t, opts)
+			s, _ := f.namedStore(t, "claimer", claimers, opts)
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				acquired int
+				errs     []error
+			)
+			for range claimers {
+				wg.Go(func() {
+					for range rounds {
+						c, tx, err := s.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("free"), Fingerprint: "fp"}, txLimits)
+						if tx != nil {
+							_ = tx.Rollback(f.ctx)
+						}
+						mu.Lock()
+						if err != nil {
+							errs = append(errs, err)
+						} else if c.Status == idem.Acquired {
+							acquired++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if len(errs) > 0 {
+				t.Errorf("%d of %d claims failed, the first: %v", len(errs), claimers*rounds, errs[0])
+			}
+			if acquired != claimers*rounds-len(errs) {
+				t.Errorf("%d of %d claims acquired the key, want every one (each found it free once its holder rolled back)", acquired, claimers*rounds-len(errs))
+			}
+			if f.present(t, "free") {
+				t.Error("the key has a row after every claim rolled back")
+			}
+		})
+	}
+}
+
 // TestBeginClaimBounds: a transaction left idle longer than its Idle
 // bound (its process frozen, say) is ended by PostgreSQL, the key is free
 // again and nothing of the transaction commits; a statement of the

@@ -17,10 +17,13 @@
 -- key one after the other, each for a round trip. It answers whether the
 -- claim waited, and so holds the lock shared only: if the look then finds
 -- the key free (the holder rolled back), the claim does not hold it, and
--- BeginClaim rolls back and begins again. At
--- REPEATABLE READ and SERIALIZABLE the transaction's snapshot was taken
--- before the wait, so the look cannot see what the holder committed, and
--- a claim that waited begins again too.
+-- BeginClaim rolls back and begins again (from the second time running,
+-- after a short random pause: duplicates that waited together would
+-- otherwise keep failing each other's exclusive try). At REPEATABLE READ
+-- and SERIALIZABLE the transaction's snapshot was taken before the wait,
+-- so the look cannot see what the holder committed: it finds the key free,
+-- and begins again too; a result it finds was there at its snapshot, and
+-- is answered.
 SELECT CASE WHEN pg_try_advisory_xact_lock($1::bigint # '{{.Table}}'::regclass::oid::bigint) THEN false
             ELSE (SELECT true FROM (SELECT pg_advisory_xact_lock_shared($1::bigint # '{{.Table}}'::regclass::oid::bigint)) AS waited)
        END
