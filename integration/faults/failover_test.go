@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,7 +164,7 @@ type failoverLoad struct {
 
 	mu              sync.Mutex
 	answered        []failoverAnswer
-	errs            []string
+	failures        testhttp.Failures
 	changed         []failoverAnswer // answers a retry during the load got a different 2xx for
 	inFlightAtCrash int              // keys that needed more than one attempt
 }
@@ -209,7 +208,7 @@ func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad 
 						break
 					}
 					if err == nil && r.Status != http.StatusConflict && r.Status < 500 {
-						l.fail(fmt.Sprintf("key %s: %d %s", a.key, r.Status, r.Body))
+						l.failures.Add(fmt.Sprintf("key %s: %d %s", a.key, r.Status, r.Body))
 						return
 					}
 					time.Sleep(50 * time.Millisecond)
@@ -218,12 +217,6 @@ func startFailoverLoad(t *testing.T, bases []string, clients int) *failoverLoad 
 		}()
 	}
 	return l
-}
-
-func (l *failoverLoad) fail(msg string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, msg)
 }
 
 func (l *failoverLoad) answeredCount() int {
@@ -243,8 +236,8 @@ func (l *failoverLoad) stop(t *testing.T) []failoverAnswer {
 	t.Helper()
 	l.cancel()
 	l.wg.Wait()
-	if len(l.errs) > 0 {
-		t.Fatalf("%d load errors:\n%s", len(l.errs), strings.Join(l.errs, "\n"))
+	if err := l.failures.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return l.answered
 }

@@ -45,13 +45,13 @@ type load struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex
-	answers []answer
-	sent    map[string]kind // every key ever sent
-	errs    []string
-	changed []string // a retry during the load got another 2xx
-	probes  map[string][]probe
-	pending map[string]time.Time // keys being retried, by when their first attempt was sent
+	mu       sync.Mutex
+	answers  []answer
+	sent     map[string]kind // every key ever sent
+	failures testhttp.Failures
+	changed  []string // a retry during the load got another 2xx
+	probes   map[string][]probe
+	pending  map[string]time.Time // keys being retried, by when their first attempt was sent
 }
 
 const probeEvery = 100 * time.Millisecond
@@ -129,7 +129,7 @@ func (l *load) client(ctx context.Context, c int) {
 				break
 			}
 			if err == nil && r.Status != http.StatusConflict && r.Status < 500 {
-				l.fail(fmt.Sprintf("%s %s at %s: %d %s", k, a.key, in.name, r.Status, r.Body))
+				l.failures.Add(fmt.Sprintf("%s %s at %s: %d %s", k, a.key, in.name, r.Status, r.Body))
 				return
 			}
 			sleep(ctx, 50*time.Millisecond)
@@ -175,12 +175,6 @@ func (l *load) record(a *answer) {
 	delete(l.pending, a.key)
 	a.seq = len(l.answers)
 	l.answers = append(l.answers, *a)
-}
-
-func (l *load) fail(msg string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, msg)
 }
 
 func (l *load) answered() int {
@@ -278,8 +272,8 @@ func (l *load) stop(t *testing.T) []answer {
 	t.Helper()
 	l.cancel()
 	l.wg.Wait()
-	if len(l.errs) > 0 {
-		t.Errorf("%d load errors:\n%s", len(l.errs), strings.Join(l.errs, "\n"))
+	if err := l.failures.Err(); err != nil {
+		t.Error(err)
 	}
 	return l.answers
 }

@@ -1,11 +1,13 @@
 // Package testhttp holds the HTTP helpers of tests: for those that send
 // requests to a server in another process (the demo under faults,
-// instances under a failover), a client that keeps no connection and the
-// answer read whole; for those that watch a server, [HangUps].
+// instances under a failover), a client that keeps no connection, the
+// answer read whole, and [Failures] to collect what the clients found
+// wrong; for those that watch a server, [HangUps].
 package testhttp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -67,4 +69,28 @@ func HangUps(gone chan struct{}, h http.Handler) http.Handler {
 		defer stop()
 		h.ServeHTTP(w, r)
 	})
+}
+
+// Failures collects what a load's clients found wrong, from any of their
+// goroutines. The zero value is ready to use.
+type Failures struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+// Add records msg.
+func (f *Failures) Add(msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.msgs = append(f.msgs, msg)
+}
+
+// Err lists what was recorded, or is nil if nothing was.
+func (f *Failures) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d load errors:\n%s", len(f.msgs), strings.Join(f.msgs, "\n"))
 }
