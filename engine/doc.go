@@ -33,7 +33,9 @@
 // of the lease end less min(lease/5, [MaxLeaseMargin]); at its deadline
 // (Options.MaxExecution, [DefaultMaxExecution], or the client's earlier one;
 // [ErrExecutionTimeout]); and when Options.Shutdown is done ([ErrShutdown];
-// later claims are Unavailable). Work must honour its context.
+// later claims are Unavailable). Work must honour its context; one already
+// ended when [Engine.Start] returns means the work must not begin: the
+// adapters call nothing, release, and tell the client to retry.
 //
 // # What is recorded
 //

@@ -105,6 +105,10 @@ type Execution struct {
 // context always ends, with cause [idem.ErrLeaseLost], before the lease
 // could run out unrenewed, and with cause [ErrShutdown] when
 // Options.Shutdown is done. The lease is renewed until [Execution.Finish].
+// If the work's context has ended already when Start returns
+// ([Execution.Err] not nil: the claim answered after the lease, a deadline
+// passed, the client gone with Options.CancelWithClient), the key may be
+// another request's: do not begin the work; Finish with Release.
 func (e *Engine) Start(clientCtx context.Context, req *Request, d Decision) *Execution {
 	x := &Execution{e: e, req: req, tok: d.Claim.Token, logCtx: clientCtx, store: context.WithoutCancel(clientCtx), began: time.Now(), tx: d.tx}
 	base := x.store

@@ -190,15 +190,17 @@ func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
 
 // UnavailableError reports a call that could not claim its key: the store
 // failed, or the engine's Shutdown is done (Err is then
-// [engine.ErrShutdown]). The function did not run. It matches
-// [idem.ErrUnavailable] and unwraps to Err.
+// [engine.ErrShutdown]); or a call whose claim's context ended before its
+// function began (Err is the cause, such as [idem.ErrLeaseLost] for a
+// claim answered after its lease ran out). The function did not run. It
+// matches [idem.ErrUnavailable] and unwraps to Err.
 type UnavailableError struct {
 	Err        error
 	RetryAfter time.Duration
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("idemcall: the key could not be claimed (%v); retry after %v", e.Err, e.RetryAfter)
+	return fmt.Sprintf("idemcall: the call did not run (%v); retry after %v", e.Err, e.RetryAfter)
 }
 
 // Is reports whether target is [idem.ErrUnavailable].
@@ -301,6 +303,15 @@ func (c *Caller) DoResult(ctx context.Context, call Call, fn func(ctx context.Co
 		return idem.Result{}, false, &UnavailableError{Err: d.Err, RetryAfter: d.RetryAfter}
 	}
 	x := c.eng.Start(ctx, req, d)
+	if cause := x.Err(); cause != nil {
+		// The work's context ended before fn began (the claim's answer
+		// came after its lease ran out, the deadline passed, ctx ended
+		// with CancelWithClient): the key may be another call's already,
+		// and a function that does not check its context would run its
+		// effect anyway.
+		x.Finish(engine.Verdict{Action: engine.Release, Why: "the work's context ended before the function was called: " + cause.Error()})
+		return idem.Result{}, false, &UnavailableError{Err: cause, RetryAfter: c.eng.RetryAfter()}
+	}
 	x.Do(func(ctx context.Context) engine.Verdict {
 		res, err = fn(ctx)
 		if err != nil {

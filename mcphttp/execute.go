@@ -10,9 +10,20 @@ import (
 // execute runs the call through the inner handler under the claim d
 // acquired, streaming its answer to the client while recording the call's
 // response; the engine completes, releases or leaves the claim as the
-// recorder reads the answer.
-func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string) {
+// recorder reads the answer. probe is the call's probe, if it was probed
+// before it claimed; nil otherwise.
+func (m *wrapper) execute(w http.ResponseWriter, r *http.Request, c call, req *engine.Request, d engine.Decision, forward string, probe *responseBuffer) {
 	x := m.eng.Start(r.Context(), req, d)
+	if err := x.Err(); err != nil {
+		// The work's context ended before the call began (the claim's
+		// answer came after its lease ran out, the deadline passed, the
+		// client left with CancelWithClient): the key may be another
+		// call's already, and a tool that does not check its context
+		// would run its effect anyway.
+		x.Finish(engine.Verdict{Action: engine.Release, Why: "the work's context ended before the call was given to the inner handler: " + err.Error()})
+		m.answerCancelled(w, r, c, probe)
+		return
+	}
 	// The inner request outlives the client (unless
 	// Options.Engine.CancelWithClient): a client that drops its connection after
 	// sending the call is exactly the one that will retry it, and its

@@ -75,17 +75,31 @@ func (m *wrapper) replayBody(c call, req idem.ClaimRequest, d engine.Decision) (
 	}
 }
 
-// cancelledBody is the answer to a call whose request context ended
-// before it was claimed, while it claimed or waited: nothing ran. Its
-// client left, and the answer goes nowhere; or the server ended the
-// context (a shutdown cancelling what still runs), and the client, still
-// connected, must be told to retry rather than read an empty 200.
-func (m *wrapper) cancelledBody(c call) []byte {
-	return errorResponse(c.rawID, rpcError{
+// answerCancelled answers a call that was cancelled before it ran: its
+// request context ended while it claimed or waited, or its work's context
+// ended before the call began. Its client left, and the answer goes
+// nowhere; or the server ended the context (a shutdown cancelling what
+// still runs, a lease or deadline run out), and the client, still
+// connected, must be told to retry rather than read an empty 200. probe is
+// the call's probe, if it was probed; without one, the answer probes
+// first, unless the request's context ended, when it is too late to probe
+// and the answer is a JSON body, which every client accepts.
+func (m *wrapper) answerCancelled(w http.ResponseWriter, r *http.Request, c call, probe *responseBuffer) {
+	body := errorResponse(c.rawID, rpcError{
 		Code:    CodeUnavailable,
 		Message: "the call was cancelled before it ran (the server may be shutting down); retry it with the same id or _meta.idempotencyKey",
 		Data:    errorData{Reason: ReasonUnavailable, RetryAfterMs: m.eng.RetryAfter().Milliseconds()},
 	})
+	switch {
+	case probe != nil:
+		m.answer(w, r, c, body, false, probe)
+	case r.Context().Err() == nil:
+		m.answer(w, r, c, body, false)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	}
 }
 
 // answer writes a JSON-RPC response the wrapper made itself, framed as the

@@ -38,8 +38,9 @@ const (
 	CodeUnreplayable = -31092
 	// CodeUnavailable: the store could not be reached or is full, or the
 	// server is shutting down (it claims nothing more, or cancelled the
-	// call's request while it waited), so the call was not run (it never
-	// runs without a claim). data.reason is "store_unavailable";
+	// call's request while it waited), or the call's claim ended before the
+	// call began (its lease or deadline ran out), so the call was not run
+	// (it never runs without a claim). data.reason is "store_unavailable";
 	// data.retryAfterMs suggests when to retry.
 	CodeUnavailable = -31093
 	// CodeInvalidParams is JSON-RPC's invalid params, answered with

@@ -187,15 +187,10 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	d := m.eng.TryClaim(ctx, ereq)
 	switch d.Outcome {
 	case engine.Run:
-		m.execute(w, r, c, ereq, d, forward)
+		m.execute(w, r, c, ereq, d, forward, nil)
 		return
 	case engine.RequestEnded:
-		// Too late to probe (the request's context ended): a JSON body,
-		// which every client accepts.
-		body := m.cancelledBody(c)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		_, _ = w.Write(body)
+		m.answerCancelled(w, r, c, nil)
 		return
 	}
 	// Anything but a fresh claim is answered by the wrapper, and only after
@@ -208,10 +203,10 @@ func (m *wrapper) serveCall(w http.ResponseWriter, r *http.Request, c call) {
 	if d.Outcome == engine.InFlight && m.wait > 0 {
 		switch d = m.eng.Claim(ctx, ereq); d.Outcome {
 		case engine.Run:
-			m.execute(w, r, c, ereq, d, forward)
+			m.execute(w, r, c, ereq, d, forward, probe)
 			return
 		case engine.RequestEnded:
-			m.answer(w, r, c, m.cancelledBody(c), false, probe)
+			m.answerCancelled(w, r, c, probe)
 			return
 		}
 	} else {

@@ -146,10 +146,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// nowhere; or the server ended it (a shutdown cancelling what
 		// still runs), and the client, still connected, must be told to
 		// retry rather than read the empty 200 net/http would send.
-		writeProblem(w, problem{Type: TypeStoreUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "The request was cancelled before it was processed (the server may be shutting down). Retry with the same key."},
-			retryAfterSeconds(h.eng.RetryAfter()))
+		h.notProcessed(w)
 	}
+}
+
+// notProcessed answers a request whose handler did not run and that may be
+// retried with its key: 503 with Retry-After.
+func (h *handler) notProcessed(w http.ResponseWriter) {
+	writeProblem(w, problem{Type: TypeStoreUnavailable, Status: http.StatusServiceUnavailable,
+		Detail: "The request was cancelled before it was processed (the server may be shutting down). Retry with the same key."},
+		retryAfterSeconds(h.eng.RetryAfter()))
 }
 
 // firstBodyBuffer is the most readBody allocates before a body's bytes
@@ -243,6 +249,16 @@ func replay(w http.ResponseWriter, res idem.Result) {
 // response for the engine to record.
 func (h *handler) execute(w http.ResponseWriter, r *http.Request, req *engine.Request, body []byte, d engine.Decision) {
 	x := h.eng.Start(r.Context(), req, d)
+	if err := x.Err(); err != nil {
+		// The work's context ended before the work began (the claim's
+		// answer came after its lease ran out, the deadline passed, the
+		// client left with Options.CancelWithClient): the key may be
+		// another request's already, and a handler that does not check
+		// its context would run its effect anyway.
+		x.Finish(engine.Verdict{Action: engine.Release, Why: "the work's context ended before the handler was called: " + err.Error()})
+		h.notProcessed(w)
+		return
+	}
 	c := &call{h: h, x: x}
 	c.rec.init(w, h.cfg)
 	if x.InTransaction() {

@@ -36,7 +36,8 @@ const (
 	TypeUnreplayable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeUnreplayable"
 	// TypeStoreUnavailable (503): the idempotency store could not be
 	// reached, or is full, or the server cancelled the request before it
-	// was processed (shutting down). The handler did not run. Retry after
+	// was processed (shutting down, or its claim's lease or deadline ran
+	// out before the handler began). The handler did not run. Retry after
 	// Retry-After seconds.
 	TypeStoreUnavailable = "https://pkg.go.dev/github.com/idemkit/idem/middleware#TypeStoreUnavailable"
 	// TypeCommitFailed (503): the request's transaction (Options.InTransaction,

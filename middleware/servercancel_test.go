@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/engine"
+	"github.com/idemkit/idem/internal/teststore"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/middleware"
 )
@@ -65,4 +68,35 @@ func TestServerCancelledWait(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("answered %d (Retry-After %q) %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
+}
+
+// TestLeaseOverBeforeTheHandler: engine.TestSynctestLeaseOverBeforeTheWork
+// through the middleware. A handler that ignores its context is not
+// called (the key may be another request's by then); the client gets 503
+// with Retry-After, and its retry runs the handler once.
+func TestLeaseOverBeforeTheHandler(t *testing.T) {
+	t.Parallel()
+	teststore.LeaseOverBeforeTheWork(t, func(t *testing.T, store idem.Store, opts engine.Options) {
+		runs := 0
+		h := middleware.New(store, middleware.Options{Engine: opts})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			runs++
+			w.WriteHeader(http.StatusCreated)
+		}))
+		post := func() *httptest.ResponseRecorder {
+			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
+			req.Header.Set("Idempotency-Key", "k")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			return rec
+		}
+		first := post()
+		if runs != 0 || first.Code != http.StatusServiceUnavailable || first.Header().Get("Retry-After") == "" ||
+			!strings.Contains(first.Body.String(), middleware.TypeStoreUnavailable) {
+			t.Fatalf("the handler ran %d times; answered %d (Retry-After %q) %s, want no run and 503 %s with Retry-After",
+				runs, first.Code, first.Header().Get("Retry-After"), first.Body, middleware.TypeStoreUnavailable)
+		}
+		if retry := post(); runs != 1 || retry.Code != http.StatusCreated {
+			t.Fatalf("the retry answered %d %s, the handler ran %d times; want 201, once", retry.Code, retry.Body, runs)
+		}
+	})
 }

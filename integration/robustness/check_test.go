@@ -542,9 +542,10 @@ func checkEffects(h *history, rep *report, execs map[string]*execution) {
 			explained := prev
 			if later := execs[cur.Exec]; window == "" && later != nil && fencedBy(later, prev) {
 				// The same window the other way round: the later effect is
-				// a fenced owner's, whose lease ran out before its work
-				// ran (its process paused or stalled past the lease after
-				// the claim) while a successor took the key over and
+				// a fenced owner's, whose lease ran out before its effect
+				// (its process paused or stalled past the lease after its
+				// work began; work whose lease ran out before it began is
+				// not called) while a successor took the key over and
 				// recorded; its work did not honour its context.
 				window, explained = "owner fenced after its lease ran out, its effect after its successor's", execs[cur.Exec]
 			}

@@ -10,12 +10,15 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/migrations"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -39,6 +42,38 @@ func (s *CompleteFailsUntil) Complete(ctx context.Context, tok idem.Token, res i
 		return &idem.UnavailableError{Op: "complete", Err: errors.New("connection refused")}
 	}
 	return s.Store.Complete(ctx, tok, res)
+}
+
+// ClaimAnsweredLate is a store whose first Claim claims through the
+// wrapped store and answers only After later, as a process that stalled
+// between sending a claim and reading its answer: with After past the
+// lease, the lease ran out before the work could start. Later claims
+// answer at once.
+type ClaimAnsweredLate struct {
+	idem.Store
+	After time.Duration
+	late  atomic.Bool
+}
+
+// Claim claims through the wrapped store, and the first time sleeps After
+// before answering.
+func (s *ClaimAnsweredLate) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	c, err := s.Store.Claim(ctx, req)
+	if s.late.CompareAndSwap(false, true) {
+		time.Sleep(s.After)
+	}
+	return c, err
+}
+
+// LeaseOverBeforeTheWork runs test in a testing/synctest bubble, with a
+// memstore whose first claim answers after its lease (opts.Lease, 1 s) ran
+// out, and the engine options of that lease: the adapters' checks of
+// engine.TestSynctestLeaseOverBeforeTheWork.
+func LeaseOverBeforeTheWork(t *testing.T, test func(t *testing.T, store idem.Store, opts engine.Options)) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &ClaimAnsweredLate{Store: memstore.New(memstore.Options{}), After: 1500 * time.Millisecond}
+		test(t, store, engine.Options{Lease: time.Second})
+	})
 }
 
 // Migrated is the setup of a test over PostgreSQL: it migrates the schema
