@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/engine"
 	"github.com/idemkit/idem/idemcall"
 )
 
@@ -333,7 +334,7 @@ func Refuse(err error) (r Refusal, ok bool) {
 	case errors.Is(err, idem.ErrInvalidKey):
 		return Refusal{Code: InvalidArgument, Message: "invalid idempotency key: " + err.Error()}, true
 	case errors.As(err, &unavailable):
-		return Refusal{Unavailable, "the idempotency store is unavailable; the call did not run; retry later with the same key", unavailable.RetryAfter}, true
+		return Refusal{Unavailable, unavailableMessage(unavailable.Err), unavailable.RetryAfter}, true
 	case errors.As(err, &commit) && commit.Limit != nil:
 		return Refusal{Code: Internal, Message: "the call's transaction did not commit: the database ended it at one of its bounds; nothing of it took effect"}, true
 	case errors.As(err, &commit):
@@ -393,6 +394,20 @@ func Serve(ctx context.Context, caller *idemcall.Caller, call idemcall.Call, rec
 		return Outcome{}, err
 	}
 	return Outcome{Msg: msg, Status: st, Metadata: md}, nil
+}
+
+// unavailableMessage is the message of a call that did not run and may be
+// retried: the store failed, the server is shutting down, or the call's
+// claim ended before it began (its lease or MaxExecution ran out). It
+// names no store error, whose text may carry the database's address.
+func unavailableMessage(cause error) string {
+	switch {
+	case errors.Is(cause, engine.ErrShutdown):
+		return "the server is shutting down; the call did not run; retry later with the same key"
+	case errors.Is(cause, idem.ErrLeaseLost), errors.Is(cause, engine.ErrExecutionTimeout):
+		return "the call's claim ended before it began; the call did not run; retry later with the same key"
+	}
+	return "the idempotency store is unavailable; the call did not run; retry later with the same key"
 }
 
 // errNotRecorded releases the key of a call whose code is not recorded:

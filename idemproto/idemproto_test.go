@@ -108,6 +108,26 @@ func TestRefuse(t *testing.T) {
 	}
 }
 
+// TestRefuseSaysWhyTheCallDidNotRun: a call that did not run is told
+// whether the store failed, the server is shutting down, or its claim ended
+// before it began, and never the store error's own text.
+func TestRefuseSaysWhyTheCallDidNotRun(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  string
+	}{
+		{errors.New("dial tcp 10.0.0.7:5432: connection refused"), "the idempotency store is unavailable"},
+		{engine.ErrShutdown, "the server is shutting down"},
+		{idem.ErrLeaseLost, "the call's claim ended before it began"},
+		{engine.ErrExecutionTimeout, "the call's claim ended before it began"},
+	} {
+		r, ok := idemproto.Refuse(&idemcall.UnavailableError{Err: tc.cause, RetryAfter: time.Second})
+		if !ok || !strings.HasPrefix(r.Message, tc.want) || strings.Contains(r.Message, "10.0.0.7") {
+			t.Errorf("Refuse(cause %v) = %q, want it to begin %q and name no store error", tc.cause, r.Message, tc.want)
+		}
+	}
+}
+
 // FuzzDecode: whatever a store hands back, Decode answers or errs, never
 // panics.
 func FuzzDecode(f *testing.F) {
