@@ -45,12 +45,14 @@ func TestQuickstartRuns(t *testing.T) {
 			if status, _, other := post(t, "http://"+addr+"/payments", "pay-2"); status != http.StatusCreated || other == first {
 				t.Fatalf("another key: %d %s", status, other)
 			}
-			if !strings.Contains(p.stderr.String(), "IDEM_SCOPE_SECRET is not set") {
-				t.Errorf("no warning of the missing scope secret:\n%s", p.stderr.String())
-			}
 			_ = p.cmd.Process.Signal(stop)
 			if err := <-p.done; err != nil {
 				t.Errorf("after %v: %v\n%s", stop, err, p.stderr.String())
+			}
+			// Read once the program has exited: its stderr reaches
+			// p.stderr through a pipe another goroutine copies.
+			if !strings.Contains(p.stderr.String(), "IDEM_SCOPE_SECRET is not set") {
+				t.Errorf("no warning of the missing scope secret:\n%s", p.stderr.String())
 			}
 
 			conn, err := pgx.Connect(t.Context(), dbURL)
@@ -100,6 +102,10 @@ func TestMinimalRuns(t *testing.T) {
 			t.Fatalf("POST %d with %s: %d, replayed %q, want 200, %q", i, want.key, status, replayed, want.replayed)
 		}
 	}
+	// What the program wrote reaches p.stderr through a pipe, copied by
+	// another goroutine: all of it is there once the program has exited.
+	_ = p.cmd.Process.Kill()
+	<-p.done
 	if n := strings.Count(p.stderr.String(), "placing an order"); n != 2 {
 		t.Fatalf("the handler ran %d times for two keys:\n%s", n, p.stderr.String())
 	}
