@@ -75,6 +75,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// ClockSlack is how far short of a PostgreSQL timeout (lock_timeout,
+// statement_timeout) a wait it ends may measure on Go's monotonic clock.
+// PostgreSQL times them on the wall clock, which NTP may slew by up to
+// 500 ppm (0.75 ms in 1.5 s): a test asserting that a wait was not cut
+// short allows this much.
+const ClockSlack = 5 * time.Millisecond
+
 // SkipReason starts every skip message of a test that found no database,
 // so that a summary (`make test`) can count them.
 const SkipReason = "no PostgreSQL"
