@@ -500,30 +500,7 @@ func TestBeginClaimStrictIsolationReplayStorm(t *testing.T) {
 				t.Fatal(err)
 			}
 			dups, _ := f.namedStore(t, "dup", dupCount, opts)
-			var (
-				wg       sync.WaitGroup
-				mu       sync.Mutex
-				statuses = map[idem.ClaimStatus]int{}
-				errs     []error
-			)
-			for range dupCount {
-				wg.Go(func() {
-					for range rounds {
-						c, dtx, err := dups.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("a"), Fingerprint: "fp"}, txLimits)
-						if dtx != nil {
-							_ = dtx.Rollback(f.ctx)
-						}
-						mu.Lock()
-						if err != nil {
-							errs = append(errs, err)
-						} else {
-							statuses[c.Status]++
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
+			statuses, errs := claimStorm(f.ctx, dups, "a", dupCount, rounds)
 			if len(errs) > 0 {
 				t.Errorf("%d of %d replays failed, the first: %v", len(errs), dupCount*rounds, errs[0])
 			}
@@ -552,30 +529,8 @@ func TestBeginClaimFreeKeyStorm(t *testing.T) {
 			opts := pgstore.Options{TxOptions: pgx.TxOptions{IsoLevel: level}}
 			f := newTxFixture(t, opts)
 			s, _ := f.namedStore(t, "claimer", claimers, opts)
-			var (
-				wg       sync.WaitGroup
-				mu       sync.Mutex
-				acquired int
-				errs     []error
-			)
-			for range claimers {
-				wg.Go(func() {
-					for range rounds {
-						c, tx, err := s.BeginClaim(f.ctx, idem.ClaimRequest{Scope: "s", Key: key("free"), Fingerprint: "fp"}, txLimits)
-						if tx != nil {
-							_ = tx.Rollback(f.ctx)
-						}
-						mu.Lock()
-						if err != nil {
-							errs = append(errs, err)
-						} else if c.Status == idem.Acquired {
-							acquired++
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
+			statuses, errs := claimStorm(f.ctx, s, "free", claimers, rounds)
+			acquired := statuses[idem.Acquired]
 			if len(errs) > 0 {
 				t.Errorf("%d of %d claims failed, the first: %v", len(errs), claimers*rounds, errs[0])
 			}
@@ -587,6 +542,37 @@ func TestBeginClaimFreeKeyStorm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// claimStorm has claimers goroutines each claim k in a transaction rounds
+// times, rolling back every transaction a claim acquired, and returns the
+// claims' statuses and the errors of those that failed.
+func claimStorm(ctx context.Context, s *pgstore.Store, k string, claimers, rounds int) (map[idem.ClaimStatus]int, []error) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		statuses = map[idem.ClaimStatus]int{}
+		errs     []error
+	)
+	for range claimers {
+		wg.Go(func() {
+			for range rounds {
+				c, tx, err := s.BeginClaim(ctx, idem.ClaimRequest{Scope: "s", Key: key(k), Fingerprint: "fp"}, txLimits)
+				if tx != nil {
+					_ = tx.Rollback(ctx)
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					statuses[c.Status]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return statuses, errs
 }
 
 // TestBeginClaimBounds: a transaction left idle longer than its Idle
